@@ -1,0 +1,79 @@
+// Pinned host pool: large pinned regions from Device::allocate_pinned (anonymous memory on the
+// GPU's NUMA node), carved into blocks without power-of-two rounding waste.
+// The swap tiers keep tensor bytes here, and io_uring registers the regions as fixed buffers so
+// one buffer serves both the GPU copy and the NVMe transfer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "device/device.hpp"
+
+namespace spillway {
+
+struct pinned_pool_options {
+  /// Most bytes the pool may pin in total (its regions); past it allocate() throws
+  /// out_of_memory. 0 = no limit.
+  std::size_t capacity = 0;
+  /// Size of each region the pool pins at once (a request larger than this gets a region of its
+  /// own, rounded up to the page size).
+  std::size_t region_size = std::size_t{256} << 20;
+  /// Alignment and rounding granule of every block (4096 suits O_DIRECT).
+  std::size_t alignment = 4096;
+};
+
+struct pinned_pool_stats {
+  std::size_t requested_bytes = 0;      ///< SUM of bytes asked for by live blocks
+  std::size_t allocated_bytes = 0;      ///< SUM of bytes of live blocks after rounding
+  std::size_t reserved_bytes = 0;       ///< SUM of bytes of pinned regions
+  std::size_t peak_allocated_bytes = 0;
+  std::size_t peak_reserved_bytes = 0;
+  std::uint64_t allocations = 0;        ///< COUNT of allocate() calls that succeeded
+  std::uint64_t regions = 0;            ///< COUNT of live regions
+};
+
+/// One pinned region, as io_uring registers it (iovec-like).
+struct pinned_region {
+  void* base = nullptr;
+  std::size_t bytes = 0;
+};
+
+class pinned_host_pool {
+ public:
+  pinned_host_pool(Device& device, pinned_pool_options options = {});
+  ~pinned_host_pool();
+  pinned_host_pool(const pinned_host_pool&) = delete;
+  pinned_host_pool& operator=(const pinned_host_pool&) = delete;
+
+  /// A block of at least `bytes` bytes, aligned to options.alignment. Thread-safe.
+  /// Throws out_of_memory (saying requested, capacity, reserved, allocated) when it cannot.
+  [[nodiscard]] void* allocate(std::size_t bytes);
+  /// Returns a block; `bytes` is what was asked for. Thread-safe.
+  void deallocate(void* ptr, std::size_t bytes) noexcept;
+
+  /// Unpins regions that hold no live block; returns the bytes released.
+  std::size_t release_unused();
+
+  /// The regions currently pinned, for io_uring buffer registration.
+  [[nodiscard]] std::vector<pinned_region> regions() const;
+  /// Index of the region holding `ptr` in regions(), or -1.
+  [[nodiscard]] int region_index(const void* ptr) const;
+
+  [[nodiscard]] pinned_pool_stats stats() const;
+  [[nodiscard]] const pinned_pool_options& options() const noexcept { return options_; }
+  [[nodiscard]] Device& device() const noexcept { return *device_; }
+
+ private:
+  struct region;
+  Device* device_;
+  pinned_pool_options options_;
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<region>> regions_;
+  pinned_pool_stats stats_;
+};
+
+}  // namespace spillway

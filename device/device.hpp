@@ -1,0 +1,154 @@
+// The Device contract: the one door to the hardware (memory, streams, events, copies).
+// Everything above device/ is written once against this interface and runs on both backends.
+//
+// Contract, in brief (mirrors the CUDA runtime so the cuda backend is a thin shim):
+//  * allocate(bytes) returns device memory aligned to 256 bytes, or throws out_of_memory
+//    exactly as cudaMalloc fails when the device is full. deallocate(nullptr, n) is a no-op.
+//  * allocate_pinned(bytes) returns page-aligned host memory that the device can copy from
+//    asynchronously; it is anonymous memory, so io_uring may register it as a fixed buffer.
+//  * A stream runs its work in order. Work on different streams may run concurrently.
+//  * An event marks a position in a stream: record_event captures all work enqueued on the
+//    stream so far; query_event/synchronize_event ask whether that work has finished; an event
+//    never recorded counts as finished. stream_wait_event makes later work on a stream wait
+//    for the event's position (the position at the time of the call).
+//  * copy_async copies bytes in stream order. Host-to-device and device-to-host copies use the
+//    copy engine of their direction, so they overlap with each other and with compute.
+//  * launch_host enqueues host work on a stream; on the cpu backend it runs on the stream's
+//    own thread, on the cuda backend as a host function (it must not call into the Device).
+//  * Failures inside stream work are sticky: the next synchronize of that stream (or the
+//    device) rethrows them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace spillway {
+
+enum class backend { cpu, cuda };
+
+const char* to_string(backend b) noexcept;
+
+enum class copy_kind { host_to_device, device_to_host, device_to_device, host_to_host };
+
+const char* to_string(copy_kind k) noexcept;
+
+/// Priority of a stream: copies that feed the next kernel (prefetch) run ahead of the rest.
+enum class stream_priority { low, normal, high };
+
+/// A stream handle. Cheap to copy; the Device that created it owns what it refers to.
+struct stream {
+  void* handle = nullptr;
+  friend bool operator==(stream, stream) = default;
+};
+
+/// An event handle. Cheap to copy; the Device that created it owns what it refers to.
+struct event {
+  void* handle = nullptr;
+  friend bool operator==(event, event) = default;
+};
+
+struct device_properties {
+  std::string name;
+  spillway::backend backend = backend::cpu;
+  std::size_t total_memory = 0;  ///< bytes of device memory the device has
+  int copy_engines = 0;          ///< independent copy engines (2: one per direction)
+  int numa_node = -1;            ///< host NUMA node nearest the device; -1 means any
+};
+
+/// Options for make_device. Fields a backend does not use are ignored by it.
+struct device_options {
+  /// cpu backend: capacity of the emulated device memory. 0 takes SPILLWAY_CPU_DEVICE_MEMORY
+  /// from the environment, else 1 GiB.
+  std::size_t cpu_device_memory = 0;
+  /// cpu backend: link bandwidth per direction in bytes/s (0 = unlimited). A copy of n bytes
+  /// then takes at least n / bandwidth seconds on its copy engine.
+  double h2d_bytes_per_second = 0;
+  double d2h_bytes_per_second = 0;
+  /// cuda backend: which GPU.
+  int cuda_device = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  Device() = default;
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  [[nodiscard]] virtual const device_properties& properties() const noexcept = 0;
+
+  // Device memory.
+  [[nodiscard]] virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* ptr, std::size_t bytes) noexcept = 0;
+  /// Bytes of device memory currently handed out by allocate() (cpu backend: exact; cuda:
+  /// total minus free as the runtime reports it).
+  [[nodiscard]] virtual std::size_t used_memory() const = 0;
+
+  // Pinned host memory.
+  [[nodiscard]] virtual void* allocate_pinned(std::size_t bytes) = 0;
+  virtual void deallocate_pinned(void* ptr, std::size_t bytes) noexcept = 0;
+
+  // Streams.
+  [[nodiscard]] virtual stream create_stream(stream_priority priority = stream_priority::normal) = 0;
+  virtual void destroy_stream(stream s) noexcept = 0;
+  virtual void synchronize_stream(stream s) = 0;
+
+  // Events.
+  [[nodiscard]] virtual event create_event() = 0;
+  virtual void destroy_event(event e) noexcept = 0;
+  virtual void record_event(event e, stream s) = 0;
+  [[nodiscard]] virtual bool query_event(event e) = 0;
+  virtual void synchronize_event(event e) = 0;
+  virtual void stream_wait_event(stream s, event e) = 0;
+
+  // Work.
+  virtual void copy_async(void* dst, const void* src, std::size_t bytes, copy_kind kind, stream s) = 0;
+  virtual void memset_async(void* dst, int value, std::size_t bytes, stream s) = 0;
+  virtual void launch_host(stream s, std::function<void()> work) = 0;
+
+  /// Waits for all work on every stream of this device.
+  virtual void synchronize() = 0;
+};
+
+/// Creates a device. `kind` is "auto" (cuda when built with it and a GPU answers, else cpu),
+/// "cpu" or "cuda". Anything else, or "cuda" where there is none, is a config_error.
+std::unique_ptr<Device> make_device(std::string_view kind, const device_options& options = {});
+
+/// True when this build has the cuda backend and at least one GPU answers.
+bool cuda_available() noexcept;
+
+/// RAII owner of a stream.
+class owned_stream {
+ public:
+  owned_stream(Device& d, stream_priority p = stream_priority::normal) : dev_(&d), s_(d.create_stream(p)) {}
+  ~owned_stream() { if (dev_ != nullptr) dev_->destroy_stream(s_); }
+  owned_stream(owned_stream&& o) noexcept : dev_(o.dev_), s_(o.s_) { o.dev_ = nullptr; }
+  owned_stream& operator=(owned_stream&&) = delete;
+  [[nodiscard]] stream get() const noexcept { return s_; }
+  operator stream() const noexcept { return s_; }  // NOLINT: implicit by design
+
+ private:
+  Device* dev_;
+  stream s_;
+};
+
+/// RAII owner of an event.
+class owned_event {
+ public:
+  explicit owned_event(Device& d) : dev_(&d), e_(d.create_event()) {}
+  ~owned_event() { if (dev_ != nullptr) dev_->destroy_event(e_); }
+  owned_event(owned_event&& o) noexcept : dev_(o.dev_), e_(o.e_) { o.dev_ = nullptr; }
+  owned_event& operator=(owned_event&&) = delete;
+  [[nodiscard]] event get() const noexcept { return e_; }
+  operator event() const noexcept { return e_; }  // NOLINT: implicit by design
+
+ private:
+  Device* dev_;
+  event e_;
+};
+
+}  // namespace spillway

@@ -1,0 +1,29 @@
+// Byte sizes written the way people write them: 1048576, 512MiB, 6GiB, 1.5GB.
+// Parsing is strict: anything else is a config_error that quotes what was given.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace spillway {
+
+/// The largest size Spillway accepts anywhere (1 PiB); larger inputs are taken as typos.
+inline constexpr std::uint64_t max_size_bytes = 1ULL << 50;
+
+/// Parses "1048576", "4096B", "512KiB", "512MiB", "6GiB", "1.5GB", "2TB" (binary suffixes
+/// KiB/MiB/GiB/TiB, decimal KB/MB/GB/TB, case-insensitive, optional space before the unit).
+/// Throws config_error for empty, negative, zero (unless allow_zero), fractional bytes,
+/// unknown units and sizes above max_size_bytes. `what` names the setting in the message.
+std::uint64_t parse_size(std::string_view text, std::string_view what = "size", bool allow_zero = false);
+
+/// "1.50 GiB", "512.00 MiB", "17 B": for reports and error messages.
+std::string format_bytes(std::uint64_t bytes);
+
+namespace literals {
+constexpr std::uint64_t operator""_KiB(unsigned long long v) { return v << 10; }
+constexpr std::uint64_t operator""_MiB(unsigned long long v) { return v << 20; }
+constexpr std::uint64_t operator""_GiB(unsigned long long v) { return v << 30; }
+}  // namespace literals
+
+}  // namespace spillway

@@ -1,0 +1,121 @@
+// What only the cpu backend promises: a hard capacity, copy engines per direction, a link
+// bandwidth that holds copies to size / bandwidth, and streams that can be made slow on purpose.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <vector>
+
+#include "device/cpu_device.hpp"
+#include "device/error.hpp"
+#include "device/units.hpp"
+
+using namespace spillway;
+using namespace spillway::literals;
+using clk = std::chrono::steady_clock;
+
+TEST(CpuDevice, DefaultCapacityIsOneGiBAndCanBeSetByOptionOrEnvironment) {
+  unsetenv("SPILLWAY_CPU_DEVICE_MEMORY");
+  EXPECT_EQ(cpu_device().properties().total_memory, 1_GiB);
+  device_options o;
+  o.cpu_device_memory = 64_MiB;
+  EXPECT_EQ(cpu_device(o).properties().total_memory, 64_MiB);
+  setenv("SPILLWAY_CPU_DEVICE_MEMORY", "96MiB", 1);
+  EXPECT_EQ(cpu_device().properties().total_memory, 96_MiB);
+  setenv("SPILLWAY_CPU_DEVICE_MEMORY", "12XB", 1);
+  EXPECT_THROW(cpu_device{}, config_error);
+  unsetenv("SPILLWAY_CPU_DEVICE_MEMORY");
+}
+
+TEST(CpuDevice, CapacityIsHardAndExactlyAccounted) {
+  device_options o;
+  o.cpu_device_memory = 1_MiB;
+  cpu_device dev(o);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(dev.allocate(256_KiB));
+  EXPECT_EQ(dev.used_memory(), 1_MiB);
+  try {
+    (void)dev.allocate(1);
+    FAIL() << "allocation past capacity succeeded";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos);
+  }
+  dev.deallocate(blocks.back(), 256_KiB);
+  blocks.pop_back();
+  EXPECT_EQ(dev.used_memory(), 768_KiB);
+  blocks.push_back(dev.allocate(200_KiB));  // fits again
+  for (auto* b : blocks) dev.deallocate(b, 0);
+  EXPECT_EQ(dev.used_memory(), 0u);
+}
+
+TEST(CpuDevice, LinkBandwidthHoldsACopyToSizeOverBandwidth) {
+  device_options o;
+  o.h2d_bytes_per_second = 100e6;  // 4 MiB at 100 MB/s: at least 41.9 ms
+  cpu_device dev(o);
+  owned_stream s(dev);
+  std::vector<char> h(4_MiB, 1);
+  void* d = dev.allocate(h.size());
+  const auto t0 = clk::now();
+  dev.copy_async(d, h.data(), h.size(), copy_kind::host_to_device, s);
+  dev.synchronize_stream(s);
+  EXPECT_GE(clk::now() - t0, std::chrono::microseconds(41900));
+  EXPECT_EQ(dev.copied_bytes(copy_kind::host_to_device), 4_MiB);
+  dev.deallocate(d, h.size());
+}
+
+TEST(CpuDevice, OppositeDirectionsOverlapWhileOneDirectionTakesTurns) {
+  device_options o;
+  o.h2d_bytes_per_second = 20e6;  // 8 MiB: about 420 ms
+  o.d2h_bytes_per_second = 1e9;   // 1 MiB: about 1 ms
+  cpu_device dev(o);
+  owned_stream a(dev), b(dev), c(dev);
+  owned_event slow_done(dev), fast_done(dev);
+  std::vector<char> h(8_MiB, 2), back(1_MiB);
+  void* d = dev.allocate(h.size());
+  dev.copy_async(d, h.data(), h.size(), copy_kind::host_to_device, a);
+  dev.record_event(slow_done, a);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  dev.copy_async(back.data(), d, back.size(), copy_kind::device_to_host, b);
+  dev.record_event(fast_done, b);
+  dev.synchronize_event(fast_done);
+  EXPECT_FALSE(dev.query_event(slow_done)) << "the D2H copy waited for the H2D engine";
+
+  // Two copies in one direction on two streams take turns on the one engine.
+  const auto t0 = clk::now();
+  dev.copy_async(d, h.data(), 2_MiB, copy_kind::host_to_device, b);
+  dev.copy_async(d, h.data(), 2_MiB, copy_kind::host_to_device, c);
+  dev.synchronize();
+  const auto both = clk::now() - t0;
+  EXPECT_GE(both, std::chrono::microseconds(2 * 104800 - 1000 + 0)) << "same-direction copies overlapped";
+  dev.deallocate(d, h.size());
+}
+
+TEST(CpuDevice, SlowStreamTakesAtLeastItsDelayPerItem) {
+  cpu_device dev;
+  owned_stream s(dev);
+  dev.set_stream_delay(s, std::chrono::milliseconds(15));
+  const auto t0 = clk::now();
+  for (int i = 0; i < 4; ++i) dev.launch_host(s, [] {});
+  dev.synchronize_stream(s);
+  EXPECT_GE(clk::now() - t0, std::chrono::milliseconds(60));
+}
+
+TEST(CpuDevice, EventDestroyedWhileRecordedWorkIsQueuedIsSafe) {
+  cpu_device dev;
+  owned_stream s(dev);
+  dev.set_stream_delay(s, std::chrono::milliseconds(5));
+  for (int i = 0; i < 50; ++i) {
+    event e = dev.create_event();
+    dev.launch_host(s, [] {});
+    dev.record_event(e, s);
+    dev.stream_wait_event(s, e);
+    dev.destroy_event(e);
+  }
+  dev.synchronize_stream(s);
+  SUCCEED();
+}
+
+TEST(CpuDevice, NegativeBandwidthIsRefused) {
+  cpu_device dev;
+  EXPECT_THROW(dev.set_link_bandwidth(-1, 0), config_error);
+}
