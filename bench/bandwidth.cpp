@@ -1,0 +1,74 @@
+// spillway-bench bandwidth: pinned host <-> device copy bandwidth on one backend.
+// The GPU check runs it on the cuda backend; on the cpu backend it measures the emulated link.
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/command.hpp"
+#include "device/device.hpp"
+#include "device/units.hpp"
+
+namespace spillway::bench {
+namespace {
+
+struct bandwidth_args {
+  std::string backend = "auto";
+  std::string size = "256MiB";
+  int repeats = 5;
+  std::string json;
+};
+
+double measure(Device& dev, stream s, void* dst, const void* src, std::size_t n, copy_kind kind, int repeats) {
+  dev.copy_async(dst, src, n, kind, s);  // warm up
+  dev.synchronize_stream(s);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < repeats; ++i) dev.copy_async(dst, src, n, kind, s);
+  dev.synchronize_stream(s);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return static_cast<double>(n) * repeats / seconds / 1e9;
+}
+
+int run(const bandwidth_args& a) {
+  const std::size_t n = parse_size(a.size, "--size");
+  device_options o;
+  o.cpu_device_memory = n + (std::size_t{64} << 20);
+  auto dev = make_device(a.backend, o);
+  owned_stream s(*dev);
+  void* host = dev->allocate_pinned(n);
+  std::memset(host, 1, n);
+  void* d = dev->allocate(n);
+  const double h2d = measure(*dev, s, d, host, n, copy_kind::host_to_device, a.repeats);
+  const double d2h = measure(*dev, s, host, d, n, copy_kind::device_to_host, a.repeats);
+  dev->deallocate(d, n);
+  dev->deallocate_pinned(host, n);
+
+  std::cout << "device: " << dev->properties().name << " (" << to_string(dev->properties().backend) << ")\n"
+            << "pinned copies of " << format_bytes(n) << ", " << a.repeats << " repeats\n"
+            << "  host-to-device " << h2d << " GB/s\n"
+            << "  device-to-host " << d2h << " GB/s\n";
+  if (!a.json.empty()) {
+    nlohmann::json j = {{"device", dev->properties().name},
+                        {"backend", to_string(dev->properties().backend)},
+                        {"bytes", n},
+                        {"h2d_gbps", h2d},
+                        {"d2h_gbps", d2h}};
+    std::ofstream(a.json) << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+const command_registration registration{"bandwidth", [](CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<bandwidth_args>();
+  auto* cmd = app.add_subcommand("bandwidth", "pinned host <-> device copy bandwidth");
+  cmd->add_option("--backend", args->backend, "auto, cpu or cuda")->capture_default_str();
+  cmd->add_option("--size", args->size, "bytes per copy (e.g. 256MiB)")->capture_default_str();
+  cmd->add_option("--repeats", args->repeats, "copies per direction")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--json", args->json, "write the figures as JSON");
+  cmd->callback([args, &exit_code] { exit_code = run(*args); });
+}};
+
+}  // namespace
+}  // namespace spillway::bench
