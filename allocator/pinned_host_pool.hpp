@@ -6,9 +6,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "device/device.hpp"
@@ -20,7 +24,7 @@ struct pinned_pool_options {
   /// out_of_memory. 0 = no limit.
   std::size_t capacity = 0;
   /// Size of each region the pool pins at once (a request larger than this gets a region of its
-  /// own, rounded up to the page size).
+  /// own, rounded up to the page size; so does one larger than half of it, see the .cpp).
   std::size_t region_size = std::size_t{256} << 20;
   /// Alignment and rounding granule of every block (4096 suits O_DIRECT).
   std::size_t alignment = 4096;
@@ -42,6 +46,23 @@ struct pinned_region {
   std::size_t bytes = 0;
 };
 
+namespace detail {
+struct pinned_region_impl;
+
+/// One block of a region: a run of bytes either handed out (live) or free.
+struct pinned_block {
+  std::size_t size = 0;       ///< bytes, a multiple of the alignment
+  std::size_t requested = 0;  ///< bytes asked for (live blocks only)
+  pinned_region_impl* region = nullptr;
+  bool free = true;
+};
+}  // namespace detail
+
+// Glossary. A *region* is one allocation from Device::allocate_pinned; it is carved into
+// *blocks* that tile it exactly (no gaps), each free or live. Requests are rounded up to the
+// alignment only (4 KiB by default): a 5 MiB + 1 B request costs 5 MiB + 4 KiB, not 8 MiB.
+// Free blocks are found best-fit (smallest that fits, lowest address on ties), split when
+// larger than needed, and merged with free neighbours of the same region when freed.
 class pinned_host_pool {
  public:
   pinned_host_pool(Device& device, pinned_pool_options options = {});
@@ -67,13 +88,30 @@ class pinned_host_pool {
   [[nodiscard]] const pinned_pool_options& options() const noexcept { return options_; }
   [[nodiscard]] Device& device() const noexcept { return *device_; }
 
+  /// Bytes of the largest free block (0 when none). Thread-safe.
+  [[nodiscard]] std::size_t largest_free_block() const;
+  /// Walks every region and free list and throws spillway::error naming the first broken
+  /// invariant (blocks tile each region, no two free neighbours, free index and stats agree).
+  /// For tests and SPILLWAY_DEBUG builds; O(blocks).
+  void check_invariants() const;
+
  private:
   struct region;
+  using free_key = std::pair<std::size_t, std::uintptr_t>;  // (size, address): best fit first
+
+  void* carve(std::map<std::uintptr_t, detail::pinned_block>::iterator it, std::size_t rounded,
+              std::size_t requested);
+  void add_region(std::size_t bytes);
+  std::size_t release_unused_locked();
+  [[noreturn]] void throw_out_of_memory(std::size_t bytes, const std::string& why) const;
+
   Device* device_;
   pinned_pool_options options_;
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<region>> regions_;
   pinned_pool_stats stats_;
+  std::map<std::uintptr_t, detail::pinned_block> blocks_;  // every block, by address
+  std::set<free_key> free_;                                // free blocks, by size then address
 };
 
 }  // namespace spillway
