@@ -1,0 +1,25 @@
+// Adam with bias correction (and optional decoupled weight decay, as AdamW), one step over a
+// flat float32 parameter buffer; the update is the shared SPILLWAY_HD body ops::adam_update.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/context.hpp"
+
+namespace spillway::kernels {
+
+struct adam_config {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  ///< decoupled: p -= lr * weight_decay * p (0 is plain Adam)
+};
+
+/// One step: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (m/(1-b1^t) / (sqrt(v/(1-b2^t))
+/// + eps) + wd p). `step` counts from 1. m and v start as zeros.
+void adam_step(kernel_context& ctx, stream s, float* params, const float* grads, float* m, float* v,
+               std::size_t n, const adam_config& config, std::int64_t step);
+
+}  // namespace spillway::kernels

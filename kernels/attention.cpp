@@ -1,0 +1,142 @@
+// Causal self-attention as GEMMs over heads (strided batches that read q, k, v in place inside
+// the fused qkv rows) around a masked softmax; plus the cpu launchers of that softmax.
+#include "kernels/attention.hpp"
+
+#include <math.h>
+
+#include "kernels/cuda_launchers.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/launch.hpp"
+#include "kernels/ops.hpp"
+
+namespace spillway::kernels {
+
+void causal_softmax_forward(kernel_context& ctx, stream s, float* scores, int batch, int seq) {
+  SPILLWAY_KERNEL_EXPECTS(batch >= 0 && seq > 0, "causal_softmax_forward");
+  if (batch == 0) return;
+#if SPILLWAY_HAVE_CUDA
+  if (ctx.is_cuda()) return detail::cuda_causal_softmax_forward(ctx, s, scores, batch, seq);
+#endif
+  detail::enqueue_cpu(ctx, s, [=] {
+    const auto t = static_cast<std::size_t>(seq);
+    detail::parallel_for(static_cast<std::size_t>(batch) * t, detail::grain_for(t), [&](std::size_t b, std::size_t e) {
+      for (std::size_t row = b; row < e; ++row) {
+        const std::size_t i = row % t;  // query position: columns 0..i are visible
+        float* x = scores + row * t;
+        float mx = x[0];
+        for (std::size_t j = 1; j <= i; ++j) mx = x[j] > mx ? x[j] : mx;
+        float sum = 0.0f;
+        for (std::size_t j = 0; j <= i; ++j) {
+          x[j] = expf(x[j] - mx);
+          sum += x[j];
+        }
+        const float inv = 1.0f / sum;
+        for (std::size_t j = 0; j <= i; ++j) x[j] *= inv;
+        for (std::size_t j = i + 1; j < t; ++j) x[j] = 0.0f;
+      }
+    });
+  });
+}
+
+void causal_softmax_backward(kernel_context& ctx, stream s, const float* probs, float* dprobs,
+                             int batch, int seq, float scale) {
+  SPILLWAY_KERNEL_EXPECTS(batch >= 0 && seq > 0, "causal_softmax_backward");
+  if (batch == 0) return;
+#if SPILLWAY_HAVE_CUDA
+  if (ctx.is_cuda()) return detail::cuda_causal_softmax_backward(ctx, s, probs, dprobs, batch, seq, scale);
+#endif
+  detail::enqueue_cpu(ctx, s, [=] {
+    const auto t = static_cast<std::size_t>(seq);
+    detail::parallel_for(static_cast<std::size_t>(batch) * t, detail::grain_for(t), [&](std::size_t b, std::size_t e) {
+      for (std::size_t row = b; row < e; ++row) {
+        const std::size_t i = row % t;
+        const float* p = probs + row * t;
+        float* d = dprobs + row * t;
+        float dot = 0.0f;
+        for (std::size_t j = 0; j <= i; ++j) dot += p[j] * d[j];
+        for (std::size_t j = 0; j <= i; ++j) d[j] = scale * ops::softmax_grad(p[j], d[j], dot);
+        for (std::size_t j = i + 1; j < t; ++j) d[j] = 0.0f;
+      }
+    });
+  });
+}
+
+namespace {
+
+struct attention_dims {
+  int t, c, h, hs;
+  long long qkv_ld, batch_qkv, batch_out, batch_probs, tt;
+};
+
+attention_dims dims_of(const attention_shape& sh) {
+  SPILLWAY_KERNEL_EXPECTS(sh.batch >= 0 && sh.seq > 0 && sh.heads > 0 && sh.channels > 0 &&
+                              sh.channels % sh.heads == 0,
+                          "attention: channels must be a positive multiple of heads");
+  attention_dims d{};
+  d.t = sh.seq;
+  d.c = sh.channels;
+  d.h = sh.heads;
+  d.hs = sh.channels / sh.heads;
+  d.qkv_ld = 3LL * d.c;
+  d.batch_qkv = static_cast<long long>(d.t) * d.qkv_ld;
+  d.batch_out = static_cast<long long>(d.t) * d.c;
+  d.tt = static_cast<long long>(d.t) * d.t;
+  d.batch_probs = d.h * d.tt;
+  return d;
+}
+
+}  // namespace
+
+void attention_forward(kernel_context& ctx, stream s, const attention_shape& shape, const float* qkv,
+                       float* out, float* probs) {
+  const attention_dims d = dims_of(shape);
+  const int ld = static_cast<int>(d.qkv_ld);
+  const float scale = 1.0f / sqrtf(static_cast<float>(d.hs));
+  for (int b = 0; b < shape.batch; ++b) {
+    const float* q = qkv + b * d.batch_qkv;
+    // scores[h] = scale * q_h k_h^T, one [t, t] matrix per head.
+    gemm_strided_batched(ctx, s, transpose::no, transpose::yes, d.t, d.t, d.hs, scale, q, ld, d.hs,
+                         q + d.c, ld, d.hs, 0.0f, probs + b * d.batch_probs, d.t, d.tt, d.h);
+  }
+  causal_softmax_forward(ctx, s, probs, shape.batch * d.h, d.t);
+  for (int b = 0; b < shape.batch; ++b) {
+    const float* v = qkv + b * d.batch_qkv + 2 * d.c;
+    // out_h = probs_h v_h, written into the head's columns of out.
+    gemm_strided_batched(ctx, s, transpose::no, transpose::no, d.t, d.hs, d.t, 1.0f,
+                         probs + b * d.batch_probs, d.t, d.tt, v, ld, d.hs, 0.0f,
+                         out + b * d.batch_out, d.c, d.hs, d.h);
+  }
+}
+
+void attention_backward(kernel_context& ctx, stream s, const attention_shape& shape, const float* qkv,
+                        const float* probs, const float* dout, float* dqkv, float* scratch) {
+  const attention_dims d = dims_of(shape);
+  const int ld = static_cast<int>(d.qkv_ld);
+  const float scale = 1.0f / sqrtf(static_cast<float>(d.hs));
+  for (int b = 0; b < shape.batch; ++b) {
+    const float* q = qkv + b * d.batch_qkv;
+    const float* dy = dout + b * d.batch_out;
+    const float* p = probs + b * d.batch_probs;
+    float* dq = dqkv + b * d.batch_qkv;
+    // dprobs_h = dy_h v_h^T
+    gemm_strided_batched(ctx, s, transpose::no, transpose::yes, d.t, d.t, d.hs, 1.0f, dy, d.c, d.hs,
+                         q + 2 * d.c, ld, d.hs, 0.0f, scratch + b * d.batch_probs, d.t, d.tt, d.h);
+    // dv_h = probs_h^T dy_h
+    gemm_strided_batched(ctx, s, transpose::yes, transpose::no, d.t, d.hs, d.t, 1.0f, p, d.t, d.tt,
+                         dy, d.c, d.hs, 0.0f, dq + 2 * d.c, ld, d.hs, d.h);
+  }
+  // dscores (with the 1/sqrt(hs) of the forward folded in), in place of dprobs.
+  causal_softmax_backward(ctx, s, probs, scratch, shape.batch * d.h, d.t, scale);
+  for (int b = 0; b < shape.batch; ++b) {
+    const float* q = qkv + b * d.batch_qkv;
+    const float* ds = scratch + b * d.batch_probs;
+    float* dq = dqkv + b * d.batch_qkv;
+    // dq_h = dscores_h k_h ; dk_h = dscores_h^T q_h
+    gemm_strided_batched(ctx, s, transpose::no, transpose::no, d.t, d.hs, d.t, 1.0f, ds, d.t, d.tt,
+                         q + d.c, ld, d.hs, 0.0f, dq, ld, d.hs, d.h);
+    gemm_strided_batched(ctx, s, transpose::yes, transpose::no, d.t, d.hs, d.t, 1.0f, ds, d.t, d.tt,
+                         q, ld, d.hs, 0.0f, dq + d.c, ld, d.hs, d.h);
+  }
+}
+
+}  // namespace spillway::kernels

@@ -1,0 +1,39 @@
+// Causal multi-head self-attention, forward and backward, composed of strided-batched GEMMs
+// and a masked (causal) softmax, so both backends share one composition.
+#pragma once
+
+#include "kernels/context.hpp"
+
+namespace spillway::kernels {
+
+/// In place on `batch` square [seq, seq] score matrices: row i becomes softmax over columns
+/// j <= i; columns j > i become 0.
+void causal_softmax_forward(kernel_context& ctx, stream s, float* scores, int batch, int seq);
+
+/// In place: dprobs becomes scale * (d loss / d scores) given the saved probabilities:
+/// scale * p_ij (dp_ij - sum_k p_ik dp_ik) for j <= i, 0 above the diagonal.
+void causal_softmax_backward(kernel_context& ctx, stream s, const float* probs, float* dprobs,
+                             int batch, int seq, float scale);
+
+/// Shapes of a causal self-attention. head_size = channels / heads.
+struct attention_shape {
+  int batch = 0;
+  int seq = 0;
+  int channels = 0;
+  int heads = 0;
+};
+
+/// qkv [batch, seq, 3 * channels]: per token q, k and v side by side (the output of one fused
+/// QKV linear layer); head h uses columns [h * hs, (h + 1) * hs) of each of q, k, v.
+/// out [batch, seq, channels]: the heads side by side, ready for the output projection.
+/// probs [batch, heads, seq, seq]: softmax(q k^T / sqrt(hs)) with the causal mask, kept for
+/// backward.
+void attention_forward(kernel_context& ctx, stream s, const attention_shape& shape, const float* qkv,
+                       float* out, float* probs);
+
+/// dqkv [batch, seq, 3 * channels] is overwritten with d loss / d qkv. scratch has the size
+/// of probs and is clobbered.
+void attention_backward(kernel_context& ctx, stream s, const attention_shape& shape, const float* qkv,
+                        const float* probs, const float* dout, float* dqkv, float* scratch);
+
+}  // namespace spillway::kernels

@@ -1,0 +1,153 @@
+// Dispatch and cpu launchers of 2-D convolution: im2col per image, then one OpenBLAS GEMM.
+// col2im adds back into dx per channel in a fixed order; dw sums the images in order.
+#include "kernels/conv2d.hpp"
+
+#include <cblas.h>
+
+#include <cstring>
+#include <vector>
+
+#include "kernels/cuda_launchers.hpp"
+#include "kernels/launch.hpp"
+
+namespace spillway::kernels {
+namespace {
+
+void check(const conv2d_shape& sh, const char* kernel) {
+  SPILLWAY_KERNEL_EXPECTS(sh.batch >= 0 && sh.in_channels > 0 && sh.out_channels > 0 &&
+                              sh.kernel > 0 && sh.stride > 0 && sh.pad >= 0 &&
+                              sh.height + 2 * sh.pad >= sh.kernel && sh.width + 2 * sh.pad >= sh.kernel,
+                          kernel);
+}
+
+struct conv_sizes {
+  std::size_t c, h, w, k, r, p, q, pq, ckk, in_image, out_image;
+};
+
+conv_sizes sizes_of(const conv2d_shape& sh) {
+  conv_sizes z{};
+  z.c = static_cast<std::size_t>(sh.in_channels);
+  z.h = static_cast<std::size_t>(sh.height);
+  z.w = static_cast<std::size_t>(sh.width);
+  z.k = static_cast<std::size_t>(sh.out_channels);
+  z.r = static_cast<std::size_t>(sh.kernel);
+  z.p = static_cast<std::size_t>(sh.out_height());
+  z.q = static_cast<std::size_t>(sh.out_width());
+  z.pq = z.p * z.q;
+  z.ckk = z.c * z.r * z.r;
+  z.in_image = z.c * z.h * z.w;
+  z.out_image = z.k * z.pq;
+  return z;
+}
+
+/// col[(c, i, j), (p, q)] = x[c, p * stride - pad + i, q * stride - pad + j], 0 in the padding.
+void im2col(const conv2d_shape& sh, const conv_sizes& z, const float* x, float* col) {
+  detail::parallel_for(z.ckk, detail::grain_for(z.pq), [&](std::size_t b, std::size_t e) {
+    for (std::size_t row = b; row < e; ++row) {
+      const std::size_t c = row / (z.r * z.r);
+      const auto i = static_cast<long>((row / z.r) % z.r);
+      const auto j = static_cast<long>(row % z.r);
+      float* out = col + row * z.pq;
+      for (std::size_t p = 0; p < z.p; ++p) {
+        const long y = static_cast<long>(p) * sh.stride - sh.pad + i;
+        for (std::size_t q = 0; q < z.q; ++q) {
+          const long xx = static_cast<long>(q) * sh.stride - sh.pad + j;
+          const bool inside = y >= 0 && y < static_cast<long>(z.h) && xx >= 0 && xx < static_cast<long>(z.w);
+          out[p * z.q + q] = inside ? x[(c * z.h + static_cast<std::size_t>(y)) * z.w + static_cast<std::size_t>(xx)] : 0.0f;
+        }
+      }
+    }
+  });
+}
+
+/// dx (zeroed first) += col2im(dcol); parallel over channels, each in a fixed order.
+void col2im(const conv2d_shape& sh, const conv_sizes& z, const float* dcol, float* dx) {
+  detail::parallel_for(z.c, 1, [&](std::size_t b, std::size_t e) {
+    for (std::size_t c = b; c < e; ++c) {
+      float* plane = dx + c * z.h * z.w;
+      std::memset(plane, 0, z.h * z.w * sizeof(float));
+      for (std::size_t i = 0; i < z.r; ++i)
+        for (std::size_t j = 0; j < z.r; ++j) {
+          const float* in = dcol + ((c * z.r + i) * z.r + j) * z.pq;
+          for (std::size_t p = 0; p < z.p; ++p) {
+            const long y = static_cast<long>(p) * sh.stride - sh.pad + static_cast<long>(i);
+            if (y < 0 || y >= static_cast<long>(z.h)) continue;
+            for (std::size_t q = 0; q < z.q; ++q) {
+              const long xx = static_cast<long>(q) * sh.stride - sh.pad + static_cast<long>(j);
+              if (xx < 0 || xx >= static_cast<long>(z.w)) continue;
+              plane[static_cast<std::size_t>(y) * z.w + static_cast<std::size_t>(xx)] += in[p * z.q + q];
+            }
+          }
+        }
+    }
+  });
+}
+
+}  // namespace
+
+void conv2d_forward(kernel_context& ctx, stream s, const conv2d_shape& shape, const float* x,
+                    const float* w, const float* bias, float* y) {
+  check(shape, "conv2d_forward");
+  if (shape.batch == 0) return;
+#if SPILLWAY_HAVE_CUDA
+  if (ctx.is_cuda()) return detail::cuda_conv2d_forward(ctx, s, shape, x, w, bias, y);
+#endif
+  detail::enqueue_cpu(ctx, s, [=] {
+    const conv_sizes z = sizes_of(shape);
+    std::vector<float> col(z.ckk * z.pq);
+    for (std::size_t n = 0; n < static_cast<std::size_t>(shape.batch); ++n) {
+      float* yn = y + n * z.out_image;
+      im2col(shape, z, x + n * z.in_image, col.data());
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(z.k), static_cast<int>(z.pq),
+                  static_cast<int>(z.ckk), 1.0f, w, static_cast<int>(z.ckk), col.data(),
+                  static_cast<int>(z.pq), 0.0f, yn, static_cast<int>(z.pq));
+      if (bias != nullptr)
+        detail::parallel_for(z.k, 1, [&](std::size_t b, std::size_t e) {
+          for (std::size_t k = b; k < e; ++k)
+            for (std::size_t i = 0; i < z.pq; ++i) yn[k * z.pq + i] += bias[k];
+        });
+    }
+  });
+}
+
+void conv2d_backward(kernel_context& ctx, stream s, const conv2d_shape& shape, const float* x,
+                     const float* w, const float* dy, float* dx, float* dw, float* dbias,
+                     bool accumulate) {
+  check(shape, "conv2d_backward");
+  SPILLWAY_KERNEL_EXPECTS(dw != nullptr, "conv2d_backward: dw is required");
+#if SPILLWAY_HAVE_CUDA
+  if (ctx.is_cuda()) return detail::cuda_conv2d_backward(ctx, s, shape, x, w, dy, dx, dw, dbias, accumulate);
+#endif
+  detail::enqueue_cpu(ctx, s, [=] {
+    const conv_sizes z = sizes_of(shape);
+    const auto batch = static_cast<std::size_t>(shape.batch);
+    std::vector<float> col(z.ckk * z.pq);
+    if (!accumulate) std::memset(dw, 0, z.k * z.ckk * sizeof(float));
+    for (std::size_t n = 0; n < batch; ++n) {
+      const float* dyn = dy + n * z.out_image;
+      im2col(shape, z, x + n * z.in_image, col.data());
+      // dw += dy_n col_n^T
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(z.k), static_cast<int>(z.ckk),
+                  static_cast<int>(z.pq), 1.0f, dyn, static_cast<int>(z.pq), col.data(),
+                  static_cast<int>(z.pq), 1.0f, dw, static_cast<int>(z.ckk));
+      if (dx != nullptr) {
+        // dcol = w^T dy_n, reusing col, then folded back into dx_n.
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(z.ckk), static_cast<int>(z.pq),
+                    static_cast<int>(z.k), 1.0f, w, static_cast<int>(z.ckk), dyn, static_cast<int>(z.pq),
+                    0.0f, col.data(), static_cast<int>(z.pq));
+        col2im(shape, z, col.data(), dx + n * z.in_image);
+      }
+    }
+    if (dbias != nullptr)
+      detail::parallel_for(z.k, 1, [&](std::size_t b, std::size_t e) {
+        for (std::size_t k = b; k < e; ++k) {
+          float sum = accumulate ? dbias[k] : 0.0f;
+          for (std::size_t n = 0; n < batch; ++n)
+            for (std::size_t i = 0; i < z.pq; ++i) sum += dy[n * z.out_image + k * z.pq + i];
+          dbias[k] = sum;
+        }
+      });
+  });
+}
+
+}  // namespace spillway::kernels

@@ -1,0 +1,36 @@
+// 2-D convolution on NCHW float32 images (cross-correlation, as every framework computes it),
+// forward and backward: cuDNN on the cuda backend, im2col + OpenBLAS on the cpu backend.
+#pragma once
+
+#include "kernels/context.hpp"
+
+namespace spillway::kernels {
+
+/// x [batch, in_channels, height, width], w [out_channels, in_channels, kernel, kernel],
+/// y [batch, out_channels, out_height(), out_width()], bias [out_channels]. Square kernels,
+/// one stride and one zero padding for both axes.
+struct conv2d_shape {
+  int batch = 0;
+  int in_channels = 0;
+  int height = 0;
+  int width = 0;
+  int out_channels = 0;
+  int kernel = 1;
+  int stride = 1;
+  int pad = 0;
+
+  [[nodiscard]] int out_height() const noexcept { return (height + 2 * pad - kernel) / stride + 1; }
+  [[nodiscard]] int out_width() const noexcept { return (width + 2 * pad - kernel) / stride + 1; }
+};
+
+/// y = conv(x, w) (+ bias per output channel when bias != nullptr).
+void conv2d_forward(kernel_context& ctx, stream s, const conv2d_shape& shape, const float* x,
+                    const float* w, const float* bias, float* y);
+
+/// dx (overwritten; skipped when nullptr), dw and dbias (skipped when nullptr) overwritten or,
+/// with accumulate, added to. Reductions over the batch run image by image, in order.
+void conv2d_backward(kernel_context& ctx, stream s, const conv2d_shape& shape, const float* x,
+                     const float* w, const float* dy, float* dx, float* dw, float* dbias,
+                     bool accumulate);
+
+}  // namespace spillway::kernels

@@ -1,0 +1,49 @@
+// Helpers the launchers share: enqueueing cpu work on a stream, a fixed-partition parallel
+// loop, and the argument checks every kernel makes before it enqueues anything.
+#pragma once
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+
+#include <cstddef>
+#include <functional>
+#include <utility>
+
+#include "device/error.hpp"
+#include "kernels/context.hpp"
+
+namespace spillway::kernels::detail {
+
+/// Enqueues cpu work on the stream's own thread (cpu backend).
+template <class F>
+void enqueue_cpu(kernel_context& ctx, stream s, F&& work) {
+  ctx.device().launch_host(s, std::function<void()>(std::forward<F>(work)));
+}
+
+/// Runs body(begin, end) over [0, n) in chunks of `grain` with a static partition. Each index
+/// is handled by exactly one call, so as long as outputs of different indices are independent
+/// the result does not depend on which thread ran what (Note [Deterministic kernels]).
+template <class F>
+void parallel_for(std::size_t n, std::size_t grain, const F& body) {
+  if (n == 0) return;
+  if (n <= grain) {
+    body(std::size_t{0}, n);
+    return;
+  }
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, grain),
+                    [&](const tbb::blocked_range<std::size_t>& r) { body(r.begin(), r.end()); },
+                    tbb::simple_partitioner());
+}
+
+/// Grain that gives a chunk roughly `work_per_chunk` units of work when each index costs `cost`.
+inline std::size_t grain_for(std::size_t cost, std::size_t work_per_chunk = 1u << 15) {
+  const std::size_t g = work_per_chunk / (cost == 0 ? 1 : cost);
+  return g == 0 ? 1 : g;
+}
+
+}  // namespace spillway::kernels::detail
+
+/// Checks a launch argument; throws spillway::error naming the kernel.
+#define SPILLWAY_KERNEL_EXPECTS(cond, kernel) \
+  SPILLWAY_EXPECTS(cond, std::string(kernel) + ": bad argument")

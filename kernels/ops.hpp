@@ -1,0 +1,63 @@
+// Elementwise math shared by the cpu and cuda launchers: activations, Adam's update, and the
+// small pieces of softmax and layer norm that are per element. Plain functions, no state.
+#pragma once
+
+#include <math.h>  // tanhf, sqrtf, expf, logf in the global namespace for both g++ and nvcc
+
+#include "kernels/hd.hpp"
+
+namespace spillway::kernels::ops {
+
+// GELU, tanh approximation (as in GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+inline constexpr float gelu_c = 0.7978845608028654f;  // sqrt(2 / pi)
+inline constexpr float gelu_a = 0.044715f;
+
+SPILLWAY_HD inline float gelu(float x) {
+  const float u = gelu_c * (x + gelu_a * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(u));
+}
+
+/// d gelu(x) / dx.
+SPILLWAY_HD inline float gelu_grad(float x) {
+  const float u = gelu_c * (x + gelu_a * x * x * x);
+  const float t = tanhf(u);
+  const float du = gelu_c * (1.0f + 3.0f * gelu_a * x * x);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
+SPILLWAY_HD inline float relu(float x) { return x > 0.0f ? x : 0.0f; }
+
+/// d relu(x) / dx, taken as 0 at x == 0.
+SPILLWAY_HD inline float relu_grad(float x) { return x > 0.0f ? 1.0f : 0.0f; }
+
+/// Adam's coefficients for one step, bias corrections already worked out on the host.
+struct adam_coeffs {
+  float lr;
+  float beta1;
+  float beta2;
+  float eps;
+  float weight_decay;  ///< decoupled (AdamW): p -= lr * weight_decay * p
+  float bias_correction1;  ///< 1 - beta1^t
+  float bias_correction2;  ///< 1 - beta2^t
+};
+
+/// One Adam step for one parameter: updates the moments m, v and the parameter p in place.
+SPILLWAY_HD inline void adam_update(float& p, float g, float& m, float& v, const adam_coeffs& c) {
+  m = c.beta1 * m + (1.0f - c.beta1) * g;
+  v = c.beta2 * v + (1.0f - c.beta2) * g * g;
+  const float m_hat = m / c.bias_correction1;
+  const float v_hat = v / c.bias_correction2;
+  p -= c.lr * (m_hat / (sqrtf(v_hat) + c.eps) + c.weight_decay * p);
+}
+
+/// Softmax backward for one element: dx = p * (dp - sum_j p_j dp_j).
+SPILLWAY_HD inline float softmax_grad(float p, float dp, float dot) { return p * (dp - dot); }
+
+/// Layer-norm backward for one element of a row (n columns), given the row's two sums
+/// sum_j(dy_j gamma_j) and sum_j(dy_j gamma_j xhat_j).
+SPILLWAY_HD inline float layer_norm_dx(float dy_gamma, float xhat, float rstd, float sum_dyg,
+                                       float sum_dyg_xhat, float n) {
+  return rstd * (dy_gamma - (sum_dyg + xhat * sum_dyg_xhat) / n);
+}
+
+}  // namespace spillway::kernels::ops

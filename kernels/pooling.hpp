@@ -1,0 +1,39 @@
+// Pooling on NCHW float32 images: max pooling (cuDNN on the cuda backend) and global average
+// pooling (the head of a ResNet), forward and backward.
+#pragma once
+
+#include "kernels/context.hpp"
+
+namespace spillway::kernels {
+
+/// x [batch, channels, height, width] -> y [batch, channels, out_height(), out_width()].
+/// Square window, one stride and one padding for both axes; padding never wins a max.
+struct pool2d_shape {
+  int batch = 0;
+  int channels = 0;
+  int height = 0;
+  int width = 0;
+  int window = 2;
+  int stride = 2;
+  int pad = 0;
+
+  [[nodiscard]] int out_height() const noexcept { return (height + 2 * pad - window) / stride + 1; }
+  [[nodiscard]] int out_width() const noexcept { return (width + 2 * pad - window) / stride + 1; }
+};
+
+void max_pool2d_forward(kernel_context& ctx, stream s, const pool2d_shape& shape, const float* x, float* y);
+
+/// dx (overwritten) gets each dy at the position of its window's maximum (the first one in
+/// row-major window order on ties, on the cpu backend). Needs the forward's x and y.
+void max_pool2d_backward(kernel_context& ctx, stream s, const pool2d_shape& shape, const float* x,
+                         const float* y, const float* dy, float* dx);
+
+/// y[n, c] = mean over the plane of x[n, c, :, :]; plane = height * width.
+void global_avg_pool_forward(kernel_context& ctx, stream s, const float* x, float* y, int batch,
+                             int channels, int plane);
+
+/// dx[n, c, i] = dy[n, c] / plane (overwritten).
+void global_avg_pool_backward(kernel_context& ctx, stream s, const float* dy, float* dx, int batch,
+                              int channels, int plane);
+
+}  // namespace spillway::kernels

@@ -1,0 +1,69 @@
+// Dispatch and cpu launcher of softmax with cross-entropy: one row per task, each row's max and
+// sum taken serially in column order, the mean over rows taken serially in row order.
+#include "kernels/softmax_cross_entropy.hpp"
+
+#include <math.h>
+
+#include <memory>
+#include <string>
+
+#include "kernels/cuda_launchers.hpp"
+#include "kernels/launch.hpp"
+
+namespace spillway::kernels {
+
+void softmax_cross_entropy(kernel_context& ctx, stream s, const float* logits, const std::int32_t* targets,
+                           float* losses, float* mean_loss, float* dlogits, int rows, int cols,
+                           float grad_scale) {
+  SPILLWAY_KERNEL_EXPECTS(rows > 0 && cols > 0, "softmax_cross_entropy");
+#if SPILLWAY_HAVE_CUDA
+  if (ctx.is_cuda())
+    return detail::cuda_softmax_cross_entropy(ctx, s, logits, targets, losses, mean_loss, dlogits,
+                                              rows, cols, grad_scale);
+#endif
+  detail::enqueue_cpu(ctx, s, [=] {
+    const auto c = static_cast<std::size_t>(cols);
+    const auto nr = static_cast<std::size_t>(rows);
+    for (std::size_t r = 0; r < nr; ++r)
+      SPILLWAY_EXPECTS(targets[r] < cols, "softmax_cross_entropy: target " +
+                                              std::to_string(targets[r]) + " of row " +
+                                              std::to_string(r) + " is past " + std::to_string(cols));
+    // Row losses go to a local buffer when the caller wants only the mean.
+    std::unique_ptr<float[]> local;
+    float* row_loss = losses;
+    if (row_loss == nullptr) {
+      local = std::make_unique<float[]>(nr);
+      row_loss = local.get();
+    }
+    detail::parallel_for(nr, detail::grain_for(c, 1u << 13), [&](std::size_t b, std::size_t e) {
+      for (std::size_t r = b; r < e; ++r) {
+        const float* x = logits + r * c;
+        const std::int32_t t = targets[r];
+        float mx = x[0];
+        for (std::size_t j = 1; j < c; ++j) mx = x[j] > mx ? x[j] : mx;
+        float sum = 0.0f;
+        for (std::size_t j = 0; j < c; ++j) sum += expf(x[j] - mx);
+        const float log_sum = logf(sum);
+        row_loss[r] = t < 0 ? 0.0f : log_sum - (x[t] - mx);
+        if (dlogits == nullptr) continue;
+        float* g = dlogits + r * c;
+        const float inv = 1.0f / sum;
+        for (std::size_t j = 0; j < c; ++j) {
+          if (t < 0) {
+            g[j] = 0.0f;
+            continue;
+          }
+          const float p = expf(x[j] - mx) * inv;
+          g[j] = grad_scale * (p - (static_cast<std::int32_t>(j) == t ? 1.0f : 0.0f));
+        }
+      }
+    });
+    if (mean_loss != nullptr) {
+      float total = 0.0f;
+      for (std::size_t r = 0; r < nr; ++r) total += row_loss[r];
+      *mean_loss = total / static_cast<float>(rows);
+    }
+  });
+}
+
+}  // namespace spillway::kernels

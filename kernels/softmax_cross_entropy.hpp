@@ -1,0 +1,20 @@
+// Softmax with cross-entropy over the rows of a logits matrix: per-row losses, their mean, and
+// the gradient of (grad_scale * sum of losses) with respect to the logits, in one pass.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/context.hpp"
+
+namespace spillway::kernels {
+
+/// logits [rows, cols]; targets [rows] in [0, cols) (a target < 0 ignores the row: loss 0,
+/// gradient 0). Writes losses[rows] (may be nullptr), *mean_loss = sum(losses) / rows (may be
+/// nullptr; one float in device memory), and, when dlogits != nullptr, dlogits [rows, cols] =
+/// grad_scale * (softmax(logits) - onehot(target)). For the mean loss pass grad_scale = 1/rows.
+/// dlogits may alias logits.
+void softmax_cross_entropy(kernel_context& ctx, stream s, const float* logits, const std::int32_t* targets,
+                           float* losses, float* mean_loss, float* dlogits, int rows, int cols,
+                           float grad_scale);
+
+}  // namespace spillway::kernels
