@@ -1,0 +1,109 @@
+// Plan builder: off-device intervals in, an explicit Plan out. Decides copy versus drop by
+// tracking, per tensor, which tier holds a copy of its current value.
+#include "offload/plan_builder.hpp"
+
+#include <algorithm>
+
+namespace spillway::offload::detail {
+
+namespace {
+bool written_in(const tensor_lifetime& lt, std::int64_t from_excl, std::int64_t to_incl) {
+  for (const auto& u : lt.uses)
+    if (u.writes && static_cast<std::int64_t>(u.op) > from_excl && static_cast<std::int64_t>(u.op) <= to_incl)
+      return true;
+  return false;
+}
+}  // namespace
+
+plan build_plan(const trace& t, const lifetime_report& r, std::vector<off_interval> intervals,
+                std::string policy, std::uint64_t budget) {
+  plan p = plan::empty_for(t, std::move(policy), budget);
+  std::sort(intervals.begin(), intervals.end(), [](const off_interval& a, const off_interval& b) {
+    if (a.x != b.x) return a.x < b.x;
+    if (a.wraps != b.wraps) return !a.wraps;  // the wrap's eviction comes last
+    return a.after < b.after;
+  });
+  std::vector<eviction> copies_after;  // scratch
+  for (std::size_t i = 0; i < intervals.size();) {
+    const tensor_id x = intervals[i].x;
+    std::size_t end = i;
+    while (end < intervals.size() && intervals[end].x == x) ++end;
+    const auto& lt = r.tensors[x];
+    // Which tier holds the current value, and since when (op index; -1 = start).
+    bool have_copy = false;
+    tier copy_tier = tier::host;
+    std::int64_t copy_at = -1;
+    if (intervals[end - 1].wraps) {
+      p.initial_tier[x] = intervals[end - 1].where;
+      if (lt.crosses_boundary) {
+        have_copy = true;
+        copy_tier = intervals[end - 1].where;
+      }
+    }
+    for (std::size_t k = i; k < end; ++k) {
+      const auto& iv = intervals[k];
+      if (!lt.used()) break;  // never touched: off all iteration, nothing to do
+      const bool needed = iv.wraps ? lt.crosses_boundary : [&] {
+        for (const auto& u : lt.uses)
+          if (u.op == iv.use) return u.reads;
+        return false;
+      }();
+      evict_action action = evict_action::drop;
+      if (needed) {
+        const bool clean = have_copy && copy_tier == iv.where && !written_in(lt, copy_at, iv.after);
+        if (!clean) {
+          action = iv.where == tier::host ? evict_action::evict_to_host : evict_action::evict_to_nvme;
+          have_copy = true;
+          copy_tier = iv.where;
+          copy_at = iv.after;
+        }
+        p.steps[iv.issue].prefetches.push_back({x, iv.where, iv.use});
+      }
+      p.steps[iv.after].evictions.push_back({x, action});
+    }
+    i = end;
+  }
+  for (tensor_id x = 0; x < t.tensors.size(); ++x)
+    if (!is_persistent(t.tensors[x].kind) && r.tensors[x].used())
+      p.steps[r.tensors[x].last_use()].evictions.push_back({x, evict_action::drop});
+  for (auto& s : p.steps) {
+    std::stable_sort(s.evictions.begin(), s.evictions.end(), [](const eviction& a, const eviction& b) {
+      return (a.action == evict_action::drop) > (b.action == evict_action::drop);
+    });
+    std::stable_sort(s.prefetches.begin(), s.prefetches.end(),
+                     [](const prefetch& a, const prefetch& b) { return a.use < b.use; });
+  }
+  return p;
+}
+
+std::vector<std::int64_t> resident_bytes(const trace& t, const lifetime_report& r,
+                                         const std::vector<off_interval>& intervals) {
+  const std::size_t n = t.ops.size();
+  std::vector<std::int64_t> diff(n + 1, 0);
+  auto add = [&](std::size_t from, std::size_t to, std::int64_t b) {
+    if (from > to || from >= n) return;
+    diff[from] += b;
+    diff[std::min(to, n - 1) + 1] -= b;
+  };
+  for (std::size_t j = 0; j < n; ++j) {
+    diff[j] += static_cast<std::int64_t>(r.live_bytes_during[j]);
+    diff[j + 1] -= static_cast<std::int64_t>(r.live_bytes_during[j]);
+  }
+  for (const auto& iv : intervals) {
+    const auto b = static_cast<std::int64_t>(t.tensors[iv.x].bytes);
+    if (!r.tensors[iv.x].used()) {
+      if (n > 0) add(0, n - 1, -b);
+    } else if (iv.wraps) {
+      if (iv.after + 1 <= n - 1) add(iv.after + 1, n - 1, -b);
+      if (iv.issue > 0) add(0, iv.issue - 1, -b);
+    } else if (iv.issue > iv.after + 1) {
+      add(iv.after + 1, iv.issue - 1, -b);
+    }
+  }
+  std::vector<std::int64_t> out(n);
+  std::int64_t acc = 0;
+  for (std::size_t j = 0; j < n; ++j) out[j] = acc += diff[j];
+  return out;
+}
+
+}  // namespace spillway::offload::detail

@@ -1,0 +1,58 @@
+// Planners behind one interface: each turns a trace, its lifetimes, a hardware profile and a
+// device budget into a Plan (prefetch/plan.hpp). Built-ins: none, lms, vdnn-all, vdnn-conv, auto.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "offload/lifetime.hpp"
+#include "offload/profile.hpp"
+#include "prefetch/plan.hpp"
+
+namespace spillway::offload {
+
+/// Knobs; each planner reads its own and ignores the rest.
+struct planner_options {
+  /// lms (TFLMS): swap a tensor out when it stays idle for at least this many ops ...
+  std::optional<std::uint32_t> swapout_threshold;
+  /// ... and start bringing it back this many ops before its next use ...
+  std::optional<std::uint32_t> swapin_ahead;
+  /// ... issuing swap-ins whose points lie within this many ops of each other together.
+  std::optional<std::uint32_t> swapin_groupby;
+  /// When lms knobs are not given, lms tries a small grid and keeps the fastest plan that fits
+  /// (as TFLMS users tune by hand). Set false to use the defaults 1 / 1 / 1 untuned.
+  bool lms_autotune = true;
+  /// auto: fractions of (budget - least budget) held back while choosing what to evict, so
+  /// prefetches have room to start early; each is simulated and the fastest feasible kept.
+  std::vector<double> auto_headrooms = {0.0, 0.05, 0.15, 0.3};
+};
+
+class planner {
+ public:
+  virtual ~planner() = default;
+  [[nodiscard]] virtual std::string name() const = 0;
+
+  /// Plans one iteration of `t` (analyzed as `r`) for a device budget of `budget` bytes.
+  /// Throws config_error naming the op and the bytes it needs when `budget` is below the
+  /// least any plan needs (the largest single-op working set). A planner that cannot keep
+  /// the budget (none, vdnn) still returns its plan; the simulator reports it infeasible.
+  [[nodiscard]] plan make_plan(const trace& t, const lifetime_report& r, const hw_profile& hw,
+                               std::uint64_t budget) const;
+
+ private:
+  virtual plan do_make_plan(const trace& t, const lifetime_report& r, const hw_profile& hw,
+                            std::uint64_t budget) const = 0;
+};
+
+/// "none", "lms", "vdnn-all", "vdnn-conv" (also "vdnn" = vdnn-all), "auto".
+std::unique_ptr<planner> make_planner(std::string_view name, const planner_options& opt = {});
+std::vector<std::string> planner_names();
+
+/// Throws config_error when `budget` is below the largest single-op working set.
+void check_budget(const trace& t, const lifetime_report& r, std::uint64_t budget);
+
+}  // namespace spillway::offload

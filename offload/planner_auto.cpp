@@ -1,0 +1,260 @@
+// auto: the cost-model planner. A sweep in op order keeps the resident set within the budget,
+// evicting the tensor whose next use is farthest per second of round-trip copy (Note [auto]);
+// prefetches are then moved as early as memory allows, what the host tier cannot hold goes
+// to NVMe, and each candidate plan is checked and timed with the simulator.
+#include <algorithm>
+#include <limits>
+
+#include "offload/plan_builder.hpp"
+#include "offload/planner.hpp"
+#include "offload/simulator.hpp"
+
+namespace spillway::offload::detail {
+
+// Note [auto]
+// Eviction choice: freeing a tensor for d ops costs its round trip, bytes/h2d (when the value
+// is read again) + bytes/d2h (when no tier holds the current value). The sweep evicts the
+// resident tensor, not used by the current op, with the largest d * bytes / round-trip time:
+// memory-time freed per second of link time (a dead value costs nothing and goes first). It
+// is Belady's farthest-next-use rule weighted by what the copy costs. Evictions are placed
+// right after the tensor's previous use, so the D2H copy starts as early as possible.
+// Prefetch placement: intervals are taken in order of use; each prefetch moves back from its
+// use while every op in between keeps resident bytes within the budget (earliest issue that
+// memory allows). The sweep runs below the budget by a headroom so prefetches have room to
+// move; several headrooms are simulated and the fastest feasible plan wins.
+
+namespace {
+
+constexpr std::int64_t not_off = -2, off_from_start = -1;
+
+class sweep {
+ public:
+  sweep(const trace& t, const lifetime_report& r, const hw_profile& hw)
+      : t_(t), r_(r), inv_h2d_(1.0 / hw.h2d_bytes_per_s), inv_d2h_(1.0 / hw.d2h_bytes_per_s) {}
+
+  std::vector<off_interval> run(std::uint64_t limit) {
+    const std::size_t nt = t_.tensors.size();
+    const auto n = static_cast<op_index>(t_.ops.size());
+    std::vector<off_interval> out;
+    in_r_.assign(nt, 0);
+    pos_.assign(nt, 0);
+    stamp_.assign(nt, -1);
+    off_.assign(nt, not_off);
+    last_.assign(nt, -1);
+    next_.assign(nt, 0);
+    has_copy_.assign(nt, 0);
+    first_off_.assign(nt, 0);
+    resident_.clear();
+    std::int64_t cur = 0;
+    for (tensor_id x = 0; x < nt; ++x) {
+      if (!is_persistent(t_.tensors[x].kind)) continue;
+      if (!r_.tensors[x].used()) {
+        out.push_back({x, 0, 0, 0, tier::host, true});
+        continue;
+      }
+      insert(x);
+      cur += bytes(x);
+    }
+    for (op_index j = 0; j < n; ++j) {
+      const auto& op = t_.ops[j];
+      auto touch = [&](tensor_id x) {
+        stamp_[x] = j;
+        if (in_r_[x]) return;
+        if (off_[x] == off_from_start)
+          first_off_[x] = 1;
+        else if (off_[x] >= 0)
+          out.push_back({x, static_cast<op_index>(off_[x]), j, j, tier::host, false});
+        off_[x] = not_off;
+        insert(x);
+        cur += bytes(x);
+      };
+      for (tensor_id x : op.reads) touch(x);
+      for (tensor_id x : op.writes) touch(x);
+      while (cur > static_cast<std::int64_t>(limit)) {
+        const auto v = pick_victim(j);
+        if (v == none_) break;
+        evict(v);
+        cur -= bytes(v);
+      }
+      auto after = [&](tensor_id x, bool wrote) {
+        if (last_[x] == j) return;
+        last_[x] = j;
+        const auto& uses = r_.tensors[x].uses;
+        while (next_[x] < uses.size() && uses[next_[x]].op <= j) ++next_[x];
+        if (wrote) has_copy_[x] = 0;
+        if (!is_persistent(t_.tensors[x].kind) && next_[x] == uses.size() && in_r_[x]) {
+          erase(x);
+          cur -= bytes(x);
+        }
+      };
+      for (tensor_id x : op.writes) after(x, true);
+      for (tensor_id x : op.reads) after(x, false);
+    }
+    for (tensor_id x = 0; x < nt; ++x) {
+      if (!is_persistent(t_.tensors[x].kind) || !r_.tensors[x].used()) continue;
+      const auto& lt = r_.tensors[x];
+      if (first_off_[x] || off_[x] != not_off)
+        out.push_back({x, lt.last_use(), lt.first_use(), lt.first_use(), tier::host, true});
+    }
+    return out;
+  }
+
+ private:
+  static constexpr tensor_id none_ = std::numeric_limits<tensor_id>::max();
+  std::int64_t bytes(tensor_id x) const { return static_cast<std::int64_t>(t_.tensors[x].bytes); }
+
+  void insert(tensor_id x) {
+    in_r_[x] = 1;
+    pos_[x] = resident_.size();
+    resident_.push_back(x);
+  }
+  void erase(tensor_id x) {
+    in_r_[x] = 0;
+    const auto p = pos_[x];
+    resident_[p] = resident_.back();
+    pos_[resident_[p]] = p;
+    resident_.pop_back();
+  }
+  void evict(tensor_id x) {
+    erase(x);
+    off_[x] = last_[x];  // -1: off since the iteration started
+    if (value_needed(x)) has_copy_[x] = 1;
+  }
+  // After the current op: is the value read again (this iteration, or next for persistents)?
+  bool value_needed(tensor_id x) const {
+    const auto& lt = r_.tensors[x];
+    if (next_[x] < lt.uses.size()) return lt.uses[next_[x]].reads;
+    return lt.crosses_boundary;
+  }
+  tensor_id pick_victim(op_index j) const {
+    const auto n = static_cast<double>(t_.ops.size());
+    tensor_id best = none_;
+    double best_score = -1;
+    for (tensor_id x : resident_) {
+      if (stamp_[x] == j) continue;
+      const auto& lt = r_.tensors[x];
+      // next_[x] may lag for tensors not touched since; it only ever points at or before the
+      // next use, so skip forward locally.
+      std::size_t k = next_[x];
+      while (k < lt.uses.size() && lt.uses[k].op <= j) ++k;
+      double dist;
+      bool needed;
+      if (k < lt.uses.size()) {
+        dist = lt.uses[k].op - static_cast<double>(j);
+        needed = lt.uses[k].reads;
+      } else {
+        dist = n - j + lt.first_use();
+        needed = lt.crosses_boundary;
+      }
+      const double b = static_cast<double>(t_.tensors[x].bytes);
+      const double cost = (needed ? b * inv_h2d_ + (has_copy_[x] ? 0.0 : b * inv_d2h_) : 0.0);
+      const double score = cost <= 0 ? std::numeric_limits<double>::infinity() : dist * b / cost;
+      if (score > best_score) {
+        best_score = score;
+        best = x;
+      }
+    }
+    return best;
+  }
+
+  const trace& t_;
+  const lifetime_report& r_;
+  double inv_h2d_, inv_d2h_;
+  std::vector<char> in_r_, has_copy_, first_off_;
+  std::vector<std::size_t> pos_, next_;
+  std::vector<std::int64_t> stamp_, off_, last_;
+  std::vector<tensor_id> resident_;
+};
+
+bool reads_at(const tensor_lifetime& lt, op_index op) {
+  for (const auto& u : lt.uses)
+    if (u.op == op) return u.reads;
+  return false;
+}
+
+// Moves each prefetch as early as memory allows (Note [auto]).
+void place_prefetches(const trace& t, const lifetime_report& r, std::vector<off_interval>& ivs, std::uint64_t budget) {
+  auto res = resident_bytes(t, r, ivs);
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < ivs.size(); ++i)
+    if (r.tensors[ivs[i].x].used() && (ivs[i].wraps ? r.tensors[ivs[i].x].crosses_boundary
+                                                    : reads_at(r.tensors[ivs[i].x], ivs[i].use)))
+      order.push_back(i);
+  std::sort(order.begin(), order.end(), [&](auto a, auto b) { return ivs[a].use < ivs[b].use; });
+  const auto cap = static_cast<std::int64_t>(budget);
+  for (auto i : order) {
+    auto& iv = ivs[i];
+    const auto b = static_cast<std::int64_t>(t.tensors[iv.x].bytes);
+    const op_index lo = iv.wraps ? 0 : iv.after + 1;
+    op_index k = iv.use;
+    while (k > lo && res[k - 1] + b <= cap) --k;
+    for (op_index j = k; j < iv.use; ++j) res[j] += b;
+    iv.issue = k;
+  }
+}
+
+// Sends to NVMe the tensors with the longest stretches off the device until the host tier
+// holds the rest (a tensor keeps one tier for the whole iteration).
+void assign_tiers(const trace& t, const lifetime_report& r, std::vector<off_interval>& ivs, const hw_profile& hw) {
+  const std::size_t n = t.ops.size();
+  std::vector<std::uint64_t> span(t.tensors.size(), 0);
+  std::vector<char> off(t.tensors.size(), 0);
+  std::uint64_t host = 0;
+  for (const auto& iv : ivs) {
+    if (!off[iv.x]) host += t.tensors[iv.x].bytes;
+    off[iv.x] = 1;
+    const std::uint64_t len = !r.tensors[iv.x].used() ? n : iv.wraps ? n - iv.after + iv.use : iv.use - iv.after;
+    span[iv.x] = std::max(span[iv.x], len);
+  }
+  if (host <= hw.host_bytes) return;
+  std::vector<tensor_id> cand;
+  for (tensor_id x = 0; x < t.tensors.size(); ++x)
+    if (off[x]) cand.push_back(x);
+  std::sort(cand.begin(), cand.end(), [&](auto a, auto b) { return span[a] > span[b]; });
+  std::vector<char> to_nvme(t.tensors.size(), 0);
+  for (auto x : cand) {
+    if (host <= hw.host_bytes) break;
+    to_nvme[x] = 1;
+    host -= t.tensors[x].bytes;
+  }
+  for (auto& iv : ivs)
+    if (to_nvme[iv.x]) iv.where = tier::nvme;
+}
+
+class auto_planner final : public planner {
+ public:
+  explicit auto_planner(const planner_options& o) : opt_(o) {}
+  std::string name() const override { return "auto"; }
+
+ private:
+  plan do_make_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) const override {
+    if (r.peak_live_bytes <= budget) return build_plan(t, r, {}, "auto", budget);
+    sweep sw(t, r, hw);
+    plan best;
+    double best_time = std::numeric_limits<double>::infinity();
+    bool best_ok = false;
+    const double room = static_cast<double>(budget - r.min_budget_bytes);
+    for (double h : opt_.auto_headrooms) {
+      const auto limit = r.min_budget_bytes + static_cast<std::uint64_t>(room * (1.0 - std::clamp(h, 0.0, 1.0)));
+      auto ivs = sw.run(limit);
+      place_prefetches(t, r, ivs, budget);
+      assign_tiers(t, r, ivs, hw);
+      plan p = build_plan(t, r, std::move(ivs), "auto", budget);
+      const auto s = simulate(t, p, hw);
+      if ((s.feasible() && !best_ok) || (s.feasible() == best_ok && s.step_seconds < best_time)) {
+        best = std::move(p);
+        best_time = s.step_seconds;
+        best_ok = s.feasible();
+      }
+    }
+    return best;
+  }
+
+  planner_options opt_;
+};
+
+}  // namespace
+
+std::unique_ptr<planner> make_auto_planner(const planner_options& opt) { return std::make_unique<auto_planner>(opt); }
+
+}  // namespace spillway::offload::detail

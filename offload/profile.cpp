@@ -1,0 +1,141 @@
+// Built-in hardware profiles and their JSON form. Where each number comes from is in
+// offload/PROFILES.md; keep the two in step.
+#include "offload/profile.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "device/error.hpp"
+#include "device/units.hpp"
+
+namespace spillway::offload {
+
+namespace {
+constexpr double GB = 1e9;
+constexpr double TF = 1e12;
+
+hw_profile make(std::string name, double dev_gb, double peak_tf, double sustained, double hbm_gbps,
+                double link_gbps, double host_gb, double nvme_r, double nvme_w, double nvme_gb) {
+  hw_profile p;
+  p.name = std::move(name);
+  p.device_bytes = static_cast<std::uint64_t>(dev_gb * GB);
+  p.compute_flops_per_s = peak_tf * TF * sustained;
+  p.hbm_bytes_per_s = hbm_gbps * GB * 0.8;
+  p.h2d_bytes_per_s = link_gbps * GB;
+  p.d2h_bytes_per_s = link_gbps * GB;
+  p.copy_engines = 2;
+  p.host_bytes = static_cast<std::uint64_t>(host_gb * GB);
+  p.nvme_read_bytes_per_s = nvme_r * GB;
+  p.nvme_write_bytes_per_s = nvme_w * GB;
+  p.nvme_bytes = static_cast<std::uint64_t>(nvme_gb * GB);
+  return p;
+}
+
+std::vector<hw_profile> builtins() {
+  // name, device GB, peak TFLOP/s, sustained fraction, HBM GB/s, effective PCIe GB/s per
+  // direction, host tier GB, NVMe read/write GB/s, NVMe GB. See PROFILES.md.
+  return {
+      make("h200", 141, 989, 0.6, 4800, 50, 1000, 13.8, 8.2, 7680),
+      make("a100-80g", 80, 312, 0.6, 2039, 25, 512, 13.8, 8.2, 7680),
+      make("v100-16g", 16, 112, 0.5, 900, 12, 256, 3.2, 2.08, 3200),
+      make("titanx-12g", 12, 6.1, 0.7, 336.5, 12, 64, 3.2, 2.08, 3200),
+  };
+}
+
+double need_number(const nlohmann::json& j, const char* field) {
+  if (!j.contains(field) || !j[field].is_number())
+    throw config_error(std::string("hardware profile: field '") + field + "' (number) is missing");
+  const double v = j[field].get<double>();
+  if (!(v > 0)) throw config_error(std::string("hardware profile: field '") + field + "' must be positive");
+  return v;
+}
+
+std::uint64_t need_size(const nlohmann::json& j, const char* field) {
+  if (!j.contains(field)) throw config_error(std::string("hardware profile: field '") + field + "' is missing");
+  const auto& v = j[field];
+  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
+  if (v.is_string()) return parse_size(v.get<std::string>(), std::string("hardware profile field ") + field);
+  throw config_error(std::string("hardware profile: field '") + field + "' must be a size");
+}
+}  // namespace
+
+double hw_profile::op_seconds(const op_desc& op) const noexcept {
+  if (op.measured_seconds) return *op.measured_seconds;
+  return std::max(op.flops / compute_flops_per_s, static_cast<double>(op.bytes) / hbm_bytes_per_s);
+}
+
+void hw_profile::validate() const {
+  auto check = [&](bool ok, const char* field) {
+    if (!ok) throw config_error("hardware profile '" + name + "': field '" + field + "' must be positive");
+  };
+  check(device_bytes > 0, "device_memory");
+  check(compute_flops_per_s > 0, "compute_tflops");
+  check(hbm_bytes_per_s > 0, "hbm_gbps");
+  check(h2d_bytes_per_s > 0, "h2d_gbps");
+  check(d2h_bytes_per_s > 0, "d2h_gbps");
+  check(copy_engines > 0, "copy_engines");
+  check(nvme_read_bytes_per_s > 0, "nvme_read_gbps");
+  check(nvme_write_bytes_per_s > 0, "nvme_write_gbps");
+}
+
+std::vector<std::string> builtin_profile_names() {
+  std::vector<std::string> names;
+  for (const auto& p : builtins()) names.push_back(p.name);
+  return names;
+}
+
+hw_profile get_profile(std::string_view name_or_path) {
+  for (auto& p : builtins())
+    if (p.name == name_or_path) return p;
+  if (name_or_path.size() > 5 && name_or_path.substr(name_or_path.size() - 5) == ".json") {
+    const std::string path(name_or_path);
+    std::ifstream in(path);
+    if (!in) throw config_error("hardware profile: cannot open '" + path + "'");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    try {
+      return profile_from_json(nlohmann::json::parse(ss.str()));
+    } catch (const nlohmann::json::exception& e) {
+      throw config_error("hardware profile '" + path + "': " + e.what());
+    }
+  }
+  std::string list;
+  for (const auto& n : builtin_profile_names()) list += (list.empty() ? "" : ", ") + n;
+  throw config_error("unknown hardware profile '" + std::string(name_or_path) + "' (built-in: " + list +
+                     "; or a .json file)");
+}
+
+hw_profile profile_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw config_error("hardware profile: must be a JSON object");
+  hw_profile p;
+  p.name = j.value("name", std::string("custom"));
+  p.device_bytes = need_size(j, "device_memory");
+  p.compute_flops_per_s = need_number(j, "compute_tflops") * TF;
+  p.hbm_bytes_per_s = need_number(j, "hbm_gbps") * GB;
+  p.h2d_bytes_per_s = need_number(j, "h2d_gbps") * GB;
+  p.d2h_bytes_per_s = need_number(j, "d2h_gbps") * GB;
+  p.copy_engines = static_cast<int>(need_number(j, "copy_engines"));
+  p.host_bytes = need_size(j, "host_memory");
+  p.nvme_read_bytes_per_s = need_number(j, "nvme_read_gbps") * GB;
+  p.nvme_write_bytes_per_s = need_number(j, "nvme_write_gbps") * GB;
+  p.nvme_bytes = need_size(j, "nvme_capacity");
+  p.validate();
+  return p;
+}
+
+nlohmann::json profile_to_json(const hw_profile& p) {
+  return {{"name", p.name},
+          {"device_memory", p.device_bytes},
+          {"compute_tflops", p.compute_flops_per_s / TF},
+          {"hbm_gbps", p.hbm_bytes_per_s / GB},
+          {"h2d_gbps", p.h2d_bytes_per_s / GB},
+          {"d2h_gbps", p.d2h_bytes_per_s / GB},
+          {"copy_engines", p.copy_engines},
+          {"host_memory", p.host_bytes},
+          {"nvme_read_gbps", p.nvme_read_bytes_per_s / GB},
+          {"nvme_write_gbps", p.nvme_write_bytes_per_s / GB},
+          {"nvme_capacity", p.nvme_bytes}};
+}
+
+}  // namespace spillway::offload

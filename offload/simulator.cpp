@@ -1,0 +1,357 @@
+// Simulator: an in-order replay of one iteration (Note [Simulator model]) and the reference
+// times every result carries (Note [Lower bound]).
+#include "offload/simulator.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <queue>
+
+#include "device/units.hpp"
+
+namespace spillway::offload {
+
+std::string_view to_string(sim_track t) noexcept {
+  constexpr std::string_view names[] = {"compute", "h2d", "d2h", "nvme_read", "nvme_write"};
+  return names[static_cast<int>(t)];
+}
+
+namespace {
+
+struct tensor_state {
+  bool on_device = false;
+  bool device_valid = false;
+  bool host_valid = false;
+  bool nvme_valid = false;
+  bool host_held = false;  // host tier bytes reserved for it
+  bool nvme_held = false;
+  double ready = 0;        // device copy usable from
+  double host_ready = 0;   // host copy complete at
+  double nvme_ready = 0;
+};
+
+class replay {
+ public:
+  replay(const trace& t, const plan& p, const hw_profile& hw, const sim_options& opt)
+      : t_(t), p_(p), hw_(hw), opt_(opt), lt_(analyze(t)), st_(t.tensors.size()) {}
+
+  sim_result run() {
+    p_.validate(t_);
+    start_state();
+    const std::size_t n = t_.ops.size();
+    double boundary = 0;
+    for (op_index k = 0; k < n; ++k) {
+      if (k > 0) issue_evictions(k - 1, boundary);
+      for (const auto& pf : p_.steps[k].prefetches) issue_prefetch(pf, k, boundary);
+      boundary = run_op(k, boundary);
+    }
+    if (n > 0) issue_evictions(static_cast<op_index>(n - 1), boundary);
+    double end = boundary;
+    end = std::max({end, h2d_free(), d2h_free(), nvme_r_free_, nvme_w_free_});
+    while (!frees_.empty()) {
+      end = std::max(end, frees_.top().first);
+      release_until(frees_.top().first);
+    }
+    end_state();
+    r_.step_seconds = end;
+    r_.stall_seconds = std::max(0.0, end - r_.compute_seconds);
+    return std::move(r_);
+  }
+
+ private:
+  using free_entry = std::pair<double, std::uint64_t>;
+
+  void violation(std::string msg) {
+    if (r_.violations.size() < opt_.max_violations) r_.violations.push_back(std::move(msg));
+    ++r_.violation_count;
+  }
+  const std::string& name(tensor_id x) const { return t_.tensors[x].name; }
+  std::uint64_t bytes(tensor_id x) const { return t_.tensors[x].bytes; }
+  std::string op_label(op_index k) const { return "op " + std::to_string(k) + " ('" + t_.ops[k].name + "')"; }
+
+  // True when some later op (or, for tensors crossing the boundary, the next iteration) reads
+  // the value the tensor holds after op `k`.
+  bool value_needed_after(tensor_id x, op_index k) const {
+    const auto& uses = lt_.tensors[x].uses;
+    auto it = std::upper_bound(uses.begin(), uses.end(), k, [](op_index v, const tensor_use& u) { return v < u.op; });
+    if (it != uses.end()) return it->reads;
+    return lt_.tensors[x].crosses_boundary;
+  }
+
+  double& h2d_queue() { return hw_.copy_engines >= 2 ? h2d_free_ : d2h_free_; }
+  double h2d_free() const { return hw_.copy_engines >= 2 ? h2d_free_ : d2h_free_; }
+  double d2h_free() const { return d2h_free_; }
+
+  void sample(double time) {
+    if (opt_.record_timeline) r_.memory.push_back({time, device_cur_});
+  }
+  void event(sim_track tr, std::uint32_t id, double s, double e, std::uint64_t b) {
+    if (opt_.record_timeline) r_.timeline.push_back({tr, id, s, e, b});
+  }
+
+  void release_until(double time) {
+    bool any = false;
+    while (!frees_.empty() && frees_.top().first <= time) {
+      device_cur_ -= frees_.top().second;
+      frees_.pop();
+      any = true;
+    }
+    if (any) sample(time);
+  }
+
+  // Takes `b` device bytes no earlier than `at`, in program order; returns when they are taken.
+  double allocate(std::uint64_t b, double at, const std::string& why) {
+    mem_clock_ = std::max(mem_clock_, at);
+    release_until(mem_clock_);
+    while (device_cur_ + b > p_.budget_bytes && !frees_.empty()) {
+      mem_clock_ = std::max(mem_clock_, frees_.top().first);
+      release_until(mem_clock_);
+    }
+    if (device_cur_ + b > p_.budget_bytes)
+      violation(why + " needs " + format_bytes(b) + " with " + format_bytes(device_cur_) + " in use: over the budget of " +
+                format_bytes(p_.budget_bytes));
+    device_cur_ += b;
+    r_.peak_device_bytes = std::max(r_.peak_device_bytes, device_cur_);
+    sample(mem_clock_);
+    return mem_clock_;
+  }
+
+  void hold_host(tensor_id x) {
+    if (st_[x].host_held) return;
+    st_[x].host_held = true;
+    host_cur_ += bytes(x);
+    r_.peak_host_bytes = std::max(r_.peak_host_bytes, host_cur_);
+    if (host_cur_ > hw_.host_bytes && !host_over_) {
+      host_over_ = true;
+      violation("host tier over its capacity of " + format_bytes(hw_.host_bytes) + " when '" + name(x) + "' arrives");
+    }
+  }
+  void hold_nvme(tensor_id x) {
+    if (st_[x].nvme_held) return;
+    st_[x].nvme_held = true;
+    nvme_cur_ += bytes(x);
+    r_.peak_nvme_bytes = std::max(r_.peak_nvme_bytes, nvme_cur_);
+    if (nvme_cur_ > hw_.nvme_bytes && !nvme_over_) {
+      nvme_over_ = true;
+      violation("NVMe tier over its capacity of " + format_bytes(hw_.nvme_bytes) + " when '" + name(x) + "' arrives");
+    }
+  }
+  void release_tiers(tensor_id x) {
+    auto& s = st_[x];
+    if (s.host_held) host_cur_ -= bytes(x);
+    if (s.nvme_held) nvme_cur_ -= bytes(x);
+    s.host_held = s.nvme_held = s.host_valid = s.nvme_valid = false;
+  }
+
+  void start_state() {
+    for (tensor_id x = 0; x < t_.tensors.size(); ++x) {
+      const auto& d = t_.tensors[x];
+      if (!is_persistent(d.kind)) continue;
+      const tier home = p_.initial_tier[x];
+      auto& s = st_[x];
+      if (home == tier::device) {
+        s.on_device = true;
+        s.device_valid = true;
+        device_cur_ += d.bytes;
+      } else if (lt_.tensors[x].crosses_boundary) {
+        if (home == tier::host) {
+          s.host_valid = true;
+          hold_host(x);
+        } else {
+          s.nvme_valid = true;
+          hold_nvme(x);
+        }
+      }
+    }
+    r_.peak_device_bytes = device_cur_;
+    sample(0);
+    if (device_cur_ > p_.budget_bytes)
+      violation("tensors that start on the device hold " + format_bytes(device_cur_) + ", over the budget of " +
+                format_bytes(p_.budget_bytes));
+  }
+
+  void issue_evictions(op_index k, double at) {
+    for (const auto& e : p_.steps[k].evictions) {
+      auto& s = st_[e.tensor];
+      const auto b = bytes(e.tensor);
+      if (!s.on_device) {
+        violation("after " + op_label(k) + ": evicts '" + name(e.tensor) + "', which is not on the device");
+        continue;
+      }
+      const bool needed = value_needed_after(e.tensor, k);
+      evict_action action = e.action;
+      if ((action == evict_action::evict_to_host && s.host_valid) ||
+          (action == evict_action::evict_to_nvme && s.nvme_valid))
+        action = evict_action::drop;  // the tier already holds this value
+      if (action == evict_action::drop) {
+        if (needed && s.device_valid && !s.host_valid && !s.nvme_valid)
+          violation("after " + op_label(k) + ": drops '" + name(e.tensor) + "', whose value is needed later and has no copy");
+        if (!needed) release_tiers(e.tensor);
+        frees_.push({at, b});
+      } else {
+        const double start = std::max({at, d2h_free_, s.ready});
+        const double end = start + static_cast<double>(b) / hw_.d2h_bytes_per_s;
+        d2h_free_ = end;
+        r_.d2h_bytes += b;
+        event(sim_track::d2h, e.tensor, start, end, b);
+        frees_.push({end, b});
+        if (action == evict_action::evict_to_host) {
+          s.host_valid = true;
+          s.host_ready = end;
+          hold_host(e.tensor);
+        } else {
+          const double ws = std::max(end, nvme_w_free_);
+          const double we = ws + static_cast<double>(b) / hw_.nvme_write_bytes_per_s;
+          nvme_w_free_ = we;
+          r_.nvme_write_bytes += b;
+          event(sim_track::nvme_write, e.tensor, ws, we, b);
+          s.nvme_valid = true;
+          s.nvme_ready = we;
+          hold_nvme(e.tensor);
+        }
+      }
+      s.on_device = false;
+      s.device_valid = false;
+    }
+  }
+
+  // Copies the tensor's value from `from` into freshly taken device memory; returns its ready time.
+  double fetch(tensor_id x, tier from, double at, const std::string& why) {
+    auto& s = st_[x];
+    const auto b = bytes(x);
+    const double alloc_at = allocate(b, at, why);
+    double src_ready = s.host_ready;
+    if (from == tier::nvme) {
+      const double rs = std::max({at, nvme_r_free_, s.nvme_ready});
+      const double re = rs + static_cast<double>(b) / hw_.nvme_read_bytes_per_s;
+      nvme_r_free_ = re;
+      r_.nvme_read_bytes += b;
+      event(sim_track::nvme_read, x, rs, re, b);
+      src_ready = re;
+    }
+    double& q = h2d_queue();
+    const double start = std::max({alloc_at, q, src_ready});
+    const double end = start + static_cast<double>(b) / hw_.h2d_bytes_per_s;
+    q = end;
+    r_.h2d_bytes += b;
+    event(sim_track::h2d, x, start, end, b);
+    s.on_device = true;
+    s.device_valid = true;
+    s.ready = end;
+    return end;
+  }
+
+  void issue_prefetch(const prefetch& pf, op_index k, double at) {
+    auto& s = st_[pf.tensor];
+    const std::string why = "prefetch of '" + name(pf.tensor) + "' before " + op_label(k);
+    if (s.on_device) {
+      violation(why + ": already on the device");
+      return;
+    }
+    const bool has = pf.from == tier::host ? s.host_valid : s.nvme_valid;
+    if (!has) {
+      violation(why + ": no valid copy in tier " + std::string(to_string(pf.from)));
+      return;
+    }
+    fetch(pf.tensor, pf.from, at, why);
+  }
+
+  double run_op(op_index k, double boundary) {
+    const auto& op = t_.ops[k];
+    double start = boundary;
+    auto need = [&](tensor_id x, bool reads) {
+      auto& s = st_[x];
+      if (s.on_device) {
+        start = std::max(start, s.ready);
+        return;
+      }
+      if (!reads) {
+        start = std::max(start, allocate(bytes(x), boundary, op_label(k) + " writing '" + name(x) + "'"));
+        s.on_device = true;
+        s.ready = 0;
+        return;
+      }
+      const std::string why = op_label(k) + " reads '" + name(x) + "'";
+      if (!s.host_valid && !s.nvme_valid) {
+        violation(why + ", whose value was lost");
+        start = std::max(start, allocate(bytes(x), boundary, why));
+        s.on_device = true;
+        return;
+      }
+      violation(why + ", which is not resident and was not prefetched (fetched on demand)");
+      ++r_.on_demand_fetches;
+      start = std::max(start, fetch(x, s.host_valid ? tier::host : tier::nvme, boundary, why));
+    };
+    for (tensor_id x : op.reads) need(x, true);
+    for (tensor_id x : op.writes)
+      if (std::find(op.reads.begin(), op.reads.end(), x) == op.reads.end()) need(x, false);
+    const double dur = hw_.op_seconds(op);
+    const double end = start + dur;
+    r_.compute_seconds += dur;
+    event(sim_track::compute, k, start, end, 0);
+    for (tensor_id x : op.writes) {
+      auto& s = st_[x];
+      s.device_valid = true;
+      release_tiers(x);  // copies elsewhere are stale now
+    }
+    return end;
+  }
+
+  void end_state() {
+    for (tensor_id x = 0; x < t_.tensors.size(); ++x) {
+      const auto& s = st_[x];
+      if (!is_persistent(t_.tensors[x].kind)) {
+        if (s.on_device) violation("transient '" + name(x) + "' is still on the device at the end (no drop)");
+        continue;
+      }
+      const tier home = p_.initial_tier[x];
+      if (home == tier::device) {
+        if (!s.on_device) violation("'" + name(x) + "' starts on the device but ends elsewhere");
+      } else {
+        if (s.on_device) violation("'" + name(x) + "' starts in " + std::string(to_string(home)) + " but ends on the device");
+        if (lt_.tensors[x].crosses_boundary && !(home == tier::host ? s.host_valid : s.nvme_valid))
+          violation("'" + name(x) + "' ends without a valid copy in its starting tier " + std::string(to_string(home)));
+      }
+    }
+  }
+
+  const trace& t_;
+  const plan& p_;
+  const hw_profile& hw_;
+  const sim_options& opt_;
+  lifetime_report lt_;
+  std::vector<tensor_state> st_;
+  sim_result r_;
+  std::priority_queue<free_entry, std::vector<free_entry>, std::greater<>> frees_;
+  std::uint64_t device_cur_ = 0, host_cur_ = 0, nvme_cur_ = 0;
+  bool host_over_ = false, nvme_over_ = false;
+  double mem_clock_ = 0, h2d_free_ = 0, d2h_free_ = 0, nvme_r_free_ = 0, nvme_w_free_ = 0;
+};
+
+}  // namespace
+
+sim_result simulate(const trace& t, const plan& p, const hw_profile& hw, const sim_options& opt) {
+  return replay(t, p, hw, opt).run();
+}
+
+bounds compute_bounds(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) {
+  bounds b;
+  for (const auto& op : t.ops) b.ideal_seconds += hw.op_seconds(op);
+  auto over = [](std::uint64_t v, std::uint64_t cap) { return v > cap ? v - cap : 0; };
+  for (std::size_t j = 0; j < t.ops.size(); ++j) {
+    const auto n = r.needed_bytes_during[j];
+    const auto w = r.needed_written_bytes_during[j];
+    b.h2d_min_bytes = std::max(b.h2d_min_bytes, over(n, budget));
+    b.d2h_min_bytes = std::max(b.d2h_min_bytes, over(w, budget));
+    b.nvme_read_min_bytes = std::max(b.nvme_read_min_bytes, over(over(n, budget), hw.host_bytes));
+    b.nvme_write_min_bytes = std::max(b.nvme_write_min_bytes, over(over(w, budget), hw.host_bytes));
+  }
+  const double h2d = static_cast<double>(b.h2d_min_bytes) / hw.h2d_bytes_per_s;
+  const double d2h = static_cast<double>(b.d2h_min_bytes) / hw.d2h_bytes_per_s;
+  const double link = hw.copy_engines >= 2 ? std::max(h2d, d2h) : h2d + d2h;
+  b.lower_bound_seconds = std::max({b.ideal_seconds, link,
+                                    static_cast<double>(b.nvme_read_min_bytes) / hw.nvme_read_bytes_per_s,
+                                    static_cast<double>(b.nvme_write_min_bytes) / hw.nvme_write_bytes_per_s});
+  return b;
+}
+
+}  // namespace spillway::offload

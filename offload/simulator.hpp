@@ -1,0 +1,96 @@
+// Simulator: replays a trace and a plan on a hardware profile and reports step time, stalls,
+// peak device memory, bytes per direction and tier, every rule the plan breaks, and a timeline.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "offload/lifetime.hpp"
+#include "offload/profile.hpp"
+#include "prefetch/plan.hpp"
+#include "prefetch/trace.hpp"
+
+namespace spillway::offload {
+
+enum class sim_track : std::uint8_t { compute, h2d, d2h, nvme_read, nvme_write };
+std::string_view to_string(sim_track t) noexcept;
+
+/// One interval on one track: an op on compute (id = op index), a copy on the others
+/// (id = tensor id).
+struct sim_event {
+  sim_track track = sim_track::compute;
+  std::uint32_t id = 0;
+  double start = 0;
+  double end = 0;
+  std::uint64_t bytes = 0;
+};
+
+/// Device bytes allocated from `time` on.
+struct memory_sample {
+  double time = 0;
+  std::uint64_t device_bytes = 0;
+};
+
+struct sim_options {
+  bool record_timeline = false;
+  std::size_t max_violations = 16;  ///< messages kept; violation_count counts them all
+};
+
+/// Note [Simulator model]
+/// Three in-order queues serve copies (H2D, D2H; one shared queue when the profile has one
+/// copy engine) plus one queue per NVMe direction; the compute queue runs ops in trace order.
+/// At the boundary before op k (time the previous op ends): evictions listed after op k-1 are
+/// issued (D2H copy, device memory freed when it completes; drop frees at once; a copy to a
+/// tier that already holds a valid copy is a drop), then prefetches listed before op k take
+/// device memory and queue their copy (from NVMe: read into staging, then H2D). Memory is taken
+/// in program order: an allocation that does not fit waits for earlier frees to complete; if it
+/// cannot fit even then, the plan breaks the budget (a violation). Op k starts when its
+/// tensors are resident; a tensor it only writes is allocated at its start; one it reads that
+/// is neither resident nor prefetched is fetched on demand (a violation and a stall). The step
+/// ends when the last op and every copy it started have finished.
+struct sim_result {
+  double step_seconds = 0;
+  double compute_seconds = 0;  ///< sum of op durations
+  double stall_seconds = 0;    ///< time the compute queue waited (step - compute)
+  std::uint64_t peak_device_bytes = 0;
+  std::uint64_t peak_host_bytes = 0;
+  std::uint64_t peak_nvme_bytes = 0;
+  std::uint64_t h2d_bytes = 0;
+  std::uint64_t d2h_bytes = 0;
+  std::uint64_t nvme_read_bytes = 0;
+  std::uint64_t nvme_write_bytes = 0;
+  std::size_t on_demand_fetches = 0;
+  std::size_t violation_count = 0;
+  std::vector<std::string> violations;  ///< first max_violations messages
+  std::vector<sim_event> timeline;      ///< when record_timeline
+  std::vector<memory_sample> memory;    ///< when record_timeline
+  /// No violations: within budget and tier capacities, every read finds its tensor resident
+  /// through the plan, no value lost, the iteration ends in the state it started from.
+  [[nodiscard]] bool feasible() const noexcept { return violation_count == 0; }
+};
+
+sim_result simulate(const trace& t, const plan& p, const hw_profile& hw, const sim_options& opt = {});
+
+/// Note [Lower bound]
+/// Let B be the budget and, for op j, N_j the needed bytes (Note [Live and needed bytes]) and
+/// W_j those of tensors the iteration writes. While op j runs at least N_j - B needed bytes are
+/// off the device, and each must cross the link back before its next read: once per
+/// iteration in steady state, so H2D >= max_j (N_j - B). Of them, at least W_j - B hold a
+/// value written by an iteration, which had to be copied out: D2H >= max_j (W_j - B). Whatever
+/// of N_j - B the host tier cannot hold sits on NVMe: NVMe reads >= max_j (N_j - B - host),
+/// NVMe writes >= max_j (W_j - B - host). With two copy engines the directions overlap:
+///   lower_bound = max(compute, H2D/h2d_bw, D2H/d2h_bw, NVMe_r/nvme_r_bw, NVMe_w/nvme_w_bw);
+/// with one engine the H2D and D2H terms add. It ignores latency and dependencies, so no plan
+/// beats it; ideal is compute alone (unlimited memory).
+struct bounds {
+  double ideal_seconds = 0;
+  double lower_bound_seconds = 0;
+  std::uint64_t h2d_min_bytes = 0;
+  std::uint64_t d2h_min_bytes = 0;
+  std::uint64_t nvme_read_min_bytes = 0;
+  std::uint64_t nvme_write_min_bytes = 0;
+};
+bounds compute_bounds(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget);
+
+}  // namespace spillway::offload

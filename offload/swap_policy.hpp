@@ -1,0 +1,148 @@
+// The swap-policy header: the one header a training loop includes. A Session owns the device,
+// the tiers and the executor; the loop registers tensors, marks iterations and wraps each op.
+//
+//   spillway::Session s(spillway::session_config::from_env());
+//   auto w = s.add_persistent("fc.weight", bytes, spillway::tensor_kind::parameter, init);
+//   for (int step = 0; step < steps; ++step) {
+//     s.begin_iteration();
+//     auto y = s.add_transient("fc.out", out_bytes);
+//     { auto op = s.op("fc.forward", {w, x}, {y});          // w, x, y resident inside the scope
+//       my_gemm(op.ptr<float>(x), op.ptr<float>(w), op.ptr<float>(y), op.stream()); }
+//     ...
+//     s.release(y);                                          // transient: dead after its last use
+//     auto report = s.end_iteration();
+//   }
+//
+// Iteration 1 runs on demand and records the trace (with measured durations); the Session then
+// plans with the configured policy, and later iterations follow the plan, prefetching ahead of
+// use and swapping out behind. A different sequence of ops or sizes triggers a new recording
+// and a new plan. Whatever the plan, results are bit for bit those of an unlimited device, and
+// device memory in use never exceeds the budget.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "device/device.hpp"
+#include "offload/session_config.hpp"
+#include "prefetch/plan.hpp"
+#include "prefetch/trace.hpp"
+
+namespace spillway {
+
+/// A tensor registered with a Session. Cheap to copy.
+struct tensor_handle {
+  tensor_id id = 0;
+};
+
+/// A tensor an op waited for, and for how long.
+struct stall_record {
+  std::string tensor;
+  double ms = 0;
+};
+
+/// What one iteration did.
+struct iteration_report {
+  std::uint64_t iteration = 0;   ///< 1-based
+  bool planned = false;          ///< followed a plan (false: on demand, recording)
+  std::string policy;            ///< planner whose plan it followed
+  double step_ms = 0;            ///< wall time from begin_iteration to end_iteration
+  double stall_ms = 0;           ///< time ops waited for tensors that were not there in time
+  std::vector<stall_record> stalls;
+  std::uint64_t h2d_bytes = 0;
+  std::uint64_t d2h_bytes = 0;
+  std::uint64_t nvme_read_bytes = 0;
+  std::uint64_t nvme_write_bytes = 0;
+  std::uint64_t peak_device_bytes = 0;   ///< device memory in use at the worst moment
+  std::uint64_t on_demand_fetches = 0;   ///< tensors fetched because the plan missed them
+  std::uint64_t on_demand_evictions = 0; ///< tensors evicted because an allocation would exceed the budget
+};
+
+class session_impl;
+
+class Session {
+ public:
+  /// Validates the config, opens the device and the tiers (a missing or full swap directory is
+  /// an error here, before any work).
+  explicit Session(session_config config);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  [[nodiscard]] Device& device();
+  [[nodiscard]] const session_config& config() const noexcept;
+  /// The device budget in force (the config's, or the device's memory when it gave none).
+  [[nodiscard]] std::uint64_t device_budget() const noexcept;
+
+  /// A tensor that lives across iterations (parameter, gradient, optimizer state). Its initial
+  /// contents are copied from `initial` (`bytes` bytes), or are zero when it is null.
+  tensor_handle add_persistent(std::string name, std::uint64_t bytes, tensor_kind kind, const void* initial = nullptr);
+  /// A tensor created within the current iteration (activation, workspace). Its first op must
+  /// write it; release() it after its last use. The same name in every iteration is the same
+  /// tensor as far as planning goes.
+  tensor_handle add_transient(std::string name, std::uint64_t bytes, tensor_kind kind = tensor_kind::activation);
+  /// Ends a transient tensor's life in this iteration; its memory is reused.
+  void release(tensor_handle t);
+  /// Copies a tensor's current contents to host memory (waits for the ops that write it).
+  void read(tensor_handle t, void* host, std::uint64_t bytes);
+
+  void begin_iteration();
+  /// Waits for the iteration's work, plans after a recording iteration, and reports.
+  iteration_report end_iteration();
+
+  /// One op: inside the scope the tensors it names are resident, their device pointers valid,
+  /// and stream() is the stream to launch on. Ops run one after another, in program order.
+  class op_scope {
+   public:
+    ~op_scope();
+    op_scope(op_scope&& other) noexcept;
+    op_scope(const op_scope&) = delete;
+    op_scope& operator=(const op_scope&) = delete;
+    op_scope& operator=(op_scope&&) = delete;
+
+    /// Device pointer of a tensor the op names (others are an error).
+    template <class T = void>
+    [[nodiscard]] T* ptr(tensor_handle t) const {
+      return static_cast<T*>(raw_ptr(t));
+    }
+    [[nodiscard]] spillway::stream stream() const noexcept;
+    [[nodiscard]] Device& device() const noexcept;
+
+   private:
+    friend class Session;
+    op_scope(session_impl* s, std::uint32_t index) : s_(s), index_(index) {}
+    [[nodiscard]] void* raw_ptr(tensor_handle t) const;
+    session_impl* s_;
+    std::uint32_t index_;
+  };
+  /// `writes` lists tensors the op overwrites entirely; a tensor it updates in place (+=, Adam)
+  /// goes in both lists. `flops` feeds the planner's estimate before durations are measured.
+  [[nodiscard]] op_scope op(std::string_view name, std::initializer_list<tensor_handle> reads,
+                            std::initializer_list<tensor_handle> writes, double flops = 0);
+
+  /// Reports of every finished iteration, in order.
+  [[nodiscard]] const std::vector<iteration_report>& history() const noexcept;
+  /// The trace the current plan was made from (empty before the first iteration ends).
+  [[nodiscard]] const trace& recorded_trace() const noexcept;
+  /// The plan in force, or null while recording.
+  [[nodiscard]] const plan* current_plan() const noexcept;
+  /// Peak live bytes of the recorded iteration with everything resident (0 before the first
+  /// iteration ends).
+  [[nodiscard]] std::uint64_t footprint_bytes() const;
+  /// The least device budget any plan can need for the recorded iteration: its largest single-op
+  /// working set (0 before the first iteration ends).
+  [[nodiscard]] std::uint64_t least_budget_bytes() const;
+  /// Writes a Chrome trace (compute, copy and I/O tracks, a device-memory counter with the
+  /// budget line) of the iterations run so far. Also written at destruction when the config's
+  /// chrome_trace names a file.
+  void write_chrome_trace(const std::string& path) const;
+
+ private:
+  std::unique_ptr<session_impl> impl_;
+};
+
+}  // namespace spillway

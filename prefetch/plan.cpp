@@ -1,0 +1,75 @@
+// Plan: string forms of the enums, the empty plan, and structural validation.
+// Memory and timing checks belong to the simulator in offload/.
+#include "prefetch/plan.hpp"
+
+#include "device/error.hpp"
+
+namespace spillway {
+
+namespace {
+constexpr std::string_view tier_names[] = {"device", "host", "nvme"};
+constexpr std::string_view action_names[] = {"evict_to_host", "evict_to_nvme", "drop"};
+}  // namespace
+
+std::string_view to_string(tier t) noexcept { return tier_names[static_cast<int>(t)]; }
+
+std::optional<tier> parse_tier(std::string_view s) noexcept {
+  for (int i = 0; i < 3; ++i)
+    if (tier_names[i] == s) return static_cast<tier>(i);
+  return std::nullopt;
+}
+
+std::string_view to_string(evict_action a) noexcept { return action_names[static_cast<int>(a)]; }
+
+std::optional<evict_action> parse_evict_action(std::string_view s) noexcept {
+  for (int i = 0; i < 3; ++i)
+    if (action_names[i] == s) return static_cast<evict_action>(i);
+  return std::nullopt;
+}
+
+plan plan::empty_for(const trace& t, std::string policy, std::uint64_t budget) {
+  plan p;
+  p.policy = std::move(policy);
+  p.budget_bytes = budget;
+  p.initial_tier.assign(t.tensors.size(), tier::device);
+  p.steps.resize(t.ops.size());
+  return p;
+}
+
+void plan::validate(const trace& t) const {
+  if (steps.size() != t.ops.size())
+    throw config_error("plan: has " + std::to_string(steps.size()) + " steps for a trace of " +
+                       std::to_string(t.ops.size()) + " ops");
+  if (initial_tier.size() != t.tensors.size())
+    throw config_error("plan: field 'initial_tier' has " + std::to_string(initial_tier.size()) +
+                       " entries for " + std::to_string(t.tensors.size()) + " tensors");
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    const std::string where = "plan: step " + std::to_string(k) + " ('" + t.ops[k].name + "')";
+    for (const auto& p : steps[k].prefetches) {
+      if (p.tensor >= t.tensors.size())
+        throw config_error(where + ": prefetch names tensor " + std::to_string(p.tensor) + " out of range");
+      if (p.use < k || p.use >= t.ops.size())
+        throw config_error(where + ": prefetch of '" + t.tensors[p.tensor].name + "' for op " +
+                           std::to_string(p.use) + " is not at or after its issue point");
+      if (p.from == tier::device)
+        throw config_error(where + ": prefetch of '" + t.tensors[p.tensor].name + "' from the device");
+    }
+    for (const auto& e : steps[k].evictions)
+      if (e.tensor >= t.tensors.size())
+        throw config_error(where + ": eviction names tensor " + std::to_string(e.tensor) + " out of range");
+  }
+}
+
+std::size_t plan::eviction_count() const noexcept {
+  std::size_t n = 0;
+  for (const auto& s : steps) n += s.evictions.size();
+  return n;
+}
+
+std::size_t plan::prefetch_count() const noexcept {
+  std::size_t n = 0;
+  for (const auto& s : steps) n += s.prefetches.size();
+  return n;
+}
+
+}  // namespace spillway

@@ -1,0 +1,71 @@
+// Plan: what the executor does at each op boundary (swap-outs after an op, prefetches before
+// one) and where each persistent tensor lives when the iteration starts. Produced by every planner.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "prefetch/trace.hpp"
+
+namespace spillway {
+
+/// Where a copy of a tensor lives.
+enum class tier : std::uint8_t { device, host, nvme };
+[[nodiscard]] std::string_view to_string(tier t) noexcept;
+[[nodiscard]] std::optional<tier> parse_tier(std::string_view s) noexcept;
+
+/// What happens to a tensor's device copy after an op.
+///  - evict_to_host / evict_to_nvme: copy device -> tier, then free the device memory once the
+///    copy is complete (to NVMe the bytes go through a pinned host staging buffer).
+///  - drop: free the device memory at once, without a copy. Legal only when the contents are
+///    dead (a transient after its last use, or a tensor whose next use overwrites it without
+///    reading) or a valid copy already exists in a tier (an unchanged persistent tensor).
+enum class evict_action : std::uint8_t { evict_to_host, evict_to_nvme, drop };
+[[nodiscard]] std::string_view to_string(evict_action a) noexcept;
+[[nodiscard]] std::optional<evict_action> parse_evict_action(std::string_view s) noexcept;
+
+struct eviction {
+  tensor_id tensor = 0;
+  evict_action action = evict_action::drop;
+};
+
+/// A copy tier -> device issued before op `issue` (listed in steps[issue].prefetches) so that
+/// the tensor is resident for op `use` (use >= issue). Device memory is taken when it is issued.
+struct prefetch {
+  tensor_id tensor = 0;
+  tier from = tier::host;  ///< host or nvme, never device
+  op_index use = 0;
+};
+
+/// Everything the executor does around op k: prefetches issued before it starts, then the op,
+/// then evictions issued after it finishes (in list order).
+struct plan_step {
+  std::vector<prefetch> prefetches;
+  std::vector<eviction> evictions;
+};
+
+/// One iteration's plan. steps.size() == trace.ops.size(). A tensor an op touches that is not
+/// resident and has no prefetch is fetched on demand by the executor (a stall). A tensor an op
+/// only writes needs no prefetch: the executor allocates it when the op starts.
+/// Persistent tensors whose value crosses the iteration boundary start in initial_tier and must
+/// be back there when the iteration ends (device: resident; host/nvme: a valid copy there and
+/// not resident), so that iterations chain. Transient tensors start and end unallocated.
+struct plan {
+  std::string policy;               ///< planner that produced it ("none", "lms", "vdnn-all", ...)
+  std::uint64_t budget_bytes = 0;   ///< device budget it was made for
+  std::vector<tier> initial_tier;   ///< per tensor; tier::device for transients
+  std::vector<plan_step> steps;     ///< per op
+
+  /// An empty plan for `t`: everything starts on the device, no copies.
+  static plan empty_for(const trace& t, std::string policy, std::uint64_t budget);
+  /// Structural checks (sizes match, ids in range, prefetch use >= issue, from != device);
+  /// throws config_error naming the op and entry. Memory and timing are the simulator's job.
+  void validate(const trace& t) const;
+  [[nodiscard]] std::size_t eviction_count() const noexcept;
+  [[nodiscard]] std::size_t prefetch_count() const noexcept;
+};
+
+}  // namespace spillway
