@@ -41,11 +41,3 @@ namespace spillway::kernels::detail {
     if (spillway_status_ != CUDNN_STATUS_SUCCESS)                                          \
       ::spillway::kernels::detail::throw_cudnn(spillway_status_, #call, __FILE__, __LINE__); \
   } while (0)
-
-/// After a <<<...>>> launch: reports a bad launch as a cuda_error naming the kernel (a literal).
-#define SPILLWAY_CUDA_LAUNCH_CHECK(name)                                                   \
-  do {                                                                                     \
-    const cudaError_t spillway_status_ = cudaGetLastError();                               \
-    if (spillway_status_ != cudaSuccess)                                                   \
-      ::spillway::detail::throw_cuda(spillway_status_, "launch of " name, __FILE__, __LINE__); \
-  } while (0)

@@ -1,0 +1,138 @@
+// The cuda backend's convolution and max pooling over cuDNN (legacy API). Algorithms are fixed
+// to deterministic ones, FMA math only (no TF32), so results repeat bit for bit; the bias and
+// its gradient are Spillway's own kernels (pooling.cu).
+#include <cudnn.h>
+
+#include "kernels/cuda_launchers.hpp"
+#include "kernels/cuda_library_check.hpp"
+
+namespace spillway::kernels::detail {
+namespace {
+
+/// Owns one cuDNN descriptor; D is the handle type, destroy its destroyer.
+template <class D, cudnnStatus_t (*Destroy)(D)>
+class descriptor {
+ public:
+  explicit descriptor(cudnnStatus_t (*create)(D*)) { SPILLWAY_CUDNN_TRY(create(&d_)); }
+  ~descriptor() { (void)Destroy(d_); }
+  descriptor(const descriptor&) = delete;
+  descriptor& operator=(const descriptor&) = delete;
+  operator D() const { return d_; }  // NOLINT: implicit by design
+
+ private:
+  D d_{};
+};
+
+using tensor_desc = descriptor<cudnnTensorDescriptor_t, cudnnDestroyTensorDescriptor>;
+using filter_desc = descriptor<cudnnFilterDescriptor_t, cudnnDestroyFilterDescriptor>;
+using conv_desc = descriptor<cudnnConvolutionDescriptor_t, cudnnDestroyConvolutionDescriptor>;
+using pool_desc = descriptor<cudnnPoolingDescriptor_t, cudnnDestroyPoolingDescriptor>;
+
+void set_nchw(cudnnTensorDescriptor_t d, int n, int c, int h, int w) {
+  SPILLWAY_CUDNN_TRY(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
+}
+
+/// The descriptors of one convolution.
+struct conv_setup {
+  tensor_desc x{cudnnCreateTensorDescriptor};
+  tensor_desc y{cudnnCreateTensorDescriptor};
+  filter_desc w{cudnnCreateFilterDescriptor};
+  conv_desc conv{cudnnCreateConvolutionDescriptor};
+
+  explicit conv_setup(const conv2d_shape& sh) {
+    set_nchw(x, sh.batch, sh.in_channels, sh.height, sh.width);
+    set_nchw(y, sh.batch, sh.out_channels, sh.out_height(), sh.out_width());
+    SPILLWAY_CUDNN_TRY(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, sh.out_channels,
+                                                  sh.in_channels, sh.kernel, sh.kernel));
+    SPILLWAY_CUDNN_TRY(cudnnSetConvolution2dDescriptor(conv, sh.pad, sh.pad, sh.stride, sh.stride, 1, 1,
+                                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    SPILLWAY_CUDNN_TRY(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
+  }
+};
+
+cudnnHandle_t handle_on(kernel_context& ctx, stream s) {
+  auto* h = static_cast<cudnnHandle_t>(ctx.cudnn_handle());
+  SPILLWAY_CUDNN_TRY(cudnnSetStream(h, static_cast<cudaStream_t>(s.handle)));
+  return h;
+}
+
+}  // namespace
+
+void cuda_conv2d_forward(kernel_context& ctx, stream s, const conv2d_shape& shape, const float* x,
+                         const float* w, const float* bias, float* y) {
+  cudnnHandle_t h = handle_on(ctx, s);
+  const conv_setup d(shape);
+  const cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+  std::size_t bytes = 0;
+  SPILLWAY_CUDNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, algo, &bytes));
+  void* ws = bytes > 0 ? ctx.workspace(bytes, s) : nullptr;
+  const float one = 1.0f;
+  const float zero = 0.0f;
+  SPILLWAY_CUDNN_TRY(cudnnConvolutionForward(h, &one, d.x, x, d.w, w, d.conv, algo, ws, bytes, &zero, d.y, y));
+  if (bias != nullptr)
+    cuda_channel_bias_add(ctx, s, y, bias, shape.batch, shape.out_channels, shape.out_height() * shape.out_width());
+}
+
+void cuda_conv2d_backward(kernel_context& ctx, stream s, const conv2d_shape& shape, const float* x,
+                          const float* w, const float* dy, float* dx, float* dw, float* dbias,
+                          bool accumulate) {
+  cudnnHandle_t h = handle_on(ctx, s);
+  const conv_setup d(shape);
+  const cudnnConvolutionBwdDataAlgo_t data_algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;      // deterministic
+  const cudnnConvolutionBwdFilterAlgo_t filter_algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;  // deterministic
+  std::size_t data_bytes = 0;
+  std::size_t filter_bytes = 0;
+  if (dx != nullptr)
+    SPILLWAY_CUDNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x, data_algo, &data_bytes));
+  SPILLWAY_CUDNN_TRY(
+      cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w, filter_algo, &filter_bytes));
+  const std::size_t bytes = data_bytes > filter_bytes ? data_bytes : filter_bytes;
+  void* ws = bytes > 0 ? ctx.workspace(bytes, s) : nullptr;
+  const float one = 1.0f;
+  const float zero = 0.0f;
+  const float filter_beta = accumulate ? 1.0f : 0.0f;
+  if (dx != nullptr)
+    SPILLWAY_CUDNN_TRY(cudnnConvolutionBackwardData(h, &one, d.w, w, d.y, dy, d.conv, data_algo, ws, data_bytes,
+                                                    &zero, d.x, dx));
+  SPILLWAY_CUDNN_TRY(cudnnConvolutionBackwardFilter(h, &one, d.x, x, d.y, dy, d.conv, filter_algo, ws,
+                                                    filter_bytes, &filter_beta, d.w, dw));
+  if (dbias != nullptr)
+    cuda_channel_bias_backward(ctx, s, dy, dbias, shape.batch, shape.out_channels,
+                               shape.out_height() * shape.out_width(), accumulate);
+}
+
+namespace {
+
+struct pool_setup {
+  tensor_desc x{cudnnCreateTensorDescriptor};
+  tensor_desc y{cudnnCreateTensorDescriptor};
+  pool_desc pool{cudnnCreatePoolingDescriptor};
+
+  explicit pool_setup(const pool2d_shape& sh) {
+    set_nchw(x, sh.batch, sh.channels, sh.height, sh.width);
+    set_nchw(y, sh.batch, sh.channels, sh.out_height(), sh.out_width());
+    SPILLWAY_CUDNN_TRY(cudnnSetPooling2dDescriptor(pool, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_NOT_PROPAGATE_NAN,
+                                                   sh.window, sh.window, sh.pad, sh.pad, sh.stride, sh.stride));
+  }
+};
+
+}  // namespace
+
+void cuda_max_pool2d_forward(kernel_context& ctx, stream s, const pool2d_shape& shape, const float* x, float* y) {
+  cudnnHandle_t h = handle_on(ctx, s);
+  const pool_setup d(shape);
+  const float one = 1.0f;
+  const float zero = 0.0f;
+  SPILLWAY_CUDNN_TRY(cudnnPoolingForward(h, d.pool, &one, d.x, x, &zero, d.y, y));
+}
+
+void cuda_max_pool2d_backward(kernel_context& ctx, stream s, const pool2d_shape& shape, const float* x,
+                              const float* y, const float* dy, float* dx) {
+  cudnnHandle_t h = handle_on(ctx, s);
+  const pool_setup d(shape);
+  const float one = 1.0f;
+  const float zero = 0.0f;
+  SPILLWAY_CUDNN_TRY(cudnnPoolingBackward(h, d.pool, &one, d.y, y, d.y, dy, d.x, x, &zero, d.x, dx));
+}
+
+}  // namespace spillway::kernels::detail

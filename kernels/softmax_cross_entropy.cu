@@ -1,0 +1,57 @@
+// The cuda backend's softmax with cross-entropy: one block per row (fixed-tree reductions for
+// max and sum), then one block that sums the row losses in a fixed order for the mean.
+#include "kernels/cuda_common.cuh"
+#include "kernels/cuda_launchers.hpp"
+
+namespace spillway::kernels::detail {
+namespace {
+
+__global__ void softmax_xent_kernel(const float* logits, const std::int32_t* targets, float* losses,
+                                    float* dlogits, int cols, float grad_scale) {
+  __shared__ float shm[threads_per_block];
+  const std::size_t row = blockIdx.x;
+  const float* x = logits + row * cols;
+  const std::int32_t t = targets[row];
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) mx = fmaxf(mx, x[j]);
+  mx = block_max(mx, shm);
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) sum += expf(x[j] - mx);
+  sum = block_sum(sum, shm);
+  const bool ignored = t < 0 || t >= cols;
+  if (threadIdx.x == 0) losses[row] = ignored ? 0.0f : logf(sum) - (x[t] - mx);
+  if (dlogits == nullptr) return;
+  __syncthreads();  // dlogits may alias logits: everyone has read x[t] before anyone writes
+  float* g = dlogits + row * cols;
+  const float inv = 1.0f / sum;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float p = expf(x[j] - mx) * inv;
+    g[j] = ignored ? 0.0f : grad_scale * (p - (j == t ? 1.0f : 0.0f));
+  }
+}
+
+__global__ void mean_kernel(const float* losses, int rows, float* mean) {
+  __shared__ float shm[threads_per_block];
+  float sum = 0.0f;
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) sum += losses[r];
+  sum = block_sum(sum, shm);
+  if (threadIdx.x == 0) *mean = sum / static_cast<float>(rows);
+}
+
+}  // namespace
+
+void cuda_softmax_cross_entropy(kernel_context& ctx, stream s, const float* logits, const std::int32_t* targets,
+                                float* losses, float* mean_loss, float* dlogits, int rows, int cols,
+                                float grad_scale) {
+  float* row_loss = losses;
+  if (row_loss == nullptr) row_loss = static_cast<float*>(ctx.workspace(sizeof(float) * rows, s));
+  softmax_xent_kernel<<<rows, threads_per_block, 0, native(s)>>>(logits, targets, row_loss, dlogits, cols,
+                                                                 grad_scale);
+  SPILLWAY_CUDA_LAUNCH_CHECK("softmax_xent_kernel");
+  if (mean_loss != nullptr) {
+    mean_kernel<<<1, threads_per_block, 0, native(s)>>>(row_loss, rows, mean_loss);
+    SPILLWAY_CUDA_LAUNCH_CHECK("mean_kernel");
+  }
+}
+
+}  // namespace spillway::kernels::detail
