@@ -1,0 +1,69 @@
+// The I/O seam: the one interface through which the NVMe tier issues reads and writes.
+// uring_queue (liburing) implements it; tests wrap it to inject faults (EIO, short transfers, ...).
+//
+// Contract, in the shape of io_uring (see Note [I/O seam] in nvme_tier.cpp):
+//  * submit() hands over up to depth() - in_flight operations; each later comes back exactly
+//    once from reap() as {op, result}. The op is carried through the queue untouched (io_uring's
+//    user_data), so the caller keeps its request state in it.
+//  * result is the bytes transferred (possibly fewer than asked: a short transfer) or the
+//    negated errno, as in an io_uring CQE's res. -EAGAIN means "try again".
+//  * reap() waits up to timeout for the first completion, then collects what is already there
+//    without waiting (wait then peek).
+//  * Fixed buffers: after register_buffers(iov), an op with buffer_index >= 0 must lie inside
+//    iov[buffer_index]. Registration may fail (returns -errno); ops then use buffer_index -1.
+//  * A queue is used by one thread at a time (its ring's I/O thread).
+#pragma once
+
+#include <sys/uio.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+namespace spillway {
+
+enum class io_kind : std::uint8_t { read, write };
+
+/// One read or write: a descriptor the queue carries from submit() to reap().
+struct io_op {
+  io_kind kind = io_kind::read;
+  int fd = -1;
+  void* buffer = nullptr;
+  std::uint32_t length = 0;
+  std::uint64_t offset = 0;   ///< byte offset in the file
+  int buffer_index = -1;      ///< registered buffer holding [buffer, buffer + length), or -1
+};
+
+/// What reap() returns for one op: bytes transferred, or -errno.
+struct io_completion {
+  io_op* op = nullptr;
+  int result = 0;
+};
+
+class io_queue {
+ public:
+  virtual ~io_queue() = default;
+  io_queue() = default;
+  io_queue(const io_queue&) = delete;
+  io_queue& operator=(const io_queue&) = delete;
+
+  /// Most operations in flight at once.
+  [[nodiscard]] virtual unsigned depth() const noexcept = 0;
+  /// Registers fixed buffers (replacing any registered before); 0 or -errno.
+  virtual int register_buffers(std::span<const iovec> buffers) = 0;
+  virtual void unregister_buffers() noexcept = 0;
+  /// Starts `ops` (at most depth() minus those in flight). Throws io_error when the kernel
+  /// refuses the submission itself (not when an op fails: that comes back from reap()).
+  virtual void submit(std::span<io_op* const> ops) = 0;
+  /// Waits up to `timeout` for one completion, then collects those already done, up to
+  /// out.size(). Returns how many were written to `out`.
+  virtual std::size_t reap(std::span<io_completion> out, std::chrono::microseconds timeout) = 0;
+};
+
+/// An io_queue on a liburing ring of `depth` entries. Throws io_error when the kernel has no
+/// io_uring (or it is forbidden, e.g. by a container's seccomp profile).
+[[nodiscard]] std::unique_ptr<io_queue> make_uring_queue(unsigned depth);
+
+}  // namespace spillway

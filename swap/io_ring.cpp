@@ -1,0 +1,177 @@
+// The I/O ring's thread: fill the queue, wait for one completion then peek the rest, requeue
+// what must be retried, finish what is done. See Note [Keeping the queue full].
+#include "swap/io_ring.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "allocator/pinned_host_pool.hpp"
+#include "device/error.hpp"
+#include "device/log.hpp"
+
+namespace spillway::detail {
+
+// Note [Keeping the queue full]
+// The thread owns its queue. Each turn it moves posted blocks into a local ready list, submits
+// as many as the queue has room for in one batch, then reaps: it waits for the first
+// completion (up to 500 us when more work could arrive, so newly posted blocks are not held up
+// by a slow drive) and peeks the rest. -EAGAIN puts the block back at the front of the ready
+// list; a short transfer advances the block's op past the bytes done and puts it back too; a
+// result of 0 with bytes left is an error (end of file / no progress). Nothing is asserted:
+// every failure becomes the block's result and reaches its owner.
+
+namespace {
+constexpr std::size_t max_fixed_buffer = std::size_t{1} << 30;  // io_uring's limit per buffer
+}
+
+io_ring::io_ring(std::unique_ptr<io_queue> queue, pinned_host_pool* pool, ring_counters& counters,
+                 unsigned max_retries)
+    : queue_(std::move(queue)), pool_(pool), counters_(counters), max_retries_(max_retries) {
+  thread_ = std::thread([this] { run(); });
+}
+
+io_ring::~io_ring() {
+  {
+    std::lock_guard lock(m_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  queue_->unregister_buffers();
+}
+
+void io_ring::post(const std::vector<block_io*>& blocks) {
+  if (blocks.empty()) return;
+  {
+    std::lock_guard lock(m_);
+    pending_.insert(pending_.end(), blocks.begin(), blocks.end());
+  }
+  cv_.notify_one();
+}
+
+void io_ring::refresh_buffers() {
+  if (pool_ == nullptr || registration_failed_) return;
+  const auto regions = pool_->regions();
+  std::vector<registered> want;
+  std::vector<iovec> iov;
+  for (const auto& r : regions) {
+    if (r.bytes == 0 || r.bytes > max_fixed_buffer) continue;
+    want.push_back({reinterpret_cast<std::uintptr_t>(r.base), r.bytes, static_cast<int>(iov.size())});
+    iov.push_back({r.base, r.bytes});
+  }
+  std::sort(want.begin(), want.end(), [](const auto& a, const auto& b) { return a.base < b.base; });
+  const bool same = want.size() == registered_.size() &&
+                    std::equal(want.begin(), want.end(), registered_.begin(), [](const auto& a, const auto& b) {
+                      return a.base == b.base && a.bytes == b.bytes;
+                    });
+  if (same) return;
+  registered_.clear();
+  const int rc = queue_->register_buffers(iov);
+  if (rc < 0) {
+    registration_failed_ = true;
+    log(log_level::warning, std::string("nvme tier: cannot register pinned buffers with io_uring (") +
+                                std::strerror(-rc) + "); using unregistered buffers");
+    return;
+  }
+  registered_ = std::move(want);
+}
+
+int io_ring::buffer_index(const void* p, std::size_t n) const {
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  auto it = std::upper_bound(registered_.begin(), registered_.end(), addr,
+                             [](std::uintptr_t a, const registered& r) { return a < r.base; });
+  if (it == registered_.begin()) return -1;
+  --it;
+  return addr + n <= it->base + it->bytes ? it->index : -1;
+}
+
+void io_ring::finish(block_io* b, int result) noexcept { b->owner->complete(*b, result); }
+
+void io_ring::handle(io_completion c, std::deque<block_io*>& ready, unsigned& in_flight) noexcept {
+  auto* b = static_cast<block_io*>(c.op);
+  --in_flight;
+  const int res = c.result;
+  if (res == -EAGAIN || res == -EINTR) {
+    if (++b->retries > max_retries_) {
+      finish(b, -EAGAIN);
+      return;
+    }
+    counters_.eagain_retries.fetch_add(1, std::memory_order_relaxed);
+    ready.push_front(b);
+    return;
+  }
+  if (res < 0) {
+    finish(b, res);
+    return;
+  }
+  const auto done = static_cast<std::uint32_t>(res);
+  if (done >= b->length) {
+    finish(b, 0);
+    return;
+  }
+  if (done == 0) {  // no progress: end of file on a read, a stuck write
+    finish(b, -EIO);
+    return;
+  }
+  counters_.short_transfers.fetch_add(1, std::memory_order_relaxed);
+  b->buffer = static_cast<char*>(b->buffer) + done;
+  b->offset += done;
+  b->length -= done;
+  ready.push_front(b);
+}
+
+void io_ring::run() {
+  const unsigned depth = queue_->depth();
+  std::deque<block_io*> ready;
+  std::vector<io_op*> batch;
+  std::vector<io_completion> done(depth);
+  unsigned in_flight = 0;
+  for (;;) {
+    {
+      std::unique_lock lock(m_);
+      if (in_flight == 0 && ready.empty()) cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+      if (stop_ && pending_.empty() && in_flight == 0 && ready.empty()) return;
+      ready.insert(ready.end(), pending_.begin(), pending_.end());
+      pending_.clear();
+    }
+    if (in_flight == 0 && !ready.empty()) refresh_buffers();
+    batch.clear();
+    while (in_flight + batch.size() < depth && !ready.empty()) {
+      block_io* b = ready.front();
+      ready.pop_front();
+      if (!b->prepared) {
+        b->owner->prepare(*b);
+        b->prepared = true;
+      }
+      b->buffer_index = buffer_index(b->buffer, b->length);
+      if (b->buffer_index >= 0) counters_.fixed_ops.fetch_add(1, std::memory_order_relaxed);
+      batch.push_back(b);
+    }
+    if (!batch.empty()) {
+      try {
+        queue_->submit(batch);
+        in_flight += static_cast<unsigned>(batch.size());
+        counters_.ops.fetch_add(batch.size(), std::memory_order_relaxed);
+      } catch (const io_error& e) {
+        const int err = e.error_number() != 0 ? e.error_number() : EIO;
+        for (io_op* op : batch) finish(static_cast<block_io*>(op), -err);
+      } catch (...) {
+        for (io_op* op : batch) finish(static_cast<block_io*>(op), -EIO);
+      }
+    }
+    if (in_flight == 0) continue;
+    const auto timeout = ready.empty() ? std::chrono::microseconds(500) : std::chrono::microseconds(100000);
+    std::size_t n = 0;
+    try {
+      n = queue_->reap(std::span<io_completion>(done.data(), std::min<std::size_t>(done.size(), in_flight)), timeout);
+    } catch (const std::exception& e) {
+      log(log_level::error, std::string("nvme tier: reaping completions failed: ") + e.what());
+    }
+    for (std::size_t i = 0; i < n; ++i) handle(done[i], ready, in_flight);
+  }
+}
+
+}  // namespace spillway::detail

@@ -1,0 +1,95 @@
+// One I/O ring and the thread that serves it: keeps its io_queue full, reaps completions,
+// requeues -EAGAIN and short transfers, and hands each finished block back to its owner.
+// Internal to the NVMe tier (detail namespace).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "swap/io_queue.hpp"
+
+namespace spillway {
+class pinned_host_pool;
+}
+
+namespace spillway::detail {
+
+struct block_io;
+
+/// Whoever issued a block (a tensor transfer). Both hooks run on the ring's thread and must
+/// not throw.
+class block_owner {
+ public:
+  /// Called once before the block's first submission (a write computes its CRC here).
+  virtual void prepare(block_io& b) noexcept = 0;
+  /// Called once when the block is finished: `result` is its full length, or -errno.
+  /// The block may be freed by the owner from here on.
+  virtual void complete(block_io& b, int result) noexcept = 0;
+
+ protected:
+  ~block_owner() = default;
+};
+
+/// One block's transfer. The io_op part goes through the queue; the ring advances it on a
+/// short transfer, so the owner keeps the original placement itself.
+struct block_io : io_op {
+  block_owner* owner = nullptr;
+  std::uint32_t index = 0;  ///< block number within its owner
+  unsigned retries = 0;     ///< -EAGAIN retries so far
+  bool prepared = false;
+};
+
+/// Counters the rings share with their tier (all SUM or COUNT, relaxed atomics).
+struct ring_counters {
+  std::atomic<std::uint64_t> ops{0};              ///< COUNT of submissions (retries included)
+  std::atomic<std::uint64_t> fixed_ops{0};        ///< COUNT of submissions on registered buffers
+  std::atomic<std::uint64_t> eagain_retries{0};   ///< COUNT of -EAGAIN resubmissions
+  std::atomic<std::uint64_t> short_transfers{0};  ///< COUNT of short reads/writes continued
+};
+
+class io_ring {
+ public:
+  /// `pool` (may be null): its regions are registered as fixed buffers whenever the ring is
+  /// idle and they have changed. `max_retries`: -EAGAIN resubmissions per block before it fails.
+  io_ring(std::unique_ptr<io_queue> queue, pinned_host_pool* pool, ring_counters& counters, unsigned max_retries);
+  ~io_ring();  // finishes everything posted, then stops
+  io_ring(const io_ring&) = delete;
+  io_ring& operator=(const io_ring&) = delete;
+
+  /// Queues blocks for this ring's thread. Thread-safe.
+  void post(const std::vector<block_io*>& blocks);
+
+ private:
+  struct registered {
+    std::uintptr_t base;
+    std::size_t bytes;
+    int index;
+  };
+
+  void run();
+  void refresh_buffers();
+  [[nodiscard]] int buffer_index(const void* p, std::size_t n) const;
+  void finish(block_io* b, int result) noexcept;
+  void handle(io_completion c, std::deque<block_io*>& ready, unsigned& in_flight) noexcept;
+
+  std::unique_ptr<io_queue> queue_;
+  pinned_host_pool* pool_;
+  ring_counters& counters_;
+  unsigned max_retries_;
+  std::vector<registered> registered_;  // sorted by base; only touched by the ring's thread
+  bool registration_failed_ = false;
+
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<block_io*> pending_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace spillway::detail

@@ -1,0 +1,111 @@
+// io_queue on liburing: batched submission, wait-then-peek reaping, fixed buffers.
+// The op pointer travels as the SQE's user_data; a CQE's res is the result as it stands.
+#include <liburing.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "device/error.hpp"
+#include "swap/io_queue.hpp"
+
+namespace spillway {
+namespace {
+
+class uring_queue final : public io_queue {
+ public:
+  explicit uring_queue(unsigned depth) : depth_(depth) {
+    SPILLWAY_EXPECTS_T(config_error, depth >= 1 && depth <= 4096, "io_uring queue depth must be in [1, 4096]");
+    io_uring_params params{};
+    params.flags = IORING_SETUP_CQSIZE;
+    params.cq_entries = 2 * depth;
+    const int rc = io_uring_queue_init_params(depth, &ring_, &params);
+    if (rc < 0)
+      throw io_error("io_uring setup failed (depth " + std::to_string(depth) + "): " + std::strerror(-rc), -rc);
+  }
+  ~uring_queue() override { io_uring_queue_exit(&ring_); }
+
+  [[nodiscard]] unsigned depth() const noexcept override { return depth_; }
+
+  int register_buffers(std::span<const iovec> buffers) override {
+    unregister_buffers();
+    if (buffers.empty()) return 0;
+    const int rc = io_uring_register_buffers(&ring_, buffers.data(), static_cast<unsigned>(buffers.size()));
+    registered_ = rc == 0;
+    return rc;
+  }
+
+  void unregister_buffers() noexcept override {
+    if (registered_) io_uring_unregister_buffers(&ring_);
+    registered_ = false;
+  }
+
+  void submit(std::span<io_op* const> ops) override {
+    for (io_op* op : ops) {
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+      if (sqe == nullptr) {  // the SQ is full: push what we have, then take a fresh entry
+        flush();
+        sqe = io_uring_get_sqe(&ring_);
+        if (sqe == nullptr) throw io_error("io_uring: no submission entry free", EBUSY);
+      }
+      const bool fixed = op->buffer_index >= 0 && registered_;
+      if (op->kind == io_kind::read) {
+        if (fixed)
+          io_uring_prep_read_fixed(sqe, op->fd, op->buffer, op->length, op->offset, op->buffer_index);
+        else
+          io_uring_prep_read(sqe, op->fd, op->buffer, op->length, op->offset);
+      } else {
+        if (fixed)
+          io_uring_prep_write_fixed(sqe, op->fd, op->buffer, op->length, op->offset, op->buffer_index);
+        else
+          io_uring_prep_write(sqe, op->fd, op->buffer, op->length, op->offset);
+      }
+      io_uring_sqe_set_data(sqe, op);
+    }
+    flush();
+  }
+
+  std::size_t reap(std::span<io_completion> out, std::chrono::microseconds timeout) override {
+    if (out.empty()) return 0;
+    io_uring_cqe* cqe = nullptr;
+    int rc = 0;
+    if (timeout.count() > 0) {
+      __kernel_timespec ts{};
+      ts.tv_sec = timeout.count() / 1000000;
+      ts.tv_nsec = (timeout.count() % 1000000) * 1000;
+      rc = io_uring_wait_cqe_timeout(&ring_, &cqe, &ts);
+    } else {
+      rc = io_uring_peek_cqe(&ring_, &cqe);
+    }
+    if (rc < 0 && rc != -ETIME && rc != -EAGAIN && rc != -EINTR)
+      throw io_error(std::string("io_uring: waiting for completions failed: ") + std::strerror(-rc), -rc);
+    std::size_t n = 0;
+    while (n < out.size() && io_uring_peek_cqe(&ring_, &cqe) == 0 && cqe != nullptr) {
+      out[n].op = static_cast<io_op*>(io_uring_cqe_get_data(cqe));
+      out[n].result = cqe->res;
+      ++n;
+      io_uring_cqe_seen(&ring_, cqe);
+    }
+    return n;
+  }
+
+ private:
+  void flush() {
+    for (int tries = 0; io_uring_sq_ready(&ring_) > 0; ++tries) {
+      const int rc = io_uring_submit(&ring_);
+      if (rc >= 0) continue;
+      if ((rc == -EAGAIN || rc == -EINTR || rc == -EBUSY) && tries < 1000) continue;
+      throw io_error(std::string("io_uring: submit failed: ") + std::strerror(-rc), -rc);
+    }
+  }
+
+  io_uring ring_{};
+  unsigned depth_;
+  bool registered_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<io_queue> make_uring_queue(unsigned depth) { return std::make_unique<uring_queue>(depth); }
+
+}  // namespace spillway

@@ -1,0 +1,147 @@
+// Helpers shared by the swap tests: temporary swap directories that clean up after
+// themselves, random bytes, and a fault-injecting io_queue wrapped around the real one.
+#pragma once
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "swap/io_queue.hpp"
+
+namespace spillway::test {
+
+/// A fresh directory under /tmp (a disk file system here, so O_DIRECT works), removed with
+/// everything in it when the object goes.
+class temp_dir {
+ public:
+  explicit temp_dir(const std::string& base = "/tmp") {
+    std::string tmpl = base + "/spillway-swap-test-XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    if (::mkdtemp(buf.data()) == nullptr) throw std::runtime_error("mkdtemp failed in " + base);
+    path_ = buf.data();
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    std::filesystem::permissions(path_, std::filesystem::perms::owner_all, ec);
+    std::filesystem::remove_all(path_, ec);
+  }
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  [[nodiscard]] bool empty() const { return std::filesystem::is_empty(path_); }
+
+ private:
+  std::string path_;
+};
+
+inline std::vector<unsigned char> random_bytes(std::size_t n, std::uint64_t seed) {
+  std::vector<unsigned char> v(n);
+  std::mt19937_64 rng(seed);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const std::uint64_t x = rng();
+    std::memcpy(v.data() + i, &x, 8);
+  }
+  for (; i < n; ++i) v[i] = static_cast<unsigned char>(rng());
+  return v;
+}
+
+/// What to do to the k-th op (counted from 1, per kind, over every queue sharing the plan).
+struct fault_plan {
+  enum class action { none, fail, short_transfer, eagain, corrupt_on_disk };
+  io_kind kind = io_kind::write;
+  action what = action::none;
+  int error = EIO;              ///< for fail: the errno reported
+  std::uint64_t first = 1;      ///< first op (1-based) of that kind to hit
+  std::uint64_t count = 1;      ///< how many consecutive ops to hit (0 = all from first on)
+  std::atomic<std::uint64_t> reads{0};
+  std::atomic<std::uint64_t> writes{0};
+  std::atomic<std::uint64_t> hits{0};
+
+  bool hit(io_kind k) {
+    if (what == action::none || k != kind) return false;
+    const std::uint64_t n = (k == io_kind::read ? reads : writes).fetch_add(1) + 1;
+    const bool h = n >= first && (count == 0 || n < first + count);
+    if (h) hits.fetch_add(1);
+    return h;
+  }
+  void disarm() { what = action::none; }
+};
+
+/// The I/O seam as a test sees it: passes every op to the real queue and changes what comes
+/// back, as a failing drive or a busy kernel would.
+class fault_queue final : public io_queue {
+ public:
+  fault_queue(std::unique_ptr<io_queue> inner, std::shared_ptr<fault_plan> plan)
+      : inner_(std::move(inner)), plan_(std::move(plan)) {}
+
+  [[nodiscard]] unsigned depth() const noexcept override { return inner_->depth(); }
+  int register_buffers(std::span<const iovec> b) override { return inner_->register_buffers(b); }
+  void unregister_buffers() noexcept override { inner_->unregister_buffers(); }
+  void submit(std::span<io_op* const> ops) override { inner_->submit(ops); }
+
+  std::size_t reap(std::span<io_completion> out, std::chrono::microseconds timeout) override {
+    const std::size_t n = inner_->reap(out, timeout);
+    for (std::size_t i = 0; i < n; ++i) alter(out[i]);
+    return n;
+  }
+
+ private:
+  void alter(io_completion& c) {
+    if (c.result < 0 || !plan_->hit(c.op->kind)) return;
+    switch (plan_->what) {
+      case fault_plan::action::fail:
+        c.result = -plan_->error;
+        break;
+      case fault_plan::action::eagain:
+        c.result = -EAGAIN;
+        break;
+      case fault_plan::action::short_transfer: {
+        // Claim fewer bytes than were moved (aligned, so an O_DIRECT continuation is legal).
+        const int half = (c.result / 2) / 4096 * 4096;
+        if (half > 0) c.result = half;
+        break;
+      }
+      case fault_plan::action::corrupt_on_disk:
+        if (c.op->kind == io_kind::write) corrupt(*c.op);
+        break;
+      case fault_plan::action::none:
+        break;
+    }
+  }
+  // Flips one byte of the block just written, on disk, through an aligned read-modify-write.
+  static void corrupt(const io_op& op) {
+    void* buf = std::aligned_alloc(4096, op.length);
+    if (buf == nullptr) return;
+    if (::pread(op.fd, buf, op.length, static_cast<off_t>(op.offset)) == static_cast<ssize_t>(op.length)) {
+      static_cast<unsigned char*>(buf)[op.length / 3] ^= 0x5A;
+      (void)!::pwrite(op.fd, buf, op.length, static_cast<off_t>(op.offset));
+    }
+    std::free(buf);
+  }
+
+  std::unique_ptr<io_queue> inner_;
+  std::shared_ptr<fault_plan> plan_;
+};
+
+/// A make_queue for nvme_options that wraps every ring's queue with `plan`.
+inline auto faulty(std::shared_ptr<fault_plan> plan) {
+  return [plan](unsigned depth) -> std::unique_ptr<io_queue> {
+    return std::make_unique<fault_queue>(make_uring_queue(depth), plan);
+  };
+}
+
+}  // namespace spillway::test

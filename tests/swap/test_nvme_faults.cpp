@@ -1,0 +1,192 @@
+// Fault injection through the I/O seam: EIO on the k-th read or write, short transfers,
+// -EAGAIN, ENOSPC, a block corrupted on disk. In every case the error names the tensor,
+// nothing stored before is lost, and the tier keeps working for other tensors.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "device/error.hpp"
+#include "device/units.hpp"
+#include "swap/nvme_tier.hpp"
+#include "swap_test_support.hpp"
+
+using namespace spillway;
+using namespace spillway::literals;
+using action = test::fault_plan::action;
+
+namespace {
+
+struct faulty_tier {
+  test::temp_dir dir;
+  std::shared_ptr<test::fault_plan> plan = std::make_shared<test::fault_plan>();
+  std::unique_ptr<nvme_tier> tier;
+  std::vector<unsigned char> kept = test::random_bytes(2_MiB + 5, 77);
+
+  explicit faulty_tier(unsigned rings = 1) {
+    nvme_options o;
+    o.directories = {dir.path()};
+    o.capacity = 32_MiB;
+    o.block_size = 256_KiB;
+    o.queue_depth = 8;
+    o.rings = rings;
+    o.max_retries = 50;
+    o.make_queue = test::faulty(plan);
+    tier = std::make_unique<nvme_tier>(o);
+    tier->write("kept", kept.data(), kept.size()).wait();  // stored before any fault
+  }
+  void arm(io_kind kind, action what, std::uint64_t first, std::uint64_t count = 1, int err = EIO) {
+    plan->kind = kind;
+    plan->error = err;
+    plan->count = count;
+    plan->reads = 0;
+    plan->writes = 0;
+    plan->first = first;  // counted from now on
+    plan->hits = 0;
+    plan->what = what;
+  }
+  // Checks the tensor stored before the fault and that new tensors still go through.
+  void expect_healthy() {
+    plan->disarm();
+    std::vector<unsigned char> back(kept.size());
+    tier->read("kept", back.data()).wait();
+    EXPECT_EQ(back, kept) << "a tensor stored before the fault was damaged";
+    const auto fresh = test::random_bytes(1_MiB + 1, 99);
+    tier->write("fresh", fresh.data(), fresh.size()).wait();
+    std::vector<unsigned char> again(fresh.size());
+    tier->read("fresh", again.data()).wait();
+    EXPECT_EQ(again, fresh);
+    tier->erase("fresh");
+  }
+};
+
+bool names(const std::exception& e, const std::string& tensor) {
+  return std::string(e.what()).find("'" + tensor + "'") != std::string::npos;
+}
+
+}  // namespace
+
+TEST(NvmeFaults, EioOnTheKthWriteFailsThatTensorOnly) {
+  for (std::uint64_t k : {1u, 3u, 8u}) {
+    faulty_tier f;
+    const auto before = f.tier->stats();
+    f.arm(io_kind::write, action::fail, k);
+    const auto data = test::random_bytes(2_MiB, k);  // 8 blocks
+    auto h = f.tier->write("victim", data.data(), data.size());
+    try {
+      h.wait();
+      FAIL() << "write with EIO on op " << k << " succeeded";
+    } catch (const io_error& e) {
+      EXPECT_TRUE(names(e, "victim")) << e.what();
+      EXPECT_EQ(e.error_number(), EIO);
+      EXPECT_NE(std::string(e.what()).find("offset"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(f.plan->hits, 1u);
+    EXPECT_FALSE(f.tier->contains("victim"));
+    EXPECT_EQ(f.tier->stats().free_bytes, before.free_bytes) << "a failed write kept its blocks";
+    f.expect_healthy();
+    f.tier->write("victim", data.data(), data.size()).wait();  // and it can be written again
+  }
+}
+
+TEST(NvmeFaults, EioOnTheKthReadLeavesTheTensorStored) {
+  faulty_tier f;
+  f.arm(io_kind::read, action::fail, 2);
+  std::vector<unsigned char> back(f.kept.size());
+  try {
+    f.tier->read("kept", back.data()).wait();
+    FAIL() << "no error";
+  } catch (const io_error& e) {
+    EXPECT_TRUE(names(e, "kept")) << e.what();
+    EXPECT_EQ(e.error_number(), EIO);
+  }
+  EXPECT_TRUE(f.tier->contains("kept"));
+  f.expect_healthy();
+}
+
+TEST(NvmeFaults, ShortWritesAndReadsAreContinued) {
+  faulty_tier f;
+  const auto data = test::random_bytes(3_MiB + 4099, 3);
+  f.arm(io_kind::write, action::short_transfer, 1, 0);
+  f.tier->write("s", data.data(), data.size()).wait();
+  EXPECT_GT(f.plan->hits, 0u);
+  f.arm(io_kind::read, action::short_transfer, 1, 0);
+  std::vector<unsigned char> back(data.size());
+  f.tier->read("s", back.data()).wait();
+  EXPECT_EQ(back, data);
+  EXPECT_GT(f.tier->stats().short_transfers, 0u);
+  f.expect_healthy();
+}
+
+TEST(NvmeFaults, EagainIsRetried) {
+  faulty_tier f;
+  const auto data = test::random_bytes(1_MiB + 17, 4);
+  f.arm(io_kind::write, action::eagain, 1, 10);
+  f.tier->write("a", data.data(), data.size()).wait();
+  f.arm(io_kind::read, action::eagain, 2, 10);
+  std::vector<unsigned char> back(data.size());
+  f.tier->read("a", back.data()).wait();
+  EXPECT_EQ(back, data);
+  EXPECT_EQ(f.tier->stats().eagain_retries, 20u);
+  f.expect_healthy();
+}
+
+TEST(NvmeFaults, EndlessEagainGivesUpWithAnErrorNamingTheTensor) {
+  faulty_tier f;
+  const auto data = test::random_bytes(300_KiB, 5);
+  f.arm(io_kind::write, action::eagain, 1, 0);
+  try {
+    f.tier->write("stuck", data.data(), data.size()).wait();
+    FAIL() << "no error";
+  } catch (const io_error& e) {
+    EXPECT_TRUE(names(e, "stuck")) << e.what();
+    EXPECT_EQ(e.error_number(), EAGAIN);
+  }
+  EXPECT_FALSE(f.tier->contains("stuck"));
+  f.expect_healthy();
+}
+
+TEST(NvmeFaults, EnospcOnAWriteIsAnIoErrorNamingTheTensor) {
+  faulty_tier f;
+  const auto data = test::random_bytes(1_MiB, 6);
+  f.arm(io_kind::write, action::fail, 2, 1, ENOSPC);
+  try {
+    f.tier->write("big", data.data(), data.size()).wait();
+    FAIL() << "no error";
+  } catch (const io_error& e) {
+    EXPECT_TRUE(names(e, "big")) << e.what();
+    EXPECT_EQ(e.error_number(), ENOSPC);
+  }
+  EXPECT_FALSE(f.tier->contains("big"));
+  f.expect_healthy();
+}
+
+TEST(NvmeFaults, BlockCorruptedOnDiskIsACorruptionErrorNamingTensorAndOffset) {
+  faulty_tier f;
+  const auto data = test::random_bytes(1_MiB, 8);  // 4 blocks of 256 KiB
+  f.arm(io_kind::write, action::corrupt_on_disk, 3);  // the third block written
+  f.tier->write("rotten", data.data(), data.size()).wait();
+  f.plan->disarm();
+  ASSERT_EQ(f.plan->hits, 1u);
+  std::vector<unsigned char> back(data.size());
+  try {
+    f.tier->read("rotten", back.data()).wait();
+    FAIL() << "corruption not detected";
+  } catch (const corruption_error& e) {
+    const std::string m = e.what();
+    EXPECT_TRUE(names(e, "rotten")) << m;
+    EXPECT_NE(m.find("at offset "), std::string::npos) << m;
+    EXPECT_NE(m.find("checksum"), std::string::npos) << m;
+  }
+  EXPECT_TRUE(f.tier->contains("rotten"));  // still there: the caller decides
+  f.expect_healthy();
+}
+
+TEST(NvmeFaults, FaultsOnSeveralRingsStillNameTheTensor) {
+  faulty_tier f(3);
+  const auto data = test::random_bytes(4_MiB, 10);
+  f.arm(io_kind::write, action::fail, 5, 3);
+  EXPECT_THROW(f.tier->write("multi", data.data(), data.size()).wait(), io_error);
+  EXPECT_FALSE(f.tier->contains("multi"));
+  f.expect_healthy();
+}

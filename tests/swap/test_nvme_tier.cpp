@@ -1,0 +1,210 @@
+// NVMe tier on io_uring: round trips of many sizes through aligned pinned buffers (fixed
+// buffers, no bounce) and through unaligned ones (bounce), striping over directories, space
+// accounting, clear errors for a full tier and misuse, buffered fallback, /dev/shm.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "allocator/pinned_host_pool.hpp"
+#include "device/cpu_device.hpp"
+#include "device/error.hpp"
+#include "device/log.hpp"
+#include "device/units.hpp"
+#include "swap/nvme_tier.hpp"
+#include "swap_test_support.hpp"
+
+using namespace spillway;
+using namespace spillway::literals;
+
+namespace {
+
+nvme_options options_for(std::vector<std::string> dirs, std::uint64_t capacity) {
+  nvme_options o;
+  o.directories = std::move(dirs);
+  o.capacity = capacity;
+  return o;
+}
+
+// Sizes from 1 byte to 64 MiB: edges around the alignment and the block size, and random ones.
+std::vector<std::size_t> sizes() {
+  std::vector<std::size_t> v{1, 511, 512, 4095, 4096, 4097, 1_MiB - 1, 1_MiB, 1_MiB + 1, 3_MiB + 123, 64_MiB};
+  std::mt19937_64 rng(2024);
+  for (int i = 0; i < 6; ++i) v.push_back(1 + rng() % (9_MiB));
+  return v;
+}
+
+}  // namespace
+
+TEST(NvmeTier, RoundTripsFromPinnedBuffersUseFixedBuffersAndNoBounce) {
+  test::temp_dir dir;
+  cpu_device dev;
+  pinned_host_pool pool(dev, {.capacity = 0, .region_size = 32_MiB, .alignment = 4096});
+  nvme_tier tier(options_for({dir.path()}, 160_MiB), &pool);
+  EXPECT_TRUE(tier.direct_io());
+  std::uint64_t seed = 1;
+  for (std::size_t n : sizes()) {
+    const auto data = test::random_bytes(n, seed++);
+    auto* src = static_cast<unsigned char*>(pool.allocate(n));
+    auto* dst = static_cast<unsigned char*>(pool.allocate(n));
+    std::memcpy(src, data.data(), n);
+    const std::string name = "t" + std::to_string(n);
+    tier.write(name, src, n, n + (4096 - n % 4096) % 4096).wait();
+    EXPECT_TRUE(tier.contains(name));
+    EXPECT_EQ(tier.size(name), n);
+    tier.read(name, dst, n + (4096 - n % 4096) % 4096).wait();
+    ASSERT_EQ(std::memcmp(dst, data.data(), n), 0) << n << " bytes";
+    tier.erase(name);
+    pool.deallocate(src, n);
+    pool.deallocate(dst, n);
+  }
+  const auto s = tier.stats();
+  EXPECT_GT(s.fixed_buffer_ops, 0u);
+  EXPECT_EQ(s.stored_bytes, 0u);
+  EXPECT_EQ(s.free_bytes, s.capacity_bytes);
+}
+
+TEST(NvmeTier, RoundTripsFromUnalignedBuffersGoThroughABounce) {
+  test::temp_dir dir;
+  nvme_tier tier(options_for({dir.path()}, 64_MiB));
+  std::uint64_t seed = 100;
+  for (std::size_t n : {std::size_t{1}, std::size_t{4097}, std::size_t{1_MiB + 3}, std::size_t{5_MiB + 77}}) {
+    const auto data = test::random_bytes(n + 1, seed++);
+    std::vector<unsigned char> back(n + 1, 0);
+    const std::string name = "u" + std::to_string(n);
+    tier.write(name, data.data() + 1, n).wait();  // odd address: never aligned
+    tier.read(name, back.data() + 1, n).wait();
+    ASSERT_EQ(std::memcmp(back.data() + 1, data.data() + 1, n), 0) << n;
+    EXPECT_EQ(back[0], 0) << "read wrote before the buffer";
+  }
+  EXPECT_EQ(tier.stats().fixed_buffer_ops, 0u);  // no pool, no fixed buffers
+}
+
+TEST(NvmeTier, StripesBlocksOverSeveralDirectories) {
+  test::temp_dir a, b;
+  auto o = options_for({a.path(), b.path()}, 16_MiB);
+  o.block_size = 1_MiB;
+  nvme_tier tier(o);
+  const auto data = test::random_bytes(4_MiB, 9);
+  tier.write("striped", data.data(), data.size()).wait();
+  const auto s = tier.stats();
+  ASSERT_EQ(s.free_bytes_per_file.size(), 2u);
+  EXPECT_EQ(s.free_bytes_per_file[0], 6_MiB);  // 2 of 8 blocks used in each file
+  EXPECT_EQ(s.free_bytes_per_file[1], 6_MiB);
+  std::vector<unsigned char> back(data.size());
+  tier.read("striped", back.data()).wait();
+  EXPECT_EQ(back, data);
+}
+
+TEST(NvmeTier, SeveralRingsAndSmallBlocksRoundTrip) {
+  test::temp_dir dir;
+  auto o = options_for({dir.path()}, 32_MiB);
+  o.block_size = 64_KiB;
+  o.queue_depth = 4;
+  o.rings = 3;
+  nvme_tier tier(o);
+  const auto data = test::random_bytes(7_MiB + 5, 17);
+  tier.write("x", data.data(), data.size()).wait();
+  std::vector<unsigned char> back(data.size());
+  tier.read("x", back.data()).wait();
+  EXPECT_EQ(back, data);
+}
+
+TEST(NvmeTier, FullTierIsOutOfMemoryNamingTheTensorAndKeepsWhatIsStored) {
+  test::temp_dir dir;
+  nvme_tier tier(options_for({dir.path()}, 4_MiB));
+  const auto a = test::random_bytes(3_MiB, 1);
+  tier.write("a", a.data(), a.size()).wait();
+  const auto b = test::random_bytes(2_MiB, 2);
+  try {
+    (void)tier.write("b", b.data(), b.size());
+    FAIL() << "no error";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("'b'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("free 1.00 MiB"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(tier.contains("b"));
+  std::vector<unsigned char> back(a.size());
+  tier.read("a", back.data()).wait();
+  EXPECT_EQ(back, a);
+  tier.erase("a");
+  tier.write("b", b.data(), b.size()).wait();  // the space came back
+  EXPECT_TRUE(tier.contains("b"));
+}
+
+TEST(NvmeTier, MisuseIsAClearError) {
+  test::temp_dir dir;
+  nvme_tier tier(options_for({dir.path()}, 4_MiB));
+  std::vector<unsigned char> buf(10, 1);
+  EXPECT_THROW((void)tier.read("nope", buf.data()), error);
+  EXPECT_THROW(tier.erase("nope"), error);
+  tier.write("x", buf.data(), buf.size()).wait();
+  EXPECT_THROW((void)tier.write("x", buf.data(), buf.size()), error);
+  tier.write("empty", nullptr, 0).wait();
+  EXPECT_TRUE(tier.contains("empty"));
+  tier.read("empty", nullptr).wait();
+}
+
+TEST(NvmeTier, BadOptionsAreConfigErrors) {
+  test::temp_dir dir;
+  auto o = options_for({dir.path()}, 4_MiB);
+  o.block_size = 1000;  // not a multiple of the alignment
+  EXPECT_THROW(nvme_tier{o}, config_error);
+  o = options_for({}, 4_MiB);
+  EXPECT_THROW(nvme_tier{o}, config_error);
+  o = options_for({dir.path()}, 4_MiB);
+  o.queue_depth = 0;
+  EXPECT_THROW(nvme_tier{o}, config_error);
+  o = options_for({dir.path(), dir.path() + "/missing"}, 4_MiB);
+  EXPECT_THROW(nvme_tier{o}, config_error);
+  EXPECT_TRUE(dir.empty());
+}
+
+TEST(NvmeTier, BufferedFallbackStillRoundTrips) {
+  test::temp_dir dir;
+  auto previous = set_log_sink([](log_level, const std::string&) {});
+  auto o = options_for({dir.path()}, 8_MiB);
+  o.open_file = [](const std::string& path, int flags, mode_t mode) {
+    if ((flags & O_DIRECT) != 0) return -EINVAL;
+    const int fd = ::open(path.c_str(), flags, mode);
+    return fd >= 0 ? fd : -errno;
+  };
+  {
+    nvme_tier tier(o);
+    EXPECT_FALSE(tier.direct_io());
+    const auto data = test::random_bytes(2_MiB + 3, 5);
+    tier.write("x", data.data(), data.size()).wait();
+    std::vector<unsigned char> back(data.size());
+    tier.read("x", back.data()).wait();
+    EXPECT_EQ(back, data);
+  }
+  set_log_sink(previous);
+}
+
+TEST(NvmeTier, DevShmRoundTrips) {
+  if (::access("/dev/shm", W_OK) != 0) GTEST_SKIP() << "no /dev/shm";
+  test::temp_dir dir("/dev/shm");
+  auto previous = set_log_sink([](log_level, const std::string&) {});
+  {
+    nvme_tier tier(options_for({dir.path()}, 8_MiB));
+    const auto data = test::random_bytes(3_MiB + 11, 6);
+    tier.write("x", data.data(), data.size()).wait();
+    std::vector<unsigned char> back(data.size());
+    tier.read("x", back.data()).wait();
+    EXPECT_EQ(back, data);
+  }
+  set_log_sink(previous);
+}
+
+TEST(NvmeTier, TooSmallDiskIsAnErrorAtStart) {
+  test::temp_dir dir;
+  try {
+    nvme_tier tier(options_for({dir.path()}, 1ULL << 50));
+    FAIL() << "no error";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find(dir.path()), std::string::npos) << e.what();
+  }
+}
