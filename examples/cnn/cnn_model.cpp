@@ -1,0 +1,337 @@
+// The CNN example's forward, backward and Adam steps as Session ops.
+#include "examples/cnn/cnn_model.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "device/error.hpp"
+#include "examples/cnn/images.hpp"
+#include "examples/common/parameters.hpp"
+#include "examples/common/random.hpp"
+#include "kernels/kernels.hpp"
+
+namespace spillway::examples {
+
+namespace k = spillway::kernels;
+
+cnn_shape cnn_preset(preset p) {
+  switch (p) {
+    case preset::tiny: return {2, 16, {8, 16}, 1, 4};
+    case preset::small: return {16, 32, {32, 64, 128}, 2, 8};
+    case preset::medium: return {64, 64, {64, 128, 256, 512}, 2, 8};
+    case preset::large: return {128, 128, {64, 128, 256, 512, 1024}, 3, 8};
+  }
+  return {};
+}
+
+namespace {
+
+constexpr std::uint64_t f32 = sizeof(float);
+constexpr int in_channels = 3;
+
+struct conv_param {
+  parameter w, b;
+  k::conv2d_shape shape;
+};
+
+struct res_block {
+  conv_param conv1, conv2;
+};
+
+struct stage {
+  bool has_transition = false;  // max pool 2x2 then a 1x1 widening convolution
+  k::pool2d_shape pool;
+  conv_param widen;
+  std::vector<res_block> blocks;
+};
+
+class cnn_model final : public model {
+ public:
+  cnn_model(const cnn_shape& shape, std::uint64_t seed) : sh_(shape), seed_(seed) {
+    SPILLWAY_EXPECTS_T(config_error, !sh_.stage_channels.empty() && sh_.classes >= 2 && sh_.classes <= image_pattern_count,
+                       "cnn: bad shape");
+    SPILLWAY_EXPECTS_T(config_error, sh_.image >> (sh_.stage_channels.size() - 1) >= 2,
+                       "cnn: the image is too small for that many stages");
+  }
+
+  void build(Session& s) override {
+    ctx_ = std::make_unique<k::kernel_context>(s.device());
+    rng r(seed_, 30);
+    int c = sh_.stage_channels[0];
+    int size = sh_.image;
+    stem_ = add_conv(s, r, "stem", in_channels, c, 3, size, 1.0);
+    for (std::size_t si = 0; si < sh_.stage_channels.size(); ++si) {
+      stage st;
+      const std::string n = "s" + std::to_string(si) + ".";
+      if (si > 0) {
+        st.has_transition = true;
+        st.pool = {sh_.batch, c, size, size, 2, 2, 0};
+        size /= 2;
+        st.widen = add_conv(s, r, n + "widen", c, sh_.stage_channels[si], 1, size, 1.0);
+        c = sh_.stage_channels[si];
+      }
+      for (int b = 0; b < sh_.blocks_per_stage; ++b) {
+        const std::string bn = n + "b" + std::to_string(b) + ".";
+        res_block blk;
+        blk.conv1 = add_conv(s, r, bn + "conv1", c, c, 3, size, 1.0);
+        // The second convolution of a block starts small, so the block starts near identity.
+        blk.conv2 = add_conv(s, r, bn + "conv2", c, c, 3, size, 0.2);
+        st.blocks.push_back(blk);
+      }
+      stages_.push_back(st);
+    }
+    final_channels_ = c;
+    final_plane_ = size * size;
+    fc_w_ = params_.add(s, "fc.weight", normal_values(r, static_cast<std::size_t>(sh_.classes) * static_cast<std::size_t>(c),
+                                                     1.0 / std::sqrt(c)));
+    fc_b_ = params_.add(s, "fc.bias", std::vector<float>(static_cast<std::size_t>(sh_.classes), 0.0f));
+  }
+
+  float train_step(Session& s, std::int64_t step) override;
+
+  [[nodiscard]] std::uint64_t parameter_count() const override { return params_.count(); }
+  [[nodiscard]] std::string describe() const override {
+    std::string ch;
+    for (int c : sh_.stage_channels) ch += (ch.empty() ? "" : "/") + std::to_string(c);
+    return "cnn: resnet-style, stages " + ch + " channels x " + std::to_string(sh_.blocks_per_stage) + " blocks, " +
+           std::to_string(sh_.image) + "x" + std::to_string(sh_.image) + " images, batch " + std::to_string(sh_.batch) +
+           ", " + std::to_string(sh_.classes) + " pattern classes";
+  }
+
+ private:
+  conv_param add_conv(Session& s, rng& r, const std::string& name, int cin, int cout, int kernel, int size, double gain) {
+    conv_param p;
+    p.shape = {sh_.batch, cin, size, size, cout, kernel, 1, kernel / 2};
+    const std::size_t fan_in = static_cast<std::size_t>(cin) * static_cast<std::size_t>(kernel * kernel);
+    p.w = params_.add(s, name + ".weight",
+                      normal_values(r, static_cast<std::size_t>(cout) * fan_in, gain * std::sqrt(2.0 / static_cast<double>(fan_in))));
+    p.b = params_.add(s, name + ".bias", std::vector<float>(static_cast<std::size_t>(cout), 0.0f));
+    return p;
+  }
+
+  static std::uint64_t out_bytes(const k::conv2d_shape& c) {
+    return static_cast<std::uint64_t>(c.batch) * static_cast<std::uint64_t>(c.out_channels) *
+           static_cast<std::uint64_t>(c.out_height()) * static_cast<std::uint64_t>(c.out_width()) * f32;
+  }
+  static double flops(const k::conv2d_shape& c) {
+    return 2.0 * c.batch * c.out_channels * c.out_height() * c.out_width() * c.in_channels * c.kernel * c.kernel;
+  }
+
+  cnn_shape sh_;
+  std::uint64_t seed_;
+  std::unique_ptr<k::kernel_context> ctx_;
+  parameter_set params_;
+  conv_param stem_;
+  std::vector<stage> stages_;
+  parameter fc_w_, fc_b_;
+  int final_channels_ = 0, final_plane_ = 0;
+  std::vector<float> pixels_;
+  std::vector<std::int32_t> labels_;
+};
+
+// Forward tensors of one residual block that backward reads.
+struct block_acts {
+  tensor_handle x_in, a1, y;
+};
+struct stage_acts {
+  tensor_handle x_in, pooled;  // transition only
+  std::vector<block_acts> blocks;
+};
+
+float cnn_model::train_step(Session& s, std::int64_t step) {
+  k::kernel_context& ctx = *ctx_;
+  const int B = sh_.batch;
+  make_images(seed_, step, B, in_channels, sh_.image, sh_.classes, pixels_, labels_);
+  auto images = s.add_transient("images", pixels_.size() * f32);
+  auto labels = s.add_transient("labels", labels_.size() * sizeof(std::int32_t));
+  {
+    auto op = s.op("batch.upload", {}, {images, labels});
+    op.device().copy_async(op.ptr(images), pixels_.data(), pixels_.size() * f32, copy_kind::host_to_device, op.stream());
+    op.device().copy_async(op.ptr(labels), labels_.data(), labels_.size() * sizeof(std::int32_t),
+                           copy_kind::host_to_device, op.stream());
+  }
+
+  // ---- forward ----
+  auto x = s.add_transient("stem.out", out_bytes(stem_.shape));
+  {
+    auto op = s.op("stem.forward", {images, stem_.w.value, stem_.b.value}, {x}, flops(stem_.shape));
+    k::conv2d_forward(ctx, op.stream(), stem_.shape, op.ptr<float>(images), op.ptr<float>(stem_.w.value),
+                      op.ptr<float>(stem_.b.value), op.ptr<float>(x));
+    k::relu_forward(ctx, op.stream(), op.ptr<float>(x), op.ptr<float>(x), out_bytes(stem_.shape) / f32);
+  }
+  const tensor_handle stem_out = x;
+  std::vector<stage_acts> acts(stages_.size());
+  for (std::size_t si = 0; si < stages_.size(); ++si) {
+    const stage& st = stages_[si];
+    stage_acts& sa = acts[si];
+    const std::string n = "s" + std::to_string(si) + ".";
+    if (st.has_transition) {
+      sa.x_in = x;
+      const std::uint64_t pooled_bytes = static_cast<std::uint64_t>(B) * st.pool.channels * st.pool.out_height() *
+                                         st.pool.out_width() * f32;
+      sa.pooled = s.add_transient(n + "pool.out", pooled_bytes);
+      {
+        auto op = s.op(n + "pool.forward", {x}, {sa.pooled}, static_cast<double>(pooled_bytes));
+        k::max_pool2d_forward(ctx, op.stream(), st.pool, op.ptr<float>(x), op.ptr<float>(sa.pooled));
+      }
+      auto widened = s.add_transient(n + "widen.out", out_bytes(st.widen.shape));
+      {
+        auto op = s.op(n + "widen.forward", {sa.pooled, st.widen.w.value, st.widen.b.value}, {widened}, flops(st.widen.shape));
+        k::conv2d_forward(ctx, op.stream(), st.widen.shape, op.ptr<float>(sa.pooled), op.ptr<float>(st.widen.w.value),
+                          op.ptr<float>(st.widen.b.value), op.ptr<float>(widened));
+      }
+      x = widened;
+    }
+    for (std::size_t bi = 0; bi < st.blocks.size(); ++bi) {
+      const res_block& blk = st.blocks[bi];
+      const std::string bn = n + "b" + std::to_string(bi) + ".";
+      block_acts ba;
+      ba.x_in = x;
+      const std::uint64_t bytes = out_bytes(blk.conv1.shape);
+      ba.a1 = s.add_transient(bn + "conv1.out", bytes);
+      {
+        auto op = s.op(bn + "conv1.forward", {x, blk.conv1.w.value, blk.conv1.b.value}, {ba.a1}, flops(blk.conv1.shape));
+        k::conv2d_forward(ctx, op.stream(), blk.conv1.shape, op.ptr<float>(x), op.ptr<float>(blk.conv1.w.value),
+                          op.ptr<float>(blk.conv1.b.value), op.ptr<float>(ba.a1));
+        k::relu_forward(ctx, op.stream(), op.ptr<float>(ba.a1), op.ptr<float>(ba.a1), bytes / f32);
+      }
+      ba.y = s.add_transient(bn + "out", bytes);
+      {
+        auto op = s.op(bn + "conv2.forward", {ba.a1, blk.conv2.w.value, blk.conv2.b.value, x}, {ba.y},
+                       flops(blk.conv2.shape));
+        k::conv2d_forward(ctx, op.stream(), blk.conv2.shape, op.ptr<float>(ba.a1), op.ptr<float>(blk.conv2.w.value),
+                          op.ptr<float>(blk.conv2.b.value), op.ptr<float>(ba.y));
+        k::add(ctx, op.stream(), op.ptr<float>(ba.y), op.ptr<float>(x), op.ptr<float>(ba.y), bytes / f32);
+        k::relu_forward(ctx, op.stream(), op.ptr<float>(ba.y), op.ptr<float>(ba.y), bytes / f32);
+      }
+      sa.blocks.push_back(ba);
+      x = ba.y;
+    }
+  }
+  const int C = final_channels_, Cl = sh_.classes;
+  auto feat = s.add_transient("pool.features", static_cast<std::uint64_t>(B) * C * f32);
+  {
+    auto op = s.op("gap.forward", {x}, {feat}, static_cast<double>(B) * C * final_plane_);
+    k::global_avg_pool_forward(ctx, op.stream(), op.ptr<float>(x), op.ptr<float>(feat), B, C, final_plane_);
+  }
+  auto logits = s.add_transient("fc.logits", static_cast<std::uint64_t>(B) * Cl * f32);
+  {
+    auto op = s.op("fc.forward", {feat, fc_w_.value, fc_b_.value}, {logits}, 2.0 * B * C * Cl);
+    k::linear_forward(ctx, op.stream(), op.ptr<float>(feat), op.ptr<float>(fc_w_.value), op.ptr<float>(fc_b_.value),
+                      op.ptr<float>(logits), B, C, Cl);
+  }
+  auto loss = s.add_transient("loss", f32);
+  {
+    auto op = s.op("loss.forward", {logits, labels}, {logits, loss}, 5.0 * B * Cl);
+    k::softmax_cross_entropy(ctx, op.stream(), op.ptr<float>(logits), op.ptr<std::int32_t>(labels), nullptr,
+                             op.ptr<float>(loss), op.ptr<float>(logits), B, Cl, 1.0f / static_cast<float>(B));
+  }
+  s.release(labels);
+
+  // ---- backward ----
+  auto dfeat = s.add_transient("pool.dfeatures", static_cast<std::uint64_t>(B) * C * f32);
+  {
+    auto op = s.op("fc.backward", {feat, fc_w_.value, logits}, {dfeat, fc_w_.grad, fc_b_.grad}, 4.0 * B * C * Cl);
+    k::linear_backward(ctx, op.stream(), op.ptr<float>(feat), op.ptr<float>(fc_w_.value), op.ptr<float>(logits),
+                       op.ptr<float>(dfeat), op.ptr<float>(fc_w_.grad), op.ptr<float>(fc_b_.grad), B, C, Cl, false);
+  }
+  s.release(logits);
+  s.release(feat);
+  auto dres = s.add_transient("gap.dx", static_cast<std::uint64_t>(B) * C * final_plane_ * f32);
+  {
+    auto op = s.op("gap.backward", {dfeat}, {dres}, static_cast<double>(B) * C * final_plane_);
+    k::global_avg_pool_backward(ctx, op.stream(), op.ptr<float>(dfeat), op.ptr<float>(dres), B, C, final_plane_);
+  }
+  s.release(dfeat);
+  for (std::size_t si = stages_.size(); si-- > 0;) {
+    const stage& st = stages_[si];
+    const stage_acts& sa = acts[si];
+    const std::string n = "s" + std::to_string(si) + ".";
+    for (std::size_t bi = st.blocks.size(); bi-- > 0;) {
+      const res_block& blk = st.blocks[bi];
+      const block_acts& ba = sa.blocks[bi];
+      const std::string bn = n + "b" + std::to_string(bi) + ".";
+      const std::uint64_t bytes = out_bytes(blk.conv1.shape);
+      auto da1 = s.add_transient(bn + "conv1.dout", bytes);
+      {
+        // dres becomes d loss / d (conv2 output + skip) in place.
+        auto op = s.op(bn + "conv2.backward", {ba.y, ba.a1, blk.conv2.w.value, dres},
+                       {dres, da1, blk.conv2.w.grad, blk.conv2.b.grad}, 2 * flops(blk.conv2.shape));
+        k::relu_backward(ctx, op.stream(), op.ptr<float>(ba.y), op.ptr<float>(dres), op.ptr<float>(dres), bytes / f32);
+        k::conv2d_backward(ctx, op.stream(), blk.conv2.shape, op.ptr<float>(ba.a1), op.ptr<float>(blk.conv2.w.value),
+                           op.ptr<float>(dres), op.ptr<float>(da1), op.ptr<float>(blk.conv2.w.grad),
+                           op.ptr<float>(blk.conv2.b.grad), false);
+      }
+      s.release(ba.y);
+      auto d_in = s.add_transient(bn + "din", bytes);
+      {
+        auto op = s.op(bn + "conv1.backward", {ba.a1, ba.x_in, blk.conv1.w.value, da1, dres},
+                       {da1, d_in, blk.conv1.w.grad, blk.conv1.b.grad}, 2 * flops(blk.conv1.shape));
+        k::relu_backward(ctx, op.stream(), op.ptr<float>(ba.a1), op.ptr<float>(da1), op.ptr<float>(da1), bytes / f32);
+        k::conv2d_backward(ctx, op.stream(), blk.conv1.shape, op.ptr<float>(ba.x_in), op.ptr<float>(blk.conv1.w.value),
+                           op.ptr<float>(da1), op.ptr<float>(d_in), op.ptr<float>(blk.conv1.w.grad),
+                           op.ptr<float>(blk.conv1.b.grad), false);
+        k::add(ctx, op.stream(), op.ptr<float>(d_in), op.ptr<float>(dres), op.ptr<float>(d_in), bytes / f32);
+      }
+      for (auto t : {da1, ba.a1, dres}) s.release(t);
+      dres = d_in;
+    }
+    // The first block's input is the stem's output or the widening convolution's.
+    if (st.has_transition) {
+      const tensor_handle widened = sa.blocks.front().x_in;
+      s.release(widened);
+      const std::uint64_t pooled_bytes = static_cast<std::uint64_t>(B) * st.pool.channels * st.pool.out_height() *
+                                         st.pool.out_width() * f32;
+      auto dpooled = s.add_transient(n + "pool.dout", pooled_bytes);
+      {
+        auto op = s.op(n + "widen.backward", {sa.pooled, st.widen.w.value, dres}, {dpooled, st.widen.w.grad, st.widen.b.grad},
+                       2 * flops(st.widen.shape));
+        k::conv2d_backward(ctx, op.stream(), st.widen.shape, op.ptr<float>(sa.pooled), op.ptr<float>(st.widen.w.value),
+                           op.ptr<float>(dres), op.ptr<float>(dpooled), op.ptr<float>(st.widen.w.grad),
+                           op.ptr<float>(st.widen.b.grad), false);
+      }
+      s.release(dres);
+      auto dx = s.add_transient(n + "pool.dx", static_cast<std::uint64_t>(B) * st.pool.channels * st.pool.height *
+                                                   st.pool.width * f32);
+      {
+        auto op = s.op(n + "pool.backward", {sa.x_in, sa.pooled, dpooled}, {dx}, static_cast<double>(pooled_bytes));
+        k::max_pool2d_backward(ctx, op.stream(), st.pool, op.ptr<float>(sa.x_in), op.ptr<float>(sa.pooled),
+                               op.ptr<float>(dpooled), op.ptr<float>(dx));
+      }
+      for (auto t : {dpooled, sa.pooled}) s.release(t);
+      dres = dx;
+    }
+  }
+  {
+    const std::uint64_t bytes = out_bytes(stem_.shape);
+    auto op = s.op("stem.backward", {stem_out, images, stem_.w.value, dres}, {dres, stem_.w.grad, stem_.b.grad},
+                   2 * flops(stem_.shape));
+    k::relu_backward(ctx, op.stream(), op.ptr<float>(stem_out), op.ptr<float>(dres), op.ptr<float>(dres), bytes / f32);
+    k::conv2d_backward(ctx, op.stream(), stem_.shape, op.ptr<float>(images), op.ptr<float>(stem_.w.value),
+                       op.ptr<float>(dres), nullptr, op.ptr<float>(stem_.w.grad), op.ptr<float>(stem_.b.grad), false);
+  }
+  for (auto t : {stem_out, images, dres}) s.release(t);
+
+  params_.adam_step(s, ctx, k::adam_config{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f}, step + 1);
+
+  float value = 0;
+  s.read(loss, &value, sizeof value);
+  s.release(loss);
+  return value;
+}
+
+}  // namespace
+
+std::unique_ptr<model> make_cnn(const cnn_shape& shape, std::uint64_t seed) {
+  return std::make_unique<cnn_model>(shape, seed);
+}
+
+std::unique_ptr<model> make_cnn(const example_options& o) { return make_cnn(cnn_preset(o.size), o.seed); }
+
+run_result run_cnn(const example_options& o, const step_observer& on_step) {
+  return train(o, [&] { return make_cnn(o); }, on_step);
+}
+
+}  // namespace spillway::examples

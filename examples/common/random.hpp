@@ -1,0 +1,51 @@
+// Deterministic random numbers for weights and data: the same seed gives the same bits on every
+// platform and run (no std:: distributions, whose output the standard leaves to the library).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace spillway::examples {
+
+/// splitmix64: small, fast, and good enough for initial weights and synthetic data.
+class rng {
+ public:
+  explicit rng(std::uint64_t seed) noexcept : state_(seed) {}
+  /// A generator for one purpose (a tensor, a step's batch) derived from a seed and labels, so
+  /// that each stream of numbers is independent of the order others are drawn in.
+  rng(std::uint64_t seed, std::uint64_t a, std::uint64_t b = 0) noexcept
+      : state_(mix(mix(seed ^ 0x5370696c6c776179ULL) ^ mix(a + 0x9e3779b97f4a7c15ULL) ^ (b * 0xbf58476d1ce4e5b9ULL))) {}
+
+  std::uint64_t next() noexcept {
+    state_ += 0x9e3779b97f4a7c15ULL;
+    return mix(state_);
+  }
+  /// Uniform in [0, 1).
+  double uniform() noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  /// Uniform integer in [0, n).
+  std::uint64_t below(std::uint64_t n) noexcept { return n == 0 ? 0 : next() % n; }
+  /// Standard normal (Box-Muller; one of the pair is dropped for simplicity).
+  double normal() noexcept {
+    const double u1 = 1.0 - uniform();
+    const double u2 = uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+
+ private:
+  static std::uint64_t mix(std::uint64_t z) noexcept {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  std::uint64_t state_;
+};
+
+/// n floats drawn from N(0, stddev^2).
+inline std::vector<float> normal_values(rng& r, std::size_t n, double stddev) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(r.normal() * stddev);
+  return v;
+}
+
+}  // namespace spillway::examples

@@ -1,0 +1,125 @@
+// Formatting of progress lines, summaries and the JSON report of a training run.
+#include "examples/common/report.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "device/error.hpp"
+#include "device/units.hpp"
+
+namespace spillway::examples {
+
+namespace {
+
+std::string printf_string(const char* fmt, auto... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, fmt, args...);
+  return buf;
+}
+
+double percent(std::uint64_t a, std::uint64_t b) { return b == 0 ? 0.0 : 100.0 * static_cast<double>(a) / static_cast<double>(b); }
+
+}  // namespace
+
+std::string format_loss(float loss) { return printf_string("%.9g", static_cast<double>(loss)); }
+
+std::string format_step(int step, int steps, float loss, const iteration_report& r) {
+  std::string line = printf_string("step %4d/%d  loss %-12s %9.1f ms  h2d %-11s d2h %-11s", step + 1, steps,
+                                   format_loss(loss).c_str(), r.step_ms, format_bytes(r.h2d_bytes).c_str(),
+                                   format_bytes(r.d2h_bytes).c_str());
+  if (r.nvme_read_bytes + r.nvme_write_bytes > 0)
+    line += printf_string(" nvme r %-11s w %-11s", format_bytes(r.nvme_read_bytes).c_str(),
+                          format_bytes(r.nvme_write_bytes).c_str());
+  line += printf_string(" stalls %zu (%.1f ms)", r.stalls.size(), r.stall_ms);
+  line += r.planned ? "  [" + r.policy + "]" : "  [recording]";
+  return line;
+}
+
+std::string format_header(const run_result& r) {
+  std::string s = printf_string("model    %s, %.2fM parameters\n", r.model.c_str(), static_cast<double>(r.parameters) / 1e6);
+  s += printf_string("run      backend %s, policy %s, device budget %s of %s device memory", r.backend.c_str(),
+                     r.policy.c_str(), format_bytes(r.device_budget_bytes).c_str(),
+                     format_bytes(r.device_memory_bytes).c_str());
+  if (r.probed_footprint)
+    s += printf_string("\n         footprint %s (probed), budget = %.1f%% of it", format_bytes(r.footprint_bytes).c_str(),
+                       percent(r.device_budget_bytes, r.footprint_bytes));
+  return s;
+}
+
+std::string format_summary(const run_result& r) {
+  std::string s;
+  s += printf_string("footprint     %s with everything resident; device budget %s (%.1f%% of footprint)\n",
+                     format_bytes(r.footprint_bytes).c_str(), format_bytes(r.device_budget_bytes).c_str(),
+                     percent(r.device_budget_bytes, r.footprint_bytes));
+  s += printf_string("least budget  %s (largest single op's working set)\n", format_bytes(r.min_budget_bytes).c_str());
+  s += printf_string("peak device   %s (%.1f%% of budget)\n", format_bytes(r.peak_device_bytes).c_str(),
+                     percent(r.peak_device_bytes, r.device_budget_bytes));
+  s += printf_string("moved         host->device %s, device->host %s, nvme read %s, nvme write %s\n",
+                     format_bytes(r.h2d_bytes).c_str(), format_bytes(r.d2h_bytes).c_str(),
+                     format_bytes(r.nvme_read_bytes).c_str(), format_bytes(r.nvme_write_bytes).c_str());
+  s += printf_string("on demand     %llu fetches, %llu evictions (the plan missed them)\n",
+                     static_cast<unsigned long long>(r.on_demand_fetches),
+                     static_cast<unsigned long long>(r.on_demand_evictions));
+  double total = 0;
+  for (double ms : r.step_ms()) total += ms;
+  s += printf_string("time          %.1f ms total, median step %.1f ms (without recording), stalls %.1f ms (%.1f%% overhead)\n",
+                     total, r.median_step_ms(), r.stall_ms, total > 0 ? 100.0 * r.stall_ms / total : 0.0);
+  if (!r.losses.empty())
+    s += "loss          " + format_loss(r.losses.front()) + " -> " + format_loss(r.losses.back()) + "\n";
+  if (!r.chrome_trace.empty()) s += "chrome trace  " + r.chrome_trace + " (open in chrome://tracing or ui.perfetto.dev)\n";
+  return s;
+}
+
+nlohmann::json report_json(const run_result& r) {
+  // Each loss goes through its "%.9g" text: a double parsed from at most 9 digits prints back
+  // as those digits, so the file shows the text, and equal text means equal float bits.
+  nlohmann::json losses = nlohmann::json::array(), steps = nlohmann::json::array();
+  for (float l : r.losses) losses.push_back(std::strtod(format_loss(l).c_str(), nullptr));
+  for (const auto& it : r.iterations) {
+    steps.push_back({{"iteration", it.iteration},
+                     {"planned", it.planned},
+                     {"policy", it.policy},
+                     {"step_ms", it.step_ms},
+                     {"stall_ms", it.stall_ms},
+                     {"stalls", it.stalls.size()},
+                     {"h2d_bytes", it.h2d_bytes},
+                     {"d2h_bytes", it.d2h_bytes},
+                     {"nvme_read_bytes", it.nvme_read_bytes},
+                     {"nvme_write_bytes", it.nvme_write_bytes},
+                     {"peak_device_bytes", it.peak_device_bytes},
+                     {"on_demand_fetches", it.on_demand_fetches},
+                     {"on_demand_evictions", it.on_demand_evictions}});
+  }
+  return {{"model", r.model},
+          {"parameters", r.parameters},
+          {"backend", r.backend},
+          {"policy", r.policy},
+          {"losses", losses},
+          {"step_ms", r.step_ms()},
+          {"median_step_ms", r.median_step_ms()},
+          {"footprint_bytes", r.footprint_bytes},
+          {"min_budget_bytes", r.min_budget_bytes},
+          {"device_budget_bytes", r.device_budget_bytes},
+          {"device_memory_bytes", r.device_memory_bytes},
+          {"peak_device_bytes", r.peak_device_bytes},
+          {"h2d_bytes", r.h2d_bytes},
+          {"d2h_bytes", r.d2h_bytes},
+          {"nvme_read_bytes", r.nvme_read_bytes},
+          {"nvme_write_bytes", r.nvme_write_bytes},
+          {"stall_ms", r.stall_ms},
+          {"on_demand_fetches", r.on_demand_fetches},
+          {"on_demand_evictions", r.on_demand_evictions},
+          {"chrome_trace", r.chrome_trace},
+          {"steps", steps}};
+}
+
+void write_report(const run_result& r, const std::string& path) {
+  std::ofstream f(path);
+  if (!f) throw io_error("cannot open report file '" + path + "' for writing", errno);
+  f << report_json(r).dump(2) << "\n";
+  if (!f) throw io_error("cannot write report file '" + path + "'", errno);
+}
+
+}  // namespace spillway::examples

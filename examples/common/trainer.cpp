@@ -1,0 +1,97 @@
+// The training harness: footprint probe for ratio budgets, the step loop, and the totals.
+#include "examples/common/trainer.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "device/error.hpp"
+
+namespace spillway::examples {
+
+std::vector<double> run_result::step_ms() const {
+  std::vector<double> v;
+  v.reserve(iterations.size());
+  for (const auto& r : iterations) v.push_back(r.step_ms);
+  return v;
+}
+
+double run_result::median_step_ms() const {
+  auto v = step_ms();
+  if (v.empty()) return 0;
+  if (v.size() > 1) v.erase(v.begin());
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::uint64_t min_budget_bytes(const trace& t) {
+  std::uint64_t m = 0;
+  for (op_index i = 0; i < t.ops.size(); ++i) m = std::max(m, t.working_set_bytes(i));
+  return m;
+}
+
+namespace {
+
+// One step of a model in a Session of its own, to learn the footprint before the real run.
+std::uint64_t probe_footprint(const example_options& o, const model_factory& make) {
+  Session s(make_session_config(o, o.device_budget));
+  auto m = make();
+  m->build(s);
+  s.begin_iteration();
+  (void)m->train_step(s, 0);
+  (void)s.end_iteration();
+  return s.footprint_bytes();
+}
+
+}  // namespace
+
+run_result train(const example_options& o, const model_factory& make, const step_observer& on_step,
+                 const start_observer& on_start) {
+  o.validate();
+  run_result r;
+  std::uint64_t budget = o.device_budget;
+  if (o.budget_ratio > 0) {
+    r.footprint_bytes = probe_footprint(o, make);
+    r.probed_footprint = true;
+    budget = static_cast<std::uint64_t>(std::llround(o.budget_ratio * static_cast<double>(r.footprint_bytes)));
+    SPILLWAY_EXPECTS_T(config_error, budget > 0, "--budget-ratio gives a device budget of 0 bytes");
+  }
+  Session s(make_session_config(o, budget));
+  auto m = make();
+  r.model = m->describe();
+  r.parameters = m->parameter_count();
+  r.backend = to_string(s.device().properties().backend);
+  r.policy = o.policy;
+  r.device_budget_bytes = s.device_budget();
+  r.device_memory_bytes = s.device().properties().total_memory;
+  m->build(s);
+  if (on_start) on_start(r);
+
+  for (int step = 0; step < o.steps; ++step) {
+    s.begin_iteration();
+    const float loss = m->train_step(s, step);
+    const iteration_report rep = s.end_iteration();
+    r.losses.push_back(loss);
+    r.iterations.push_back(rep);
+    r.peak_device_bytes = std::max(r.peak_device_bytes, rep.peak_device_bytes);
+    r.h2d_bytes += rep.h2d_bytes;
+    r.d2h_bytes += rep.d2h_bytes;
+    r.nvme_read_bytes += rep.nvme_read_bytes;
+    r.nvme_write_bytes += rep.nvme_write_bytes;
+    r.on_demand_fetches += rep.on_demand_fetches;
+    r.on_demand_evictions += rep.on_demand_evictions;
+    r.stall_ms += rep.stall_ms;
+    if (step == 0) {
+      r.footprint_bytes = s.footprint_bytes();
+      r.min_budget_bytes = min_budget_bytes(s.recorded_trace());
+    }
+    if (on_step) on_step(step, loss, rep);
+  }
+  if (!o.chrome_trace.empty()) {
+    s.write_chrome_trace(o.chrome_trace);
+    r.chrome_trace = o.chrome_trace;
+  }
+  return r;
+}
+
+}  // namespace spillway::examples

@@ -1,0 +1,80 @@
+// The training harness the examples share: opens a Session from example_options (learning the
+// model's footprint first when the budget is a ratio of it), runs the steps, and collects losses
+// and per-iteration reports. The examples' programs, the bench and the tests all call it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "examples/common/options.hpp"
+#include "offload/swap_policy.hpp"
+
+namespace spillway::examples {
+
+/// A model the harness trains. Made fresh for every Session (same options, same seed: same
+/// initial weights and data).
+class model {
+ public:
+  virtual ~model() = default;
+  /// Registers the persistent tensors (parameters, gradients, optimizer state) with `s`.
+  virtual void build(Session& s) = 0;
+  /// Runs one training step's ops (forward, backward, optimizer) inside an iteration the
+  /// harness opened, and returns the step's mean loss, read back with Session::read.
+  /// `step` counts from 0 and picks the batch.
+  virtual float train_step(Session& s, std::int64_t step) = 0;
+  [[nodiscard]] virtual std::uint64_t parameter_count() const = 0;
+  /// One line: the shape of the model and of a batch.
+  [[nodiscard]] virtual std::string describe() const = 0;
+};
+
+using model_factory = std::function<std::unique_ptr<model>()>;
+
+/// Everything a run measured. Byte counts and stall time are sums over the steps; peak device
+/// bytes the worst step's.
+struct run_result {
+  std::string model;
+  std::uint64_t parameters = 0;
+  std::string backend;
+  std::string policy;
+  std::vector<float> losses;
+  std::vector<iteration_report> iterations;
+  std::uint64_t footprint_bytes = 0;     ///< peak live bytes with everything resident
+  std::uint64_t min_budget_bytes = 0;    ///< largest single op's working set
+  std::uint64_t device_budget_bytes = 0; ///< the budget in force
+  std::uint64_t device_memory_bytes = 0; ///< what the device has
+  std::uint64_t peak_device_bytes = 0;
+  std::uint64_t h2d_bytes = 0;
+  std::uint64_t d2h_bytes = 0;
+  std::uint64_t nvme_read_bytes = 0;
+  std::uint64_t nvme_write_bytes = 0;
+  std::uint64_t on_demand_fetches = 0;
+  std::uint64_t on_demand_evictions = 0;
+  double stall_ms = 0;
+  bool probed_footprint = false;         ///< a first Session ran one step to learn the footprint
+  std::string chrome_trace;              ///< where the Chrome trace was written, if anywhere
+
+  /// Step times in ms, in order.
+  [[nodiscard]] std::vector<double> step_ms() const;
+  /// Median step time without the first (recording) iteration; the first's when it is alone.
+  [[nodiscard]] double median_step_ms() const;
+};
+
+/// Called after every step with its 0-based index, loss and report.
+using step_observer = std::function<void(int step, float loss, const iteration_report& report)>;
+/// Called once the Session is open, before the first step (budget and footprint known then
+/// only if a probe learned it).
+using start_observer = std::function<void(const run_result& so_far)>;
+
+/// Trains a model made by `make` for o.steps steps. With o.budget_ratio > 0 a first Session
+/// runs one step under o's other settings to learn the footprint; the real run then uses
+/// budget_ratio x footprint. Throws config_error for bad options before any work.
+run_result train(const example_options& o, const model_factory& make, const step_observer& on_step = {},
+                 const start_observer& on_start = {});
+
+/// The largest working set of a single op of a trace: the least device memory any plan needs.
+[[nodiscard]] std::uint64_t min_budget_bytes(const trace& t);
+
+}  // namespace spillway::examples

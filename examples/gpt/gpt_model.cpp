@@ -1,0 +1,366 @@
+// The GPT example's forward, backward and Adam steps as Session ops, one op per kernel group,
+// each transient released after its last use.
+#include "examples/gpt/gpt_model.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "device/error.hpp"
+#include "examples/common/parameters.hpp"
+#include "examples/common/random.hpp"
+#include "examples/gpt/corpus.hpp"
+#include "kernels/kernels.hpp"
+
+namespace spillway::examples {
+
+namespace k = spillway::kernels;
+
+gpt_shape gpt_preset(preset p) {
+  switch (p) {
+    case preset::tiny: return {256, 16, 32, 2, 2, 2};
+    case preset::small: return {256, 128, 256, 8, 6, 8};
+    case preset::medium: return {256, 256, 768, 12, 12, 8};
+    case preset::large: return {256, 512, 1600, 25, 24, 8};
+  }
+  return {};
+}
+
+namespace {
+
+constexpr std::uint64_t f32 = sizeof(float);
+constexpr std::uint64_t i32 = sizeof(std::int32_t);
+
+struct block_params {
+  parameter ln1_g, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_g, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
+};
+
+// Forward activations of one block that backward reads.
+struct block_acts {
+  tensor_handle x_in, ln1, ln1_mean, ln1_rstd, qkv, att, probs, x_mid, ln2, ln2_mean, ln2_rstd, fc_pre, fc_act;
+};
+
+class gpt_model final : public model {
+ public:
+  gpt_model(const gpt_shape& shape, std::uint64_t seed, std::shared_ptr<const std::string> corpus)
+      : sh_(shape), seed_(seed), corpus_(std::move(corpus)) {
+    SPILLWAY_EXPECTS_T(config_error, sh_.channels % sh_.heads == 0, "gpt: channels must be a multiple of heads");
+    SPILLWAY_EXPECTS_T(config_error, corpus_->size() > static_cast<std::size_t>(sh_.seq) + 1,
+                       "gpt: the corpus is shorter than one sequence");
+  }
+
+  void build(Session& s) override {
+    ctx_ = std::make_unique<k::kernel_context>(s.device());
+    const int c = sh_.channels;
+    const std::size_t cc = static_cast<std::size_t>(c);
+    rng r(seed_, 1);
+    auto normal = [&](std::size_t n, double sd) { return normal_values(r, n, sd); };
+    auto fill = [](std::size_t n, float v) { return std::vector<float>(n, v); };
+    const double proj_sd = 0.02 / std::sqrt(2.0 * sh_.layers);
+    wte_ = params_.add(s, "wte", normal(static_cast<std::size_t>(sh_.vocab) * cc, 0.02));
+    wpe_ = params_.add(s, "wpe", normal(static_cast<std::size_t>(sh_.seq) * cc, 0.01));
+    for (int l = 0; l < sh_.layers; ++l) {
+      const std::string p = "h" + std::to_string(l) + ".";
+      block_params b;
+      b.ln1_g = params_.add(s, p + "ln1.gamma", fill(cc, 1.0f));
+      b.ln1_b = params_.add(s, p + "ln1.beta", fill(cc, 0.0f));
+      b.qkv_w = params_.add(s, p + "qkv.weight", normal(3 * cc * cc, 0.02));
+      b.qkv_b = params_.add(s, p + "qkv.bias", fill(3 * cc, 0.0f));
+      b.proj_w = params_.add(s, p + "proj.weight", normal(cc * cc, proj_sd));
+      b.proj_b = params_.add(s, p + "proj.bias", fill(cc, 0.0f));
+      b.ln2_g = params_.add(s, p + "ln2.gamma", fill(cc, 1.0f));
+      b.ln2_b = params_.add(s, p + "ln2.beta", fill(cc, 0.0f));
+      b.fc_w = params_.add(s, p + "fc.weight", normal(4 * cc * cc, 0.02));
+      b.fc_b = params_.add(s, p + "fc.bias", fill(4 * cc, 0.0f));
+      b.fcproj_w = params_.add(s, p + "fcproj.weight", normal(4 * cc * cc, proj_sd));
+      b.fcproj_b = params_.add(s, p + "fcproj.bias", fill(cc, 0.0f));
+      blocks_.push_back(b);
+    }
+    lnf_g_ = params_.add(s, "lnf.gamma", fill(cc, 1.0f));
+    lnf_b_ = params_.add(s, "lnf.beta", fill(cc, 0.0f));
+  }
+
+  float train_step(Session& s, std::int64_t step) override;
+
+  [[nodiscard]] std::uint64_t parameter_count() const override { return params_.count(); }
+  [[nodiscard]] std::string describe() const override {
+    return "gpt: " + std::to_string(sh_.layers) + " layers, " + std::to_string(sh_.channels) + " channels, " +
+           std::to_string(sh_.heads) + " heads, vocab " + std::to_string(sh_.vocab) + ", batch " +
+           std::to_string(sh_.batch) + " x " + std::to_string(sh_.seq) + " tokens, corpus " +
+           std::to_string(corpus_->size()) + " bytes";
+  }
+
+ private:
+  void load_batch(std::int64_t step);
+
+  gpt_shape sh_;
+  std::uint64_t seed_;
+  std::shared_ptr<const std::string> corpus_;
+  std::unique_ptr<k::kernel_context> ctx_;
+  parameter_set params_;
+  parameter wte_, wpe_, lnf_g_, lnf_b_;
+  std::vector<block_params> blocks_;
+  std::vector<std::int32_t> batch_;  // tokens, targets, positions; read by the upload op
+};
+
+void gpt_model::load_batch(std::int64_t step) {
+  const std::size_t bt = static_cast<std::size_t>(sh_.batch) * static_cast<std::size_t>(sh_.seq);
+  batch_.assign(3 * bt, 0);
+  rng r(seed_, 2, static_cast<std::uint64_t>(step));
+  const std::size_t starts = corpus_->size() - static_cast<std::size_t>(sh_.seq) - 1;
+  for (int b = 0; b < sh_.batch; ++b) {
+    const std::size_t off = r.below(starts + 1);
+    for (int t = 0; t < sh_.seq; ++t) {
+      const std::size_t i = static_cast<std::size_t>(b) * static_cast<std::size_t>(sh_.seq) + static_cast<std::size_t>(t);
+      batch_[i] = static_cast<unsigned char>((*corpus_)[off + static_cast<std::size_t>(t)]);
+      batch_[bt + i] = static_cast<unsigned char>((*corpus_)[off + static_cast<std::size_t>(t) + 1]);
+      batch_[2 * bt + i] = t;
+    }
+  }
+}
+
+float gpt_model::train_step(Session& s, std::int64_t step) {
+  const int B = sh_.batch, T = sh_.seq, C = sh_.channels, H = sh_.heads, V = sh_.vocab, L = sh_.layers;
+  const int BT = B * T;
+  const std::uint64_t bt = static_cast<std::uint64_t>(BT);
+  const std::uint64_t act = bt * static_cast<std::uint64_t>(C) * f32;  // one [BT, C] activation
+  const std::uint64_t probs_bytes = static_cast<std::uint64_t>(B) * H * T * T * f32;
+  const double dbt = BT, dc = C;
+  k::kernel_context& ctx = *ctx_;
+  auto grad = [](const parameter& p) { return p.grad; };
+
+  // ---- batch ----
+  load_batch(step);
+  auto tokens = s.add_transient("tokens", bt * i32);
+  auto targets = s.add_transient("targets", bt * i32);
+  auto positions = s.add_transient("positions", bt * i32);
+  {
+    auto op = s.op("batch.upload", {}, {tokens, targets, positions});
+    op.device().copy_async(op.ptr(tokens), batch_.data(), bt * i32, copy_kind::host_to_device, op.stream());
+    op.device().copy_async(op.ptr(targets), batch_.data() + bt, bt * i32, copy_kind::host_to_device, op.stream());
+    op.device().copy_async(op.ptr(positions), batch_.data() + 2 * bt, bt * i32, copy_kind::host_to_device, op.stream());
+  }
+
+  // ---- forward ----
+  auto x = s.add_transient("x0", act);
+  {
+    auto op = s.op("embed.forward", {wte_.value, wpe_.value, tokens, positions}, {x});
+    k::embedding_forward(ctx, op.stream(), op.ptr<std::int32_t>(tokens), op.ptr<float>(wte_.value), op.ptr<float>(x),
+                         BT, V, C);
+    k::embedding_forward(ctx, op.stream(), op.ptr<std::int32_t>(positions), op.ptr<float>(wpe_.value),
+                         op.ptr<float>(x), BT, T, C, /*accumulate=*/true);
+  }
+  std::vector<block_acts> acts(static_cast<std::size_t>(L));
+  for (int l = 0; l < L; ++l) {
+    const block_params& p = blocks_[static_cast<std::size_t>(l)];
+    block_acts& a = acts[static_cast<std::size_t>(l)];
+    const std::string n = "h" + std::to_string(l) + ".";
+    a.x_in = x;
+    a.ln1 = s.add_transient(n + "ln1.out", act);
+    a.ln1_mean = s.add_transient(n + "ln1.mean", bt * f32);
+    a.ln1_rstd = s.add_transient(n + "ln1.rstd", bt * f32);
+    {
+      auto op = s.op(n + "ln1.forward", {x, p.ln1_g.value, p.ln1_b.value}, {a.ln1, a.ln1_mean, a.ln1_rstd}, 8 * dbt * dc);
+      k::layer_norm_forward(ctx, op.stream(), op.ptr<float>(x), op.ptr<float>(p.ln1_g.value), op.ptr<float>(p.ln1_b.value),
+                            op.ptr<float>(a.ln1), op.ptr<float>(a.ln1_mean), op.ptr<float>(a.ln1_rstd), BT, C);
+    }
+    a.qkv = s.add_transient(n + "qkv.out", 3 * act);
+    {
+      auto op = s.op(n + "qkv.forward", {a.ln1, p.qkv_w.value, p.qkv_b.value}, {a.qkv}, 2 * dbt * dc * 3 * dc);
+      k::linear_forward(ctx, op.stream(), op.ptr<float>(a.ln1), op.ptr<float>(p.qkv_w.value), op.ptr<float>(p.qkv_b.value),
+                        op.ptr<float>(a.qkv), BT, C, 3 * C);
+    }
+    a.att = s.add_transient(n + "attn.out", act);
+    a.probs = s.add_transient(n + "attn.probs", probs_bytes);
+    {
+      auto op = s.op(n + "attn.forward", {a.qkv}, {a.att, a.probs}, 4.0 * B * T * T * dc);
+      k::attention_forward(ctx, op.stream(), {B, T, C, H}, op.ptr<float>(a.qkv), op.ptr<float>(a.att),
+                           op.ptr<float>(a.probs));
+    }
+    a.x_mid = s.add_transient(n + "resid.mid", act);
+    {
+      auto op = s.op(n + "proj.forward", {a.att, p.proj_w.value, p.proj_b.value, x}, {a.x_mid}, 2 * dbt * dc * dc);
+      k::linear_forward(ctx, op.stream(), op.ptr<float>(a.att), op.ptr<float>(p.proj_w.value),
+                        op.ptr<float>(p.proj_b.value), op.ptr<float>(a.x_mid), BT, C, C);
+      k::add(ctx, op.stream(), op.ptr<float>(a.x_mid), op.ptr<float>(x), op.ptr<float>(a.x_mid), bt * C);
+    }
+    a.ln2 = s.add_transient(n + "ln2.out", act);
+    a.ln2_mean = s.add_transient(n + "ln2.mean", bt * f32);
+    a.ln2_rstd = s.add_transient(n + "ln2.rstd", bt * f32);
+    {
+      auto op = s.op(n + "ln2.forward", {a.x_mid, p.ln2_g.value, p.ln2_b.value}, {a.ln2, a.ln2_mean, a.ln2_rstd},
+                     8 * dbt * dc);
+      k::layer_norm_forward(ctx, op.stream(), op.ptr<float>(a.x_mid), op.ptr<float>(p.ln2_g.value),
+                            op.ptr<float>(p.ln2_b.value), op.ptr<float>(a.ln2), op.ptr<float>(a.ln2_mean),
+                            op.ptr<float>(a.ln2_rstd), BT, C);
+    }
+    a.fc_pre = s.add_transient(n + "fc.pre", 4 * act);
+    a.fc_act = s.add_transient(n + "fc.gelu", 4 * act);
+    {
+      auto op = s.op(n + "fc.forward", {a.ln2, p.fc_w.value, p.fc_b.value}, {a.fc_pre, a.fc_act}, 8 * dbt * dc * dc);
+      k::linear_forward(ctx, op.stream(), op.ptr<float>(a.ln2), op.ptr<float>(p.fc_w.value), op.ptr<float>(p.fc_b.value),
+                        op.ptr<float>(a.fc_pre), BT, C, 4 * C);
+      k::gelu_forward(ctx, op.stream(), op.ptr<float>(a.fc_pre), op.ptr<float>(a.fc_act), 4 * bt * C);
+    }
+    auto x_next = s.add_transient(n + "resid.out", act);
+    {
+      auto op = s.op(n + "fcproj.forward", {a.fc_act, p.fcproj_w.value, p.fcproj_b.value, a.x_mid}, {x_next},
+                     8 * dbt * dc * dc);
+      k::linear_forward(ctx, op.stream(), op.ptr<float>(a.fc_act), op.ptr<float>(p.fcproj_w.value),
+                        op.ptr<float>(p.fcproj_b.value), op.ptr<float>(x_next), BT, 4 * C, C);
+      k::add(ctx, op.stream(), op.ptr<float>(x_next), op.ptr<float>(a.x_mid), op.ptr<float>(x_next), bt * C);
+    }
+    x = x_next;
+  }
+  auto lnf = s.add_transient("lnf.out", act);
+  auto lnf_mean = s.add_transient("lnf.mean", bt * f32);
+  auto lnf_rstd = s.add_transient("lnf.rstd", bt * f32);
+  {
+    auto op = s.op("lnf.forward", {x, lnf_g_.value, lnf_b_.value}, {lnf, lnf_mean, lnf_rstd}, 8 * dbt * dc);
+    k::layer_norm_forward(ctx, op.stream(), op.ptr<float>(x), op.ptr<float>(lnf_g_.value), op.ptr<float>(lnf_b_.value),
+                          op.ptr<float>(lnf), op.ptr<float>(lnf_mean), op.ptr<float>(lnf_rstd), BT, C);
+  }
+  auto logits = s.add_transient("head.logits", bt * static_cast<std::uint64_t>(V) * f32);
+  {
+    auto op = s.op("head.forward", {lnf, wte_.value}, {logits}, 2 * dbt * dc * V);
+    k::linear_forward(ctx, op.stream(), op.ptr<float>(lnf), op.ptr<float>(wte_.value), nullptr, op.ptr<float>(logits),
+                      BT, C, V);
+  }
+  auto loss = s.add_transient("loss", f32);
+  {
+    // The logits become d loss / d logits in place.
+    auto op = s.op("loss.forward", {logits, targets}, {logits, loss}, 5 * dbt * V);
+    k::softmax_cross_entropy(ctx, op.stream(), op.ptr<float>(logits), op.ptr<std::int32_t>(targets), nullptr,
+                             op.ptr<float>(loss), op.ptr<float>(logits), BT, V, 1.0f / static_cast<float>(BT));
+  }
+  s.release(targets);
+
+  // ---- backward ----
+  auto d_lnf = s.add_transient("lnf.dout", act);
+  {
+    auto op = s.op("head.backward", {lnf, wte_.value, logits}, {d_lnf, wte_.grad}, 4 * dbt * dc * V);
+    k::linear_backward(ctx, op.stream(), op.ptr<float>(lnf), op.ptr<float>(wte_.value), op.ptr<float>(logits),
+                       op.ptr<float>(d_lnf), op.ptr<float>(wte_.grad), nullptr, BT, C, V, /*accumulate=*/false);
+  }
+  s.release(logits);
+  s.release(lnf);
+  auto dres = s.add_transient("lnf.dx", act);
+  {
+    auto op = s.op("lnf.backward", {x, lnf_g_.value, lnf_mean, lnf_rstd, d_lnf}, {dres, grad(lnf_g_), grad(lnf_b_)},
+                   10 * dbt * dc);
+    k::layer_norm_backward(ctx, op.stream(), op.ptr<float>(x), op.ptr<float>(lnf_g_.value), op.ptr<float>(lnf_mean),
+                           op.ptr<float>(lnf_rstd), op.ptr<float>(d_lnf), op.ptr<float>(dres),
+                           op.ptr<float>(lnf_g_.grad), op.ptr<float>(lnf_b_.grad), BT, C, false);
+  }
+  for (auto t : {d_lnf, lnf_mean, lnf_rstd, x}) s.release(t);
+
+  for (int l = L - 1; l >= 0; --l) {
+    const block_params& p = blocks_[static_cast<std::size_t>(l)];
+    const block_acts& a = acts[static_cast<std::size_t>(l)];
+    const std::string n = "h" + std::to_string(l) + ".";
+    auto d_fc = s.add_transient(n + "fc.dgelu", 4 * act);
+    {
+      auto op = s.op(n + "fcproj.backward", {a.fc_act, p.fcproj_w.value, dres}, {d_fc, p.fcproj_w.grad, p.fcproj_b.grad},
+                     16 * dbt * dc * dc);
+      k::linear_backward(ctx, op.stream(), op.ptr<float>(a.fc_act), op.ptr<float>(p.fcproj_w.value), op.ptr<float>(dres),
+                         op.ptr<float>(d_fc), op.ptr<float>(p.fcproj_w.grad), op.ptr<float>(p.fcproj_b.grad), BT, 4 * C,
+                         C, false);
+    }
+    s.release(a.fc_act);
+    auto d_ln2 = s.add_transient(n + "ln2.dout", act);
+    {
+      auto op = s.op(n + "fc.backward", {a.fc_pre, a.ln2, p.fc_w.value, d_fc}, {d_fc, d_ln2, p.fc_w.grad, p.fc_b.grad},
+                     16 * dbt * dc * dc);
+      k::gelu_backward(ctx, op.stream(), op.ptr<float>(a.fc_pre), op.ptr<float>(d_fc), op.ptr<float>(d_fc), 4 * bt * C);
+      k::linear_backward(ctx, op.stream(), op.ptr<float>(a.ln2), op.ptr<float>(p.fc_w.value), op.ptr<float>(d_fc),
+                         op.ptr<float>(d_ln2), op.ptr<float>(p.fc_w.grad), op.ptr<float>(p.fc_b.grad), BT, C, 4 * C,
+                         false);
+    }
+    for (auto t : {d_fc, a.fc_pre, a.ln2}) s.release(t);
+    auto d_mid = s.add_transient(n + "resid.dmid", act);
+    {
+      auto op = s.op(n + "ln2.backward", {a.x_mid, p.ln2_g.value, a.ln2_mean, a.ln2_rstd, d_ln2, dres},
+                     {d_mid, p.ln2_g.grad, p.ln2_b.grad}, 11 * dbt * dc);
+      k::layer_norm_backward(ctx, op.stream(), op.ptr<float>(a.x_mid), op.ptr<float>(p.ln2_g.value),
+                             op.ptr<float>(a.ln2_mean), op.ptr<float>(a.ln2_rstd), op.ptr<float>(d_ln2),
+                             op.ptr<float>(d_mid), op.ptr<float>(p.ln2_g.grad), op.ptr<float>(p.ln2_b.grad), BT, C, false);
+      k::add(ctx, op.stream(), op.ptr<float>(d_mid), op.ptr<float>(dres), op.ptr<float>(d_mid), bt * C);
+    }
+    for (auto t : {dres, d_ln2, a.ln2_mean, a.ln2_rstd, a.x_mid}) s.release(t);
+    dres = d_mid;
+    auto d_att = s.add_transient(n + "attn.dout", act);
+    {
+      auto op = s.op(n + "proj.backward", {a.att, p.proj_w.value, dres}, {d_att, p.proj_w.grad, p.proj_b.grad},
+                     4 * dbt * dc * dc);
+      k::linear_backward(ctx, op.stream(), op.ptr<float>(a.att), op.ptr<float>(p.proj_w.value), op.ptr<float>(dres),
+                         op.ptr<float>(d_att), op.ptr<float>(p.proj_w.grad), op.ptr<float>(p.proj_b.grad), BT, C, C,
+                         false);
+    }
+    s.release(a.att);
+    auto d_qkv = s.add_transient(n + "qkv.dout", 3 * act);
+    auto scratch = s.add_transient(n + "attn.scratch", probs_bytes, tensor_kind::workspace);
+    {
+      auto op = s.op(n + "attn.backward", {a.qkv, a.probs, d_att}, {d_qkv, scratch}, 8.0 * B * T * T * dc);
+      k::attention_backward(ctx, op.stream(), {B, T, C, H}, op.ptr<float>(a.qkv), op.ptr<float>(a.probs),
+                            op.ptr<float>(d_att), op.ptr<float>(d_qkv), op.ptr<float>(scratch));
+    }
+    for (auto t : {scratch, a.probs, d_att}) s.release(t);
+    auto d_ln1 = s.add_transient(n + "ln1.dout", act);
+    {
+      auto op = s.op(n + "qkv.backward", {a.ln1, p.qkv_w.value, d_qkv}, {d_ln1, p.qkv_w.grad, p.qkv_b.grad},
+                     12 * dbt * dc * dc);
+      k::linear_backward(ctx, op.stream(), op.ptr<float>(a.ln1), op.ptr<float>(p.qkv_w.value), op.ptr<float>(d_qkv),
+                         op.ptr<float>(d_ln1), op.ptr<float>(p.qkv_w.grad), op.ptr<float>(p.qkv_b.grad), BT, C, 3 * C,
+                         false);
+    }
+    for (auto t : {d_qkv, a.qkv, a.ln1}) s.release(t);
+    auto d_in = s.add_transient(n + "resid.din", act);
+    {
+      auto op = s.op(n + "ln1.backward", {a.x_in, p.ln1_g.value, a.ln1_mean, a.ln1_rstd, d_ln1, dres},
+                     {d_in, p.ln1_g.grad, p.ln1_b.grad}, 11 * dbt * dc);
+      k::layer_norm_backward(ctx, op.stream(), op.ptr<float>(a.x_in), op.ptr<float>(p.ln1_g.value),
+                             op.ptr<float>(a.ln1_mean), op.ptr<float>(a.ln1_rstd), op.ptr<float>(d_ln1),
+                             op.ptr<float>(d_in), op.ptr<float>(p.ln1_g.grad), op.ptr<float>(p.ln1_b.grad), BT, C, false);
+      k::add(ctx, op.stream(), op.ptr<float>(d_in), op.ptr<float>(dres), op.ptr<float>(d_in), bt * C);
+    }
+    for (auto t : {dres, d_ln1, a.ln1_mean, a.ln1_rstd, a.x_in}) s.release(t);
+    dres = d_in;
+  }
+  {
+    // The tied head wrote wte's gradient; the token lookup adds to it.
+    auto op = s.op("embed.backward", {tokens, positions, dres, wte_.grad}, {wte_.grad, wpe_.grad}, 2 * dbt * dc);
+    k::embedding_backward(ctx, op.stream(), op.ptr<std::int32_t>(tokens), op.ptr<float>(dres), op.ptr<float>(wte_.grad),
+                          BT, V, C, /*accumulate=*/true);
+    k::embedding_backward(ctx, op.stream(), op.ptr<std::int32_t>(positions), op.ptr<float>(dres),
+                          op.ptr<float>(wpe_.grad), BT, T, C, /*accumulate=*/false);
+  }
+  for (auto t : {tokens, positions, dres}) s.release(t);
+
+  // ---- optimizer ----
+  params_.adam_step(s, ctx, k::adam_config{1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f}, step + 1);
+
+  float value = 0;
+  s.read(loss, &value, sizeof value);
+  s.release(loss);
+  return value;
+}
+
+}  // namespace
+
+std::unique_ptr<model> make_gpt(const gpt_shape& shape, std::uint64_t seed, std::shared_ptr<const std::string> corpus) {
+  return std::make_unique<gpt_model>(shape, seed, std::move(corpus));
+}
+
+std::unique_ptr<model> make_gpt(const example_options& o) {
+  const gpt_shape shape = gpt_preset(o.size);
+  auto corpus = std::make_shared<const std::string>(
+      o.data.empty() ? generate_corpus(o.seed, 64 * 1024) : load_corpus(o.data, static_cast<std::size_t>(shape.seq) + 2));
+  return make_gpt(shape, o.seed, std::move(corpus));
+}
+
+run_result run_gpt(const example_options& o, const step_observer& on_step) {
+  return train(o, [&] { return make_gpt(o); }, on_step);
+}
+
+}  // namespace spillway::examples

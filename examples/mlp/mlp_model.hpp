@@ -1,0 +1,26 @@
+// oversized_mlp's model: a deep, wide ReLU MLP learning to classify inputs the way a fixed
+// random teacher network does, every tensor a Session tensor.
+#pragma once
+
+#include <memory>
+
+#include "examples/common/options.hpp"
+#include "examples/common/trainer.hpp"
+
+namespace spillway::examples {
+
+struct mlp_shape {
+  int inputs = 512;
+  int width = 1536;
+  int depth = 8;        ///< hidden layers
+  int classes = 16;
+  int batch = 256;
+  int teacher_hidden = 64;
+};
+
+[[nodiscard]] mlp_shape mlp_preset(preset p);
+[[nodiscard]] std::unique_ptr<model> make_mlp(const mlp_shape& shape, std::uint64_t seed);
+[[nodiscard]] std::unique_ptr<model> make_mlp(const example_options& o);
+run_result run_mlp(const example_options& o, const step_observer& on_step = {});
+
+}  // namespace spillway::examples
