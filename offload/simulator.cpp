@@ -249,7 +249,7 @@ class replay {
     }
     const bool has = pf.from == tier::host ? s.host_valid : s.nvme_valid;
     if (!has) {
-      violation(why + ": no valid copy in tier " + std::string(to_string(pf.from)));
+      violation(why + ": no valid copy in tier " + std::string(tier_name(pf.from)));
       return;
     }
     fetch(pf.tensor, pf.from, at, why);
@@ -307,9 +307,9 @@ class replay {
       if (home == tier::device) {
         if (!s.on_device) violation("'" + name(x) + "' starts on the device but ends elsewhere");
       } else {
-        if (s.on_device) violation("'" + name(x) + "' starts in " + std::string(to_string(home)) + " but ends on the device");
+        if (s.on_device) violation("'" + name(x) + "' starts in " + std::string(tier_name(home)) + " but ends on the device");
         if (lt_.tensors[x].crosses_boundary && !(home == tier::host ? s.host_valid : s.nvme_valid))
-          violation("'" + name(x) + "' ends without a valid copy in its starting tier " + std::string(to_string(home)));
+          violation("'" + name(x) + "' ends without a valid copy in its starting tier " + std::string(tier_name(home)));
       }
     }
   }

@@ -11,7 +11,7 @@ constexpr std::string_view tier_names[] = {"device", "host", "nvme"};
 constexpr std::string_view action_names[] = {"evict_to_host", "evict_to_nvme", "drop"};
 }  // namespace
 
-std::string_view to_string(tier t) noexcept { return tier_names[static_cast<int>(t)]; }
+std::string_view tier_name(tier t) noexcept { return tier_names[static_cast<int>(t)]; }
 
 std::optional<tier> parse_tier(std::string_view s) noexcept {
   for (int i = 0; i < 3; ++i)

@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "prefetch/trace.hpp"
+#include "swap/tier.hpp"
 
 namespace spillway {
 
-/// Where a copy of a tensor lives.
-enum class tier : std::uint8_t { device, host, nvme };
-[[nodiscard]] std::string_view to_string(tier t) noexcept;
+/// Where a copy of a tensor lives: `tier` from swap/tier.hpp (to_string(tier) names it there).
+[[nodiscard]] std::string_view tier_name(tier t) noexcept;
 [[nodiscard]] std::optional<tier> parse_tier(std::string_view s) noexcept;
 
 /// What happens to a tensor's device copy after an op.

@@ -1,0 +1,363 @@
+// spillway-bench plan: every swap policy at every budget on a simulated GPU: step time against
+// ideal and lower bound, stalls, bytes per tier, planner time; zoo-wide targets with PASS/MISS.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/command.hpp"
+#include "device/error.hpp"
+#include "device/units.hpp"
+#include "offload/lifetime.hpp"
+#include "offload/planner.hpp"
+#include "offload/profile.hpp"
+#include "offload/simulator.hpp"
+#include "offload/trace_json.hpp"
+#include "offload/zoo.hpp"
+
+namespace spillway::bench {
+
+namespace {
+using namespace spillway::offload;
+using json = nlohmann::json;
+
+struct plan_args {
+  std::string model, trace_file;
+  std::vector<std::string> hw;
+  std::uint32_t batch = 0, seq = 0, layers = 0;
+  std::vector<std::string> budgets;
+  std::vector<double> ratios;
+  std::vector<std::string> policies;
+  std::string json_file, svg_file, chrome_file;
+  bool report = false;
+};
+
+struct row {
+  std::string model, hw, policy;
+  std::uint64_t budget = 0, min_budget = 0, peak_live = 0;
+  double ratio = 0;  // budget / peak live
+  bool below_min = false;
+  bool feasible = false;
+  sim_result sim;
+  bounds b;
+  double plan_ms = 0;
+  std::string note;
+};
+
+double ms(double s) { return s * 1e3; }
+double gib(std::uint64_t b) { return static_cast<double>(b) / (1ull << 30); }
+
+json row_json(const row& r) {
+  return {{"model", r.model},
+          {"hw", r.hw},
+          {"policy", r.policy},
+          {"budget_bytes", r.budget},
+          {"budget_ratio", r.ratio},
+          {"min_budget_bytes", r.min_budget},
+          {"peak_live_bytes", r.peak_live},
+          {"step_ms", ms(r.sim.step_seconds)},
+          {"ideal_ms", ms(r.b.ideal_seconds)},
+          {"lower_bound_ms", ms(r.b.lower_bound_seconds)},
+          {"stall_ms", ms(r.sim.stall_seconds)},
+          {"peak_device_bytes", r.sim.peak_device_bytes},
+          {"peak_host_bytes", r.sim.peak_host_bytes},
+          {"h2d_bytes", r.sim.h2d_bytes},
+          {"d2h_bytes", r.sim.d2h_bytes},
+          {"nvme_read_bytes", r.sim.nvme_read_bytes},
+          {"nvme_write_bytes", r.sim.nvme_write_bytes},
+          {"plan_ms", r.plan_ms},
+          {"feasible", r.feasible},
+          {"violations", r.sim.violation_count},
+          {"note", r.note}};
+}
+
+void print_header() {
+  std::printf("%-11s %-10s %-9s %10s %5s %10s %7s %7s %9s %9s %9s %9s %9s %8s %s\n", "model", "hw", "policy",
+              "budget", "ratio", "step_ms", "/ideal", "/lb", "stall_ms", "peak_GiB", "h2d_GiB", "d2h_GiB",
+              "nvme_GiB", "plan_ms", "ok");
+}
+
+void print_row(const row& r) {
+  if (r.below_min) {
+    std::printf("%-11s %-10s %-9s %9.2fG %5.3f  budget below the least any plan needs (%s)\n", r.model.c_str(),
+                r.hw.c_str(), r.policy.c_str(), gib(r.budget), r.ratio, format_bytes(r.min_budget).c_str());
+    return;
+  }
+  std::printf("%-11s %-10s %-9s %9.2fG %5.3f %10.2f %7.3f %7.3f %9.2f %9.2f %9.2f %9.2f %9.2f %8.1f %s\n",
+              r.model.c_str(), r.hw.c_str(), r.policy.c_str(), gib(r.budget), r.ratio, ms(r.sim.step_seconds),
+              r.sim.step_seconds / r.b.ideal_seconds, r.sim.step_seconds / r.b.lower_bound_seconds,
+              ms(r.sim.stall_seconds), gib(r.sim.peak_device_bytes), gib(r.sim.h2d_bytes), gib(r.sim.d2h_bytes),
+              gib(r.sim.nvme_read_bytes + r.sim.nvme_write_bytes), r.plan_ms, r.feasible ? "yes" : "NO");
+}
+
+// Chrome trace (Perfetto): one process per row, tracks compute/h2d/d2h/nvme, a memory counter.
+void add_chrome(json& events, int pid, const row& r, const trace& t) {
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid},
+                    {"args", {{"name", r.model + " " + r.hw + " " + r.policy + " @ " + format_bytes(r.budget)}}}});
+  for (int k = 0; k < 5; ++k)
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", k},
+                      {"args", {{"name", std::string(to_string(static_cast<sim_track>(k)))}}}});
+  for (const auto& e : r.sim.timeline) {
+    const bool op = e.track == sim_track::compute;
+    events.push_back({{"name", op ? t.ops[e.id].name : t.tensors[e.id].name},
+                      {"ph", "X"},
+                      {"pid", pid},
+                      {"tid", static_cast<int>(e.track)},
+                      {"ts", e.start * 1e6},
+                      {"dur", (e.end - e.start) * 1e6},
+                      {"args", {{"bytes", e.bytes}}}});
+  }
+  for (const auto& m : r.sim.memory)
+    events.push_back({{"name", "device memory"}, {"ph", "C"}, {"pid", pid}, {"ts", m.time * 1e6},
+                      {"args", {{"allocated", m.device_bytes}, {"budget", r.budget}}}});
+}
+
+void write_svg(const std::string& path, const std::vector<row>& rows) {
+  std::map<std::string, std::vector<const row*>> lines;
+  double xmax = 0, ymax = 0;
+  for (const auto& r : rows) {
+    if (r.below_min || !r.feasible) continue;
+    lines[r.model + " " + r.hw + " " + r.policy].push_back(&r);
+    xmax = std::max(xmax, gib(r.budget));
+    ymax = std::max(ymax, ms(r.sim.step_seconds));
+  }
+  const double W = 800, H = 500, L = 70, B = 50, R = 220, T = 20;
+  auto X = [&](double v) { return L + v / (xmax > 0 ? xmax : 1) * (W - L - R); };
+  auto Y = [&](double v) { return H - B - v / (ymax > 0 ? ymax : 1) * (H - B - T); };
+  std::ofstream o(path);
+  if (!o) throw config_error("cannot write SVG file '" + path + "'");
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+    << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  o << "<line x1=\"" << L << "\" y1=\"" << H - B << "\" x2=\"" << W - R << "\" y2=\"" << H - B << "\" stroke=\"black\"/>\n";
+  o << "<line x1=\"" << L << "\" y1=\"" << T << "\" x2=\"" << L << "\" y2=\"" << H - B << "\" stroke=\"black\"/>\n";
+  for (int i = 0; i <= 4; ++i) {
+    const double xv = xmax * i / 4, yv = ymax * i / 4;
+    o << "<text x=\"" << X(xv) << "\" y=\"" << H - B + 16 << "\" text-anchor=\"middle\">" << std::round(xv * 10) / 10
+      << "</text>\n<text x=\"" << L - 6 << "\" y=\"" << Y(yv) + 4 << "\" text-anchor=\"end\">" << std::round(yv)
+      << "</text>\n";
+  }
+  o << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << H - 10 << "\" text-anchor=\"middle\">device budget (GiB)</text>\n";
+  o << "<text x=\"15\" y=\"" << H / 2 << "\" transform=\"rotate(-90 15 " << H / 2
+    << ")\" text-anchor=\"middle\">simulated step time (ms)</text>\n";
+  const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
+  int i = 0;
+  for (auto& [name, pts] : lines) {
+    std::sort(pts.begin(), pts.end(), [](auto a, auto b) { return a->budget < b->budget; });
+    const char* c = colors[i % 8];
+    o << "<polyline fill=\"none\" stroke=\"" << c << "\" stroke-width=\"2\" points=\"";
+    for (auto* p : pts) o << X(gib(p->budget)) << "," << Y(ms(p->sim.step_seconds)) << " ";
+    o << "\"/>\n";
+    for (auto* p : pts)
+      o << "<circle cx=\"" << X(gib(p->budget)) << "\" cy=\"" << Y(ms(p->sim.step_seconds)) << "\" r=\"3\" fill=\"" << c
+        << "\"/>\n";
+    o << "<text x=\"" << W - R + 10 << "\" y=\"" << T + 16 * i + 10 << "\" fill=\"" << c << "\">" << name << "</text>\n";
+    ++i;
+  }
+  o << "</svg>\n";
+}
+
+struct runner {
+  bool timeline = false;
+  std::vector<row> rows;
+
+  void run(const std::string& model, const trace& t, const hw_profile& hw, const std::vector<std::uint64_t>& budgets,
+           const lifetime_report& rep, const std::vector<std::string>& policies) {
+    for (auto budget : budgets) {
+      const auto b = compute_bounds(t, rep, hw, budget);
+      for (const auto& pol : policies) {
+        row r;
+        r.model = model;
+        r.hw = hw.name;
+        r.policy = pol;
+        r.budget = budget;
+        r.min_budget = rep.min_budget_bytes;
+        r.peak_live = rep.peak_live_bytes;
+        r.ratio = static_cast<double>(budget) / static_cast<double>(rep.peak_live_bytes);
+        r.b = b;
+        if (budget > hw.device_bytes) r.note = "budget above the profile's device memory (what-if)";
+        if (budget < rep.min_budget_bytes) {
+          r.below_min = true;
+          rows.push_back(std::move(r));
+          continue;
+        }
+        auto planner = make_planner(pol);
+        const auto t0 = std::chrono::steady_clock::now();
+        const plan p = planner->make_plan(t, rep, hw, budget);
+        r.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        sim_options so;
+        so.record_timeline = timeline;
+        r.sim = simulate(t, p, hw, so);
+        r.feasible = r.sim.feasible();
+        rows.push_back(std::move(r));
+      }
+    }
+  }
+};
+
+std::vector<std::uint64_t> budgets_for(const plan_args& a, const lifetime_report& rep) {
+  std::vector<std::uint64_t> out;
+  for (const auto& s : a.budgets) out.push_back(parse_size(s, "--budget"));
+  auto ratios = a.ratios;
+  if (out.empty() && ratios.empty()) ratios = {0.5, 0.25, 0.125};
+  for (double r : ratios) {
+    if (!(r > 0)) throw config_error("--budget-ratio must be positive");
+    out.push_back(static_cast<std::uint64_t>(static_cast<double>(rep.peak_live_bytes) * r));
+  }
+  return out;
+}
+
+std::vector<std::string> policies_for(const plan_args& a) {
+  if (a.policies.empty() || std::find(a.policies.begin(), a.policies.end(), "all") != a.policies.end())
+    return planner_names();
+  return a.policies;
+}
+
+int run_zoo(const plan_args& a, runner& run) {
+  const auto hws = a.hw.empty() ? std::vector<std::string>{"h200", "v100-16g"} : a.hw;
+  const auto policies = policies_for(a);
+  print_header();
+  for (const auto& hwname : hws) {
+    const auto hw = get_profile(hwname);
+    for (const auto& model : zoo_model_names()) {
+      zoo_options zo{a.batch, a.seq, a.layers};
+      const auto t = make_model_trace(model, zo);
+      const auto rep = analyze(t);
+      const auto before = run.rows.size();
+      run.run(model, t, hw, budgets_for(a, rep), rep, policies);
+      for (auto i = before; i < run.rows.size(); ++i) print_row(run.rows[i]);
+    }
+  }
+  // Targets.
+  bool all_pass = true;
+  auto verdict = [&](bool ok, const std::string& what) {
+    std::printf("%s  %s\n", ok ? "PASS" : "MISS", what.c_str());
+    all_pass = all_pass && ok;
+  };
+  std::map<std::tuple<std::string, std::string, std::uint64_t>, std::map<std::string, const row*>> by_case;
+  for (const auto& r : run.rows) by_case[{r.model, r.hw, r.budget}][r.policy] = &r;
+  std::size_t cases = 0, infeasible = 0, slower = 0;
+  double log_sum = 0, worst = 0;
+  std::string worst_case, slower_cases;
+  for (const auto& [key, pols] : by_case) {
+    auto it = pols.find("auto");
+    if (it == pols.end() || it->second->below_min) continue;
+    const row& au = *it->second;
+    ++cases;
+    if (!au.feasible) ++infeasible;
+    for (const char* base : {"lms", "vdnn-all", "vdnn-conv"}) {
+      auto b = pols.find(base);
+      if (b == pols.end() || !b->second->feasible) continue;
+      if (au.sim.step_seconds > b->second->sim.step_seconds * (1 + 1e-9)) {
+        ++slower;
+        slower_cases += " " + au.model + "/" + au.hw + "/" + std::to_string(au.ratio) + "<" + base;
+      }
+    }
+    const double q = au.sim.step_seconds / au.b.lower_bound_seconds;
+    log_sum += std::log(q);
+    if (q > worst) {
+      worst = q;
+      worst_case = au.model + " on " + au.hw + " at " + format_bytes(au.budget);
+    }
+  }
+  const double geo = cases ? std::exp(log_sum / static_cast<double>(cases)) : 0;
+  std::printf("\ntargets over %zu cases (model x hw x budget with budget >= least any plan needs):\n", cases);
+  verdict(infeasible == 0, "auto feasible wherever the budget allows: " + std::to_string(cases - infeasible) + "/" +
+                               std::to_string(cases));
+  verdict(slower == 0, "auto never slower than lms or vdnn: " + std::to_string(slower) + " slower" + slower_cases);
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "geometric mean of auto step/lower_bound = %.4f (target <= 1.15)", geo);
+  verdict(geo <= 1.15, buf);
+  std::snprintf(buf, sizeof buf, "worst auto step/lower_bound = %.4f (target <= 1.5): %s", worst, worst_case.c_str());
+  verdict(worst <= 1.5, buf);
+  // Planner speed on a 10,000-op trace: GPT-2-small shapes with enough blocks.
+  {
+    zoo_options zo{0, 0, 1};
+    const auto per_block = make_model_trace("gpt2-small", zo).ops.size();
+    zo.layers = 2;
+    const auto per_block2 = make_model_trace("gpt2-small", zo).ops.size();
+    const auto step = per_block2 - per_block;
+    zo.layers = static_cast<std::uint32_t>(1 + (10000 - std::min<std::size_t>(10000, per_block) + step - 1) / step);
+    const auto t = make_model_trace("gpt2-small", zo);
+    const auto rep = analyze(t);
+    const auto hw = get_profile(hws.front());
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)make_planner("auto")->make_plan(t, rep, hw, rep.peak_live_bytes / 4);
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::snprintf(buf, sizeof buf, "auto plans a %zu-op trace (gpt2-small, %u blocks, budget 1/4 of peak) in %.3f s (target < 1 s)",
+                  t.ops.size(), zo.layers, sec);
+    verdict(sec < 1.0, buf);
+  }
+  return all_pass ? 0 : 1;
+}
+
+int run_plan(const plan_args& a) {
+  runner run;
+  run.timeline = !a.chrome_file.empty();
+  int code = 0;
+  std::vector<std::pair<std::string, trace>> traces;
+  if (a.model == "zoo") {
+    code = run_zoo(a, run);
+  } else {
+    if (a.model.empty() == a.trace_file.empty()) throw config_error("give exactly one of --model and --trace");
+    trace t = a.trace_file.empty() ? make_model_trace(a.model, zoo_options{a.batch, a.seq, a.layers}) : load_trace(a.trace_file);
+    const std::string name = a.trace_file.empty() ? a.model : a.trace_file;
+    const auto rep = analyze(t);
+    if (a.report) std::cout << format_report(rep, t) << "\n";
+    print_header();
+    const auto hws = a.hw.empty() ? std::vector<std::string>{"h200"} : a.hw;
+    for (const auto& hwname : hws) {
+      const auto hw = get_profile(hwname);
+      const auto before = run.rows.size();
+      run.run(name, t, hw, budgets_for(a, rep), rep, policies_for(a));
+      for (auto i = before; i < run.rows.size(); ++i) print_row(run.rows[i]);
+    }
+    if (!a.chrome_file.empty()) {
+      json events = json::array();
+      int pid = 0;
+      for (const auto& r : run.rows)
+        if (!r.below_min) add_chrome(events, pid++, r, t);
+      std::ofstream o(a.chrome_file);
+      if (!o) throw config_error("cannot write chrome trace '" + a.chrome_file + "'");
+      o << json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << "\n";
+    }
+  }
+  if (!a.json_file.empty()) {
+    json rows = json::array();
+    for (const auto& r : run.rows) rows.push_back(row_json(r));
+    std::ofstream o(a.json_file);
+    if (!o) throw config_error("cannot write JSON file '" + a.json_file + "'");
+    o << json{{"rows", rows}}.dump(1) << "\n";
+  }
+  if (!a.svg_file.empty()) write_svg(a.svg_file, run.rows);
+  return code;
+}
+
+command_registration reg("plan", [](CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<plan_args>();
+  auto* sub = app.add_subcommand("plan", "plan and simulate swap policies over device budgets");
+  sub->add_option("--model", a->model, "zoo model name, or 'zoo' for every model with the targets");
+  sub->add_option("--trace", a->trace_file, "trace JSON file");
+  sub->add_option("--hw", a->hw, "hardware profile name or .json (repeatable)");
+  sub->add_option("--batch", a->batch, "batch size (0: model default)");
+  sub->add_option("--seq", a->seq, "sequence length / image side (0: model default)");
+  sub->add_option("--layers", a->layers, "transformer blocks (0: real depth)");
+  sub->add_option("--budget", a->budgets, "device budget, e.g. 8GiB (repeatable)");
+  sub->add_option("--budget-ratio", a->ratios, "budget as a fraction of peak live bytes (repeatable)");
+  sub->add_option("--policy", a->policies, "none, lms, vdnn-all, vdnn-conv, auto or all (repeatable)");
+  sub->add_option("--json", a->json_file, "write the rows as JSON");
+  sub->add_option("--svg", a->svg_file, "plot step time against budget, one line per policy");
+  sub->add_option("--chrome-trace", a->chrome_file, "write the simulated timelines (Perfetto / chrome://tracing)");
+  sub->add_flag("--report", a->report, "print the lifetime report of the trace");
+  sub->callback([a, &exit_code] { exit_code = run_plan(*a); });
+});
+
+}  // namespace
+
+}  // namespace spillway::bench

@@ -1,0 +1,153 @@
+// Zoo builder: forward ops go straight into the trace; finish() walks them in reverse to emit
+// the backward pass, then appends one Adam op per weight.
+#include "offload/zoo_builder.hpp"
+
+#include <algorithm>
+
+namespace spillway::offload::detail {
+
+namespace {
+void add_unique(std::vector<tensor_id>& v, tensor_id x) {
+  if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
+}
+constexpr std::int64_t no_grad = -1;
+}  // namespace
+
+model_builder::model_builder(std::uint32_t act_bytes, bool mixed) : act_bytes_(act_bytes), mixed_(mixed) {}
+
+tensor_id model_builder::input(const std::string& name, std::uint64_t elems, std::uint32_t elem_bytes) {
+  const auto x = t_.add_tensor(name, elems * (elem_bytes ? elem_bytes : act_bytes_), tensor_kind::activation);
+  no_grad_.resize(t_.tensors.size(), 0);
+  no_grad_[x] = 1;
+  op_desc op;
+  op.name = "load." + name;
+  op.writes = {x};
+  op.bytes = t_.tensors[x].bytes;
+  op.phase = op_phase::forward;
+  op.category = "input";
+  t_.add_op(std::move(op));
+  return x;
+}
+
+std::size_t model_builder::param(const std::string& name, std::uint64_t elems, std::int32_t layer) {
+  param_info p{};
+  p.elems = elems;
+  p.layer = layer;
+  p.w = t_.add_tensor(name, elems * act_bytes_, tensor_kind::parameter);
+  p.g = t_.add_tensor(name + ".grad", elems * act_bytes_, tensor_kind::gradient);
+  p.m = t_.add_tensor(name + ".adam_m", elems * 4, tensor_kind::optimizer_state);
+  p.v = t_.add_tensor(name + ".adam_v", elems * 4, tensor_kind::optimizer_state);
+  p.master = mixed_ ? t_.add_tensor(name + ".master", elems * 4, tensor_kind::optimizer_state) : p.w;
+  params_.push_back(p);
+  return params_.size() - 1;
+}
+
+tensor_id model_builder::act(const std::string& name, std::uint64_t elems) {
+  return t_.add_tensor(name, elems * act_bytes_, tensor_kind::activation);
+}
+
+tensor_id model_builder::workspace(const std::string& name, std::uint64_t bytes) {
+  return t_.add_tensor(name, bytes, tensor_kind::workspace);
+}
+
+std::uint64_t model_builder::op_bytes(const op_desc& op, std::uint64_t extra) const {
+  std::uint64_t b = extra;
+  for (auto x : op.reads) b += t_.tensors[x].bytes;
+  for (auto x : op.writes) b += t_.tensors[x].bytes;
+  return b;
+}
+
+void model_builder::fwd(fwd_op f) {
+  op_desc op;
+  op.name = f.name;
+  op.category = f.category;
+  op.layer = f.layer;
+  op.phase = op_phase::forward;
+  op.flops = f.flops;
+  for (auto x : f.ins) add_unique(op.reads, x);
+  for (auto p : f.params) add_unique(op.reads, params_[p].w);
+  for (auto x : f.outs) add_unique(op.writes, x);
+  if (f.workspace_bytes) op.writes.push_back(workspace("ws." + f.name, f.workspace_bytes));
+  op.bytes = op_bytes(op, 0);
+  t_.add_op(std::move(op));
+  fwd_.push_back(std::move(f));
+}
+
+void model_builder::loss(const std::string& name, tensor_id logits, tensor_id labels, std::int32_t layer) {
+  const auto out = t_.add_tensor(name + ".value", 4, tensor_kind::activation);
+  loss_logits_ = logits;
+  loss_grad_ = t_.add_tensor("d." + t_.tensors[logits].name, t_.tensors[logits].bytes, tensor_kind::activation);
+  have_loss_ = true;
+  op_desc op;
+  op.name = name;
+  op.category = "loss";
+  op.layer = layer;
+  op.phase = op_phase::forward;
+  op.reads = {logits, labels};
+  op.writes = {out, loss_grad_};
+  op.flops = 5.0 * static_cast<double>(t_.tensors[logits].bytes / act_bytes_);
+  op.bytes = op_bytes(op, 0);
+  t_.add_op(std::move(op));
+}
+
+trace model_builder::finish() {
+  std::vector<std::int64_t> grad(t_.tensors.size(), no_grad);
+  no_grad_.resize(t_.tensors.size(), 0);
+  if (have_loss_) grad[loss_logits_] = loss_grad_;
+  std::vector<char> param_grad_written(params_.size(), 0);
+  for (auto it = fwd_.rbegin(); it != fwd_.rend(); ++it) {
+    const auto& f = *it;
+    op_desc op;
+    op.name = f.name + ".bwd";
+    op.category = f.category;
+    op.layer = f.layer;
+    op.phase = op_phase::backward;
+    op.flops = f.bwd_flops;
+    for (auto o : f.outs)
+      if (o < grad.size() && grad[o] != no_grad) add_unique(op.reads, static_cast<tensor_id>(grad[o]));
+    if (op.reads.empty()) continue;  // nothing downstream needs this op's outputs
+    for (auto s : f.saved) add_unique(op.reads, s);
+    for (auto p : f.params) add_unique(op.reads, params_[p].w);
+    for (auto in : f.ins) {
+      if (in < no_grad_.size() && no_grad_[in]) continue;
+      if (grad[in] != no_grad) {  // several consumers: accumulate
+        add_unique(op.reads, static_cast<tensor_id>(grad[in]));
+        add_unique(op.writes, static_cast<tensor_id>(grad[in]));
+      } else {
+        const auto g = t_.add_tensor("d." + t_.tensors[in].name, t_.tensors[in].bytes, tensor_kind::activation);
+        grad.resize(t_.tensors.size(), no_grad);
+        grad[in] = g;
+        add_unique(op.writes, g);
+      }
+    }
+    for (auto p : f.params) {
+      const auto g = params_[p].g;
+      if (param_grad_written[p]) add_unique(op.reads, g);
+      add_unique(op.writes, g);
+      param_grad_written[p] = 1;
+    }
+    if (f.workspace_bytes) op.writes.push_back(workspace("ws." + op.name, f.workspace_bytes));
+    grad.resize(t_.tensors.size(), no_grad);
+    op.bytes = op_bytes(op, 0);
+    t_.add_op(std::move(op));
+  }
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const auto& p = params_[i];
+    op_desc op;
+    op.name = "adam." + t_.tensors[p.w].name;
+    op.category = "optimizer";
+    op.layer = p.layer;
+    op.phase = op_phase::optimizer;
+    op.reads = {p.w, p.g, p.m, p.v};
+    if (mixed_) op.reads.push_back(p.master);
+    op.writes = {p.w, p.m, p.v};
+    if (mixed_) op.writes.push_back(p.master);
+    op.flops = 12.0 * static_cast<double>(p.elems);
+    op.bytes = op_bytes(op, 0);
+    t_.add_op(std::move(op));
+  }
+  t_.validate();
+  return std::move(t_);
+}
+
+}  // namespace spillway::offload::detail
