@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -98,7 +99,7 @@ class Session {
   /// and stream() is the stream to launch on. Ops run one after another, in program order.
   class op_scope {
    public:
-    ~op_scope();
+    ~op_scope() noexcept(false);  // ending an op may report an error (e.g. no room to swap out)
     op_scope(op_scope&& other) noexcept;
     op_scope(const op_scope&) = delete;
     op_scope& operator=(const op_scope&) = delete;
@@ -123,6 +124,9 @@ class Session {
   /// goes in both lists. `flops` feeds the planner's estimate before durations are measured.
   [[nodiscard]] op_scope op(std::string_view name, std::initializer_list<tensor_handle> reads,
                             std::initializer_list<tensor_handle> writes, double flops = 0);
+  /// The same, for lists built at run time.
+  [[nodiscard]] op_scope op(std::string_view name, std::span<const tensor_handle> reads,
+                            std::span<const tensor_handle> writes, double flops = 0);
 
   /// Reports of every finished iteration, in order.
   [[nodiscard]] const std::vector<iteration_report>& history() const noexcept;
@@ -134,7 +138,8 @@ class Session {
   /// iteration ends).
   [[nodiscard]] std::uint64_t footprint_bytes() const;
   /// The least device budget any plan can need for the recorded iteration: its largest single-op
-  /// working set (0 before the first iteration ends).
+  /// working set, each tensor rounded up to the allocator's 512-byte granule (0 before the
+  /// first iteration ends).
   [[nodiscard]] std::uint64_t least_budget_bytes() const;
   /// Writes a Chrome trace (compute, copy and I/O tracks, a device-memory counter with the
   /// budget line) of the iterations run so far. Also written at destruction when the config's

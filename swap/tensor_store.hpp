@@ -40,13 +40,10 @@
 #include "swap/host_tier.hpp"
 #include "swap/move_handle.hpp"
 #include "swap/nvme_tier.hpp"
+#include "swap/tier.hpp"
 
 namespace spillway {
 
-/// Where a tensor's bytes are.
-enum class tier { device, host, nvme };
-
-const char* to_string(tier t) noexcept;
 
 class tensor_store {
  public:

@@ -1,0 +1,388 @@
+// Session: the swap-policy header's implementation. Owns the device, the caching allocator,
+// the tiers and the executor; records iteration 1, plans, and follows the plan afterwards.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <unordered_map>
+
+#include "allocator/caching_allocator.hpp"
+#include "allocator/pinned_host_pool.hpp"
+#include "device/error.hpp"
+#include "device/units.hpp"
+#include "offload/session_trace.hpp"
+#include "offload/lifetime.hpp"
+#include "offload/planner.hpp"
+#include "offload/profile.hpp"
+#include "offload/swap_policy.hpp"
+#include "prefetch/executor.hpp"
+#include "prefetch/tier_backing.hpp"
+#include "swap/host_tier.hpp"
+#include "swap/nvme_tier.hpp"
+
+namespace spillway {
+
+namespace {
+constexpr std::uint64_t default_nvme_reserve = std::uint64_t{2} << 30;
+
+std::string planner_name(const session_config& c) {
+  if (c.policy == "vdnn") return c.vdnn_variant == "conv" ? "vdnn-conv" : "vdnn-all";
+  return c.policy;
+}
+
+/// Copy bandwidth of the device's link, measured once with pinned memory (32 MiB each way).
+std::pair<double, double> measure_link(Device& dev) {
+  constexpr std::size_t n = std::size_t{32} << 20;
+  void* host = dev.allocate_pinned(n);
+  void* d = nullptr;
+  try {
+    d = dev.allocate(n);
+  } catch (const out_of_memory&) {
+    dev.deallocate_pinned(host, n);
+    return {8e9, 8e9};
+  }
+  std::memset(host, 0, n);
+  owned_stream s(dev);
+  auto time = [&](void* dst, const void* src, copy_kind k) {
+    dev.copy_async(dst, src, n, k, s);
+    dev.synchronize_stream(s);
+    const auto t0 = std::chrono::steady_clock::now();
+    dev.copy_async(dst, src, n, k, s);
+    dev.synchronize_stream(s);
+    return static_cast<double>(n) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const double h2d = time(d, host, copy_kind::host_to_device);
+  const double d2h = time(host, d, copy_kind::device_to_host);
+  dev.deallocate(d, n);
+  dev.deallocate_pinned(host, n);
+  return {h2d, d2h};
+}
+}  // namespace
+
+class session_impl {
+ public:
+  explicit session_impl(session_config c) : cfg(std::move(c)) {
+    cfg.validate();
+    device_options o;
+    o.cpu_device_memory = cfg.cpu_device_memory;
+    o.h2d_bytes_per_second = cfg.link_gbps * 1e9;
+    o.d2h_bytes_per_second = cfg.link_gbps * 1e9;
+    dev = make_device(cfg.device, o);
+    const std::uint64_t total = dev->properties().total_memory;
+    if (cfg.device_budget > total) {
+      throw config_error("device budget " + format_bytes(cfg.device_budget) + " is larger than the device's " +
+                         format_bytes(total) + " (" + dev->properties().name + "); give at most " + format_bytes(total));
+    }
+    budget = cfg.device_budget != 0 ? cfg.device_budget : total;
+    caching_allocator_options ao;
+    ao.budget = budget;
+    memory = std::make_unique<caching_allocator>(*dev, ao);
+    pinned_pool_options po;
+    po.region_size = std::size_t{64} << 20;
+    pool = std::make_unique<pinned_host_pool>(*dev, po);
+    host = std::make_unique<host_tier>(*pool, cfg.host_budget);
+    if (!cfg.nvme_paths.empty()) {
+      nvme_options no;
+      no.directories = cfg.nvme_paths;
+      no.capacity = cfg.nvme_reserve != 0 ? cfg.nvme_reserve : default_nvme_reserve;
+      nvme = std::make_unique<nvme_tier>(no, pool.get());
+    }
+    backing = std::make_unique<tier_backing>(*dev, *host, nvme.get());
+    executor_options eo;
+    eo.device_budget = budget;
+    eo.spill_tier = tier::host;
+    eo.timeline = !cfg.chrome_trace.empty();
+    eo.release_cached = [m = memory.get()] { m->empty_cache(); };
+    exec = std::make_unique<executor>(*dev, *memory, *backing, eo);
+    if (cfg.link_gbps > 0) {
+      link = {cfg.link_gbps * 1e9, cfg.link_gbps * 1e9};
+    } else {
+      link = measure_link(*dev);
+    }
+  }
+
+  ~session_impl() {
+    if (!cfg.chrome_trace.empty()) {
+      try {
+        write_chrome_trace(cfg.chrome_trace);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor reports nothing
+      }
+    }
+  }
+
+  tensor_id add_tensor(std::string name, std::uint64_t bytes, tensor_kind kind) {
+    SPILLWAY_EXPECTS_T(config_error, bytes > 0, "tensor \"" + name + "\" has 0 bytes");
+    SPILLWAY_EXPECTS_T(config_error, bytes <= max_size_bytes, "tensor \"" + name + "\" is larger than 1 PiB");
+    auto it = by_name.find(name);
+    if (it != by_name.end()) {
+      auto& d = tensors[it->second];
+      if (d.bytes == bytes && d.kind == kind) return it->second;
+      SPILLWAY_EXPECTS_T(config_error, !is_persistent(kind) && !is_persistent(d.kind),
+                         "persistent tensor \"" + name + "\" registered twice");
+    }
+    const auto id = static_cast<tensor_id>(tensors.size());
+    tensors.push_back(tensor_desc{name, bytes, kind});
+    by_name[name] = id;
+    exec->define(id, tensors.back());
+    return id;
+  }
+
+  void check_handle(tensor_handle t) const {
+    SPILLWAY_EXPECTS_T(config_error, t.id < tensors.size(), "unknown tensor handle " + std::to_string(t.id));
+  }
+
+  void begin_iteration() {
+    SPILLWAY_EXPECTS_T(config_error, !in_iteration, "begin_iteration() called twice without end_iteration()");
+    in_iteration = true;
+    following = have_plan;
+    exec->set_timing(!have_plan);
+    exec->begin_iteration();
+    ops.clear();
+    iteration_start = std::chrono::steady_clock::now();
+  }
+
+  std::uint32_t begin_op(std::string_view name, std::span<const tensor_handle> reads,
+                         std::span<const tensor_handle> writes, double flops) {
+    SPILLWAY_EXPECTS_T(config_error, in_iteration, "op \"" + std::string(name) + "\" outside begin_iteration()/end_iteration()");
+    SPILLWAY_EXPECTS_T(config_error, !op_open, "op \"" + std::string(name) + "\" started inside another op's scope");
+    op_desc d;
+    d.name = std::string(name);
+    d.flops = flops;
+    for (auto t : reads) {
+      check_handle(t);
+      if (std::find(d.reads.begin(), d.reads.end(), t.id) == d.reads.end()) d.reads.push_back(t.id);
+    }
+    for (auto t : writes) {
+      check_handle(t);
+      if (std::find(d.writes.begin(), d.writes.end(), t.id) == d.writes.end()) d.writes.push_back(t.id);
+    }
+    for (auto id : d.reads) d.bytes += tensors[id].bytes;
+    for (auto id : d.writes) d.bytes += tensors[id].bytes;
+    const auto k = static_cast<op_index>(ops.size());
+    if (following && !matches(k, d)) {
+      following = false;
+      exec->abandon_plan();
+    }
+    ops.push_back(d);
+    exec->begin_op(k, d.reads, d.writes, d.name);
+    op_open = true;
+    return k;
+  }
+
+  bool matches(op_index k, const op_desc& d) const {
+    if (k >= planned.ops.size()) return false;
+    const auto& p = planned.ops[k];
+    return p.name == d.name && p.reads == d.reads && p.writes == d.writes;
+  }
+
+  void end_op(std::uint32_t k) {
+    op_open = false;
+    exec->end_op(k);
+  }
+
+  iteration_report end_iteration() {
+    SPILLWAY_EXPECTS_T(config_error, in_iteration, "end_iteration() without begin_iteration()");
+    SPILLWAY_EXPECTS_T(config_error, !op_open, "end_iteration() inside an op's scope");
+    in_iteration = false;
+    if (following && ops.size() != planned.ops.size()) following = false;
+    const bool followed = following;
+    iteration_report r;
+    r.iteration = history.size() + 1;
+    r.planned = followed;
+    r.policy = followed ? current.policy : "on-demand";
+    std::exception_ptr io_failure;
+    executor_stats st;
+    try {
+      st = exec->end_iteration();
+    } catch (const io_error&) {
+      io_failure = std::current_exception();  // report after the bookkeeping: nothing is lost
+    }
+    r.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - iteration_start).count();
+    r.stall_ms = st.stall_ms;
+    for (auto& [name, ms] : st.stalls) r.stalls.push_back(stall_record{name, ms});
+    r.h2d_bytes = st.h2d_bytes;
+    r.d2h_bytes = st.d2h_bytes;
+    r.nvme_read_bytes = st.nvme_read_bytes;
+    r.nvme_write_bytes = st.nvme_write_bytes;
+    r.peak_device_bytes = st.peak_device_bytes;
+    r.on_demand_fetches = st.on_demand_fetches;
+    r.on_demand_evictions = st.on_demand_evictions;
+    history.push_back(r);
+    if (!followed && !io_failure) replan(st);
+    if (io_failure) std::rethrow_exception(io_failure);
+    return r;
+  }
+
+  void replan(const executor_stats& st) {
+    trace t;
+    t.tensors = tensors;
+    t.ops = ops;
+    if (st.op_ms.size() == t.ops.size()) {
+      for (std::size_t k = 0; k < t.ops.size(); ++k) t.ops[k].measured_seconds = st.op_ms[k] / 1000.0;
+    }
+    t.validate();
+    const auto report = offload::analyze(t);
+    offload::hw_profile hw;
+    hw.name = std::string(to_string(dev->properties().backend)) + " (measured)";
+    hw.device_bytes = budget;
+    hw.compute_flops_per_s = 1e12;
+    hw.hbm_bytes_per_s = 1e11;
+    hw.h2d_bytes_per_s = link.first;
+    hw.d2h_bytes_per_s = link.second;
+    hw.copy_engines = std::max(1, dev->properties().copy_engines);
+    hw.host_bytes = cfg.host_budget != 0 ? cfg.host_budget : (std::uint64_t{1} << 50);
+    hw.nvme_read_bytes_per_s = 2e9;
+    hw.nvme_write_bytes_per_s = 1.5e9;
+    hw.nvme_bytes = nvme ? nvme->stats().capacity_bytes : 0;
+    offload::planner_options po;
+    if (cfg.lms_swapout_threshold) po.swapout_threshold = static_cast<std::uint32_t>(cfg.lms_swapout_threshold);
+    if (cfg.lms_swapin_ahead) po.swapin_ahead = static_cast<std::uint32_t>(cfg.lms_swapin_ahead);
+    if (cfg.lms_swapin_groupby) po.swapin_groupby = static_cast<std::uint32_t>(cfg.lms_swapin_groupby);
+    auto p = offload::make_planner(planner_name(cfg), po);
+    // Plan a little under the budget: the caching allocator rounds sizes, and the executor's
+    // on-demand path covers any op the plan squeezes too tightly.
+    std::uint64_t plan_budget = budget - budget / 32;
+    if (plan_budget < report.min_budget_bytes) plan_budget = budget;
+    current = p->make_plan(t, report, hw, plan_budget);
+    current.validate(t);
+    planned = std::move(t);
+    footprint = report.peak_live_bytes;
+    least = 0;
+    for (const auto& op : planned.ops) least = std::max(least, placed_bytes(op));
+    have_plan = true;
+    exec->follow(&planned, &current);
+  }
+
+  /// Device memory an op's tensors take once placed: each rounded up to the caching allocator's
+  /// 512-byte granule. The least budget that can run the op.
+  std::uint64_t placed_bytes(const op_desc& op) const {
+    std::vector<tensor_id> ids = op.reads;
+    ids.insert(ids.end(), op.writes.begin(), op.writes.end());
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    std::uint64_t sum = 0;
+    for (auto id : ids) sum += (tensors[id].bytes + 511) / 512 * 512;
+    return sum;
+  }
+
+  void write_chrome_trace(const std::string& path) const {
+    offload::write_session_chrome_trace(path, exec->timeline(), exec->memory_timeline(), budget);
+  }
+
+  session_config cfg;
+  std::unique_ptr<Device> dev;
+  std::uint64_t budget = 0;
+  std::pair<double, double> link{0, 0};
+  std::unique_ptr<caching_allocator> memory;
+  std::unique_ptr<pinned_host_pool> pool;
+  std::unique_ptr<host_tier> host;
+  std::unique_ptr<nvme_tier> nvme;
+  std::unique_ptr<tier_backing> backing;
+  std::unique_ptr<executor> exec;
+
+  std::vector<tensor_desc> tensors;
+  std::unordered_map<std::string, tensor_id> by_name;
+  std::vector<op_desc> ops;  // this iteration's, as recorded
+  trace planned;             // the trace the plan in force was made from
+  plan current;
+  bool have_plan = false;
+  bool following = false;
+  bool in_iteration = false;
+  bool op_open = false;
+  std::uint64_t footprint = 0;
+  std::uint64_t least = 0;
+  std::vector<iteration_report> history;
+  std::chrono::steady_clock::time_point iteration_start;
+};
+
+// ---- Session -----------------------------------------------------------------------------------
+
+Session::Session(session_config config) : impl_(std::make_unique<session_impl>(std::move(config))) {}
+Session::~Session() = default;
+
+Device& Session::device() { return *impl_->dev; }
+const session_config& Session::config() const noexcept { return impl_->cfg; }
+std::uint64_t Session::device_budget() const noexcept { return impl_->budget; }
+
+tensor_handle Session::add_persistent(std::string name, std::uint64_t bytes, tensor_kind kind, const void* initial) {
+  SPILLWAY_EXPECTS_T(config_error, is_persistent(kind),
+                     "add_persistent(\"" + name + "\"): kind " + std::string(to_string(kind)) +
+                         " is transient; use add_transient");
+  const auto id = impl_->add_tensor(std::move(name), bytes, kind);
+  impl_->exec->upload(id, initial);
+  return tensor_handle{id};
+}
+
+tensor_handle Session::add_transient(std::string name, std::uint64_t bytes, tensor_kind kind) {
+  SPILLWAY_EXPECTS_T(config_error, !is_persistent(kind),
+                     "add_transient(\"" + name + "\"): kind " + std::string(to_string(kind)) +
+                         " is persistent; use add_persistent");
+  SPILLWAY_EXPECTS_T(config_error, impl_->in_iteration, "add_transient(\"" + name + "\") outside an iteration");
+  return tensor_handle{impl_->add_tensor(std::move(name), bytes, kind)};
+}
+
+void Session::release(tensor_handle t) {
+  impl_->check_handle(t);
+  impl_->exec->release(t.id);
+}
+
+void Session::read(tensor_handle t, void* host, std::uint64_t bytes) {
+  impl_->check_handle(t);
+  const auto& d = impl_->tensors[t.id];
+  SPILLWAY_EXPECTS_T(config_error, bytes == d.bytes,
+                     "read(\"" + d.name + "\"): asked for " + std::to_string(bytes) + " bytes; it has " +
+                         std::to_string(d.bytes));
+  SPILLWAY_EXPECTS_T(config_error, !impl_->op_open, "read(\"" + d.name + "\") inside an op's scope");
+  impl_->exec->read(t.id, host);
+}
+
+void Session::begin_iteration() { impl_->begin_iteration(); }
+iteration_report Session::end_iteration() { return impl_->end_iteration(); }
+
+Session::op_scope Session::op(std::string_view name, std::initializer_list<tensor_handle> reads,
+                              std::initializer_list<tensor_handle> writes, double flops) {
+  return op(name, std::span<const tensor_handle>(reads.begin(), reads.size()),
+            std::span<const tensor_handle>(writes.begin(), writes.size()), flops);
+}
+
+Session::op_scope Session::op(std::string_view name, std::span<const tensor_handle> reads,
+                              std::span<const tensor_handle> writes, double flops) {
+  return op_scope(impl_.get(), impl_->begin_op(name, reads, writes, flops));
+}
+
+Session::op_scope::~op_scope() noexcept(false) {
+  if (s_ == nullptr) return;
+  if (std::uncaught_exceptions() > 0) {
+    try {
+      s_->end_op(index_);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the exception already unwinding wins
+    }
+    return;
+  }
+  s_->end_op(index_);
+}
+
+Session::op_scope::op_scope(op_scope&& other) noexcept : s_(other.s_), index_(other.index_) { other.s_ = nullptr; }
+
+stream Session::op_scope::stream() const noexcept { return s_->exec->compute_stream(); }
+Device& Session::op_scope::device() const noexcept { return *s_->dev; }
+
+void* Session::op_scope::raw_ptr(tensor_handle t) const {
+  const auto& d = s_->ops.at(index_);
+  const bool named = std::find(d.reads.begin(), d.reads.end(), t.id) != d.reads.end() ||
+                     std::find(d.writes.begin(), d.writes.end(), t.id) != d.writes.end();
+  SPILLWAY_EXPECTS_T(config_error, named,
+                     "op \"" + d.name + "\" asked for the pointer of tensor " +
+                         (t.id < s_->tensors.size() ? "\"" + s_->tensors[t.id].name + "\"" : std::to_string(t.id)) +
+                         ", which it does not name in its reads or writes");
+  return s_->exec->device_ptr(t.id);
+}
+
+const std::vector<iteration_report>& Session::history() const noexcept { return impl_->history; }
+const trace& Session::recorded_trace() const noexcept { return impl_->planned; }
+const plan* Session::current_plan() const noexcept { return impl_->have_plan ? &impl_->current : nullptr; }
+std::uint64_t Session::footprint_bytes() const { return impl_->footprint; }
+std::uint64_t Session::least_budget_bytes() const { return impl_->least; }
+void Session::write_chrome_trace(const std::string& path) const { impl_->write_chrome_trace(path); }
+
+}  // namespace spillway

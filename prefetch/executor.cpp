@@ -1,0 +1,528 @@
+// The executor's implementation. Note [Stream roles] says which stream does what; Note [Misses]
+// how a plan that is wrong still gives correct results.
+#include "prefetch/executor.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <unordered_set>
+
+#include "device/error.hpp"
+#include "device/units.hpp"
+
+namespace spillway {
+
+// Note [Stream roles]
+// compute: the ops, in program order; frees of tensors whose last use is an op.
+// h2d: copies tier -> device (prefetches and on-demand fetches); allocations for them are made
+//      on h2d, and an op that reads the tensor waits on the tensor's `ready` event recorded there.
+// d2h: copies device -> tier (swap-outs), each after the op_done event of the latest op, and
+//      the free of the device memory right behind the copy, in stream order.
+// The memory resource hands a block freed on one stream to another only after an event shows
+// the first stream is done with it, so these frees never race the copies.
+//
+// Note [Misses]
+// The plan is an optimisation, never a condition for correctness. A tensor an op reads that is
+// not resident is fetched on demand; an allocation past the budget evicts the resident tensor
+// used farthest in the future (least recently used while recording), saving it first unless
+// its tier copy is current; a "drop" of a tensor whose value is still needed becomes a save.
+
+struct executor::tensor_state {
+  tensor_desc desc;
+  bool defined = false;
+  void* dev = nullptr;
+  bool dev_valid = false;      // device memory holds the current value
+  bool tier_current = false;   // the backing's copy holds the current value
+  bool released = false;       // transient whose life ended in this iteration
+  std::unique_ptr<owned_event> ready;  // recorded on h2d after a load
+  bool ready_pending = false;  // `ready` was recorded and compute has not waited on it yet
+  move_handle pending_load;
+  move_handle pending_save;
+  bool loaded_from_nvme = false;
+  std::uint64_t last_used = 0;
+};
+
+struct executor::probe {
+  std::vector<std::string> tensors;
+  double start_us = -1;
+  double end_us = -1;
+};
+
+executor::executor(Device& device, device_memory_resource& memory, tensor_backing& backing, executor_options options)
+    : device_(&device),
+      memory_(&memory),
+      backing_(&backing),
+      options_(options),
+      compute_(device, stream_priority::normal),
+      h2d_(device, stream_priority::high),
+      d2h_(device, stream_priority::low),
+      op_done_(device),
+      origin_(std::chrono::steady_clock::now()) {
+  SPILLWAY_EXPECTS_T(config_error, options_.device_budget > 0, "executor: the device budget must be > 0 bytes");
+  SPILLWAY_EXPECTS_T(config_error, options_.spill_tier != tier::device, "executor: the spill tier must be host or nvme");
+}
+
+executor::~executor() {
+  try {
+    device_->synchronize();
+    backing_->drain();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor reports nothing
+  }
+  for (auto& t : tensors_) {
+    if (t && t->dev != nullptr) memory_->deallocate(t->dev, t->desc.bytes, stream{});
+  }
+}
+
+executor::tensor_state& executor::state(tensor_id id) {
+  SPILLWAY_EXPECTS(id < tensors_.size() && tensors_[id] && tensors_[id]->defined,
+                   "executor: tensor " + std::to_string(id) + " was never defined");
+  return *tensors_[id];
+}
+
+void executor::define(tensor_id id, const tensor_desc& desc) {
+  if (id >= tensors_.size()) tensors_.resize(id + 1);
+  auto& slot = tensors_[id];
+  if (slot && slot->defined) {
+    if (slot->desc.bytes != desc.bytes) {
+      throw config_error("executor: tensor \"" + desc.name + "\" redefined with " + std::to_string(desc.bytes) +
+                         " bytes; it has " + std::to_string(slot->desc.bytes));
+    }
+    slot->released = false;
+    return;
+  }
+  SPILLWAY_EXPECTS_T(config_error, desc.bytes > 0, "executor: tensor \"" + desc.name + "\" has 0 bytes");
+  slot = std::make_unique<tensor_state>();
+  slot->desc = desc;
+  slot->defined = true;
+  slot->ready = std::make_unique<owned_event>(*device_);
+}
+
+void executor::upload(tensor_id id, const void* host, tier where) {
+  auto& st = state(id);
+  if (st.dev != nullptr) drop_device(id);
+  backing_->put(id, st.desc.name, host, st.desc.bytes, where == tier::device ? tier::host : where);
+  st.tier_current = true;
+}
+
+void executor::read(tensor_id id, void* host) {
+  auto& st = state(id);
+  if (st.dev != nullptr && st.dev_valid) {
+    if (st.ready_pending) device_->stream_wait_event(compute_, *st.ready);
+    device_->copy_async(host, st.dev, st.desc.bytes, copy_kind::device_to_host, compute_);
+    device_->synchronize_stream(compute_);
+    return;
+  }
+  SPILLWAY_EXPECTS_T(config_error, st.tier_current,
+                     "executor: tensor \"" + st.desc.name + "\" has no value yet (no op wrote it)");
+  if (st.pending_save.valid()) st.pending_save.wait();
+  backing_->get(id, st.desc.name, host, st.desc.bytes);
+}
+
+void executor::follow(const trace* t, const plan* p) {
+  next_trace_ = t;
+  next_plan_ = p;
+}
+
+double executor::now_us() const {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_).count();
+}
+
+timeline_item* executor::stamp_start(stream s, timeline_item::track track, const std::string& name) {
+  timeline_.push_back(timeline_item{track, name, -1, -1});
+  timeline_item* item = &timeline_.back();  // deque: the address stays valid as items are added
+  device_->launch_host(s, [this, item] { item->start_us = now_us(); });
+  return item;
+}
+
+void executor::stamp_end(stream s, timeline_item* item) {
+  if (item == nullptr) return;
+  device_->launch_host(s, [this, item] { item->end_us = now_us(); });
+}
+
+void executor::note_memory() {
+  peak_ = std::max(peak_, in_use_);
+  if (options_.timeline) memory_samples_.push_back(memory_sample{now_us(), in_use_});
+}
+
+std::uint64_t executor::next_use(tensor_id id) const {
+  constexpr auto never = std::numeric_limits<std::uint64_t>::max();
+  const auto& st = *tensors_[id];
+  if (st.released) return never;
+  if (plan_ == nullptr || trace_ == nullptr || id >= uses_.size() || uses_[id].empty()) {
+    // Recording: least recently used goes first (smaller clock = farther "next use").
+    return never / 2 - st.last_used;
+  }
+  const auto& u = uses_[id];
+  auto it = std::upper_bound(u.begin(), u.end(), current_op_);
+  if (it != u.end()) return *it;
+  if (is_persistent(st.desc.kind)) return trace_->ops.size() + u.front();  // next iteration
+  return never;  // a transient past its last use
+}
+
+bool executor::evict_one(std::uint64_t /*needed*/) {
+  tensor_id victim = 0;
+  std::uint64_t best = 0;
+  bool found = false;
+  for (tensor_id id = 0; id < tensors_.size(); ++id) {
+    const auto& t = tensors_[id];
+    if (!t || t->dev == nullptr) continue;
+    if (std::find(pinned_.begin(), pinned_.end(), id) != pinned_.end()) continue;
+    const std::uint64_t nu = next_use(id);
+    if (!found || nu > best) {
+      best = nu;
+      victim = id;
+      found = true;
+    }
+  }
+  if (!found) return false;
+  evict(victim, options_.spill_tier, /*on_demand=*/true);
+  return true;
+}
+
+void* executor::allocate_for(tensor_id id, stream s) {
+  auto& st = state(id);
+  const std::uint64_t bytes = st.desc.bytes;
+  bool waited = false;
+  for (;;) {
+    if (in_use_ + bytes <= options_.device_budget) {
+      try {
+        void* p = memory_->allocate(bytes, s);
+        in_use_ += bytes;
+        note_memory();
+        return p;
+      } catch (const out_of_memory&) {
+        // Fragmentation, or memory freed on another stream that is not yet done with it.
+      }
+    }
+    if (evict_one(bytes)) continue;
+    if (!waited) {
+      const auto t0 = std::chrono::steady_clock::now();
+      device_->synchronize_stream(d2h_);
+      device_->synchronize_stream(compute_);
+      device_->synchronize_stream(h2d_);
+      host_stall_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      waited = true;
+      continue;
+    }
+    std::uint64_t pinned_bytes = 0;
+    for (auto t : pinned_) pinned_bytes += tensors_[t]->desc.bytes;
+    throw out_of_memory("executor: op " + std::to_string(current_op_) + " needs tensor \"" + st.desc.name + "\" (" +
+                        format_bytes(bytes) + ") but " + format_bytes(in_use_) + " of the " +
+                        format_bytes(options_.device_budget) + " budget is held by this op's own tensors (" +
+                        format_bytes(pinned_bytes) + " in all) or cannot be reused; raise the device budget to at least " +
+                        format_bytes(pinned_bytes + bytes));
+  }
+}
+
+void executor::fetch(tensor_id id, bool on_demand) {
+  auto& st = state(id);
+  if (st.dev != nullptr) return;
+  if (!st.tier_current) {
+    throw config_error("executor: op " + std::to_string(current_op_) + " reads tensor \"" + st.desc.name +
+                       "\" before any op wrote it");
+  }
+  void* dev = allocate_for(id, h2d_);
+  if (st.pending_save.valid() && !st.pending_save.ready()) st.pending_save.stream_wait(*device_, h2d_);
+  const auto where = backing_->where(id);
+  timeline_item* item = options_.timeline ? stamp_start(h2d_, timeline_item::track::h2d, st.desc.name) : nullptr;
+  st.pending_load = backing_->load(id, st.desc.name, dev, st.desc.bytes, h2d_);
+  stamp_end(h2d_, item);
+  device_->record_event(*st.ready, h2d_);
+  st.ready_pending = true;
+  st.dev = dev;
+  st.dev_valid = true;
+  st.loaded_from_nvme = where.has_value() && *where == tier::nvme;
+  if (on_demand) ++stats_.on_demand_fetches;
+}
+
+void executor::drop_device(tensor_id id) {
+  auto& st = state(id);
+  if (st.dev == nullptr) return;
+  if (st.ready_pending) {
+    device_->stream_wait_event(compute_, *st.ready);  // the load lands before the memory is reused
+    st.ready_pending = false;
+  }
+  memory_->deallocate(st.dev, st.desc.bytes, compute_);
+  in_use_ -= st.desc.bytes;
+  st.dev = nullptr;
+  st.dev_valid = false;
+  note_memory();
+}
+
+void executor::evict(tensor_id id, tier to, bool on_demand) {
+  auto& st = state(id);
+  if (st.dev == nullptr) return;
+  if (on_demand) ++stats_.on_demand_evictions;
+  if (!st.dev_valid || st.tier_current) {
+    drop_device(id);
+    return;
+  }
+  device_->stream_wait_event(d2h_, op_done_);  // after the latest op, which covers its last use
+  timeline_item* item = options_.timeline ? stamp_start(d2h_, timeline_item::track::d2h, st.desc.name) : nullptr;
+  st.pending_save = backing_->save(id, st.desc.name, st.dev, st.desc.bytes, to, d2h_);
+  stamp_end(d2h_, item);
+  st.tier_current = true;
+  memory_->deallocate(st.dev, st.desc.bytes, d2h_);
+  in_use_ -= st.desc.bytes;
+  st.dev = nullptr;
+  st.dev_valid = false;
+  note_memory();
+}
+
+void executor::check_loads(std::span<const tensor_id> ids) {
+  // A tensor read from NVMe is checked (CRC32C) before the op runs: a failed read must never
+  // reach a kernel. Loads from the host tier cannot fail.
+  for (auto id : ids) {
+    auto& st = state(id);
+    if (!st.loaded_from_nvme || !st.pending_load.valid()) continue;
+    try {
+      st.pending_load.wait();
+    } catch (...) {
+      st.pending_load = {};
+      st.loaded_from_nvme = false;
+      device_->synchronize_stream(h2d_);
+      st.ready_pending = false;
+      drop_device(id);  // the tier copy stays: nothing is lost
+      throw;
+    }
+    st.loaded_from_nvme = false;
+  }
+}
+
+void executor::begin_iteration() {
+  SPILLWAY_EXPECTS(!in_iteration_, "executor: begin_iteration twice without end_iteration");
+  in_iteration_ = true;
+  if (next_plan_ != plan_ || next_trace_ != trace_) {
+    plan_ = next_plan_;
+    trace_ = next_trace_;
+    uses_.assign(tensors_.size(), {});
+    if (trace_ != nullptr) {
+      uses_.resize(std::max(tensors_.size(), trace_->tensors.size()));
+      for (op_index k = 0; k < trace_->ops.size(); ++k) {
+        for (auto t : trace_->ops[k].reads) uses_[t].push_back(k);
+        for (auto t : trace_->ops[k].writes) uses_[t].push_back(k);
+      }
+      for (auto& u : uses_) {
+        std::sort(u.begin(), u.end());
+        u.erase(std::unique(u.begin(), u.end()), u.end());
+      }
+    }
+  }
+  stats_ = executor_stats{};
+  probes_.clear();
+  host_stall_ms_ = 0;
+  counters_at_start_ = backing_->counters();
+  peak_ = in_use_;
+  iteration_start_ = std::chrono::steady_clock::now();
+  current_op_ = 0;
+  for (auto& t : tensors_)
+    if (t) t->released = false;
+  op_items_.clear();
+
+  // Start where the plan starts: persistent tensors in their initial tier.
+  if (plan_ != nullptr) {
+    for (tensor_id id = 0; id < tensors_.size() && id < plan_->initial_tier.size(); ++id) {
+      auto& t = tensors_[id];
+      if (!t || !is_persistent(t->desc.kind)) continue;
+      const tier want = plan_->initial_tier[id];
+      if (want != tier::device && t->dev != nullptr) evict(id, want, false);
+    }
+    for (tensor_id id = 0; id < tensors_.size() && id < plan_->initial_tier.size(); ++id) {
+      auto& t = tensors_[id];
+      if (!t || !is_persistent(t->desc.kind) || plan_->initial_tier[id] != tier::device || t->dev != nullptr) continue;
+      if (!t->tier_current || in_use_ + t->desc.bytes > options_.device_budget) continue;
+      fetch(id, false);
+    }
+  }
+}
+
+void executor::begin_op(op_index k, std::span<const tensor_id> reads, std::span<const tensor_id> writes,
+                        const std::string& name) {
+  SPILLWAY_EXPECTS(in_iteration_, "executor: an op outside begin_iteration/end_iteration");
+  current_op_ = k;
+  ++clock_;
+  pinned_.assign(reads.begin(), reads.end());
+  pinned_.insert(pinned_.end(), writes.begin(), writes.end());
+  writes_.assign(writes.begin(), writes.end());
+  for (auto id : pinned_) {
+    auto& st = state(id);
+    st.last_used = clock_;
+    if (st.released) throw config_error("executor: op \"" + name + "\" uses tensor \"" + st.desc.name + "\" after release()");
+  }
+
+  // The plan's prefetches for this op (and later ones). Never evict for them: a prefetch that
+  // does not fit is left to be fetched on demand.
+  if (plan_ != nullptr && k < plan_->steps.size()) {
+    for (const auto& p : plan_->steps[k].prefetches) {
+      if (p.tensor >= tensors_.size() || !tensors_[p.tensor]) continue;
+      auto& st = *tensors_[p.tensor];
+      if (st.dev != nullptr || !st.tier_current || st.released) continue;
+      if (in_use_ + st.desc.bytes > options_.device_budget) continue;
+      fetch(p.tensor, false);
+    }
+  }
+
+  try {
+    place_op_tensors(reads, writes);
+  } catch (const out_of_memory&) {
+    // Everything else has left and the op's tensors still do not fit together: the free
+    // memory is in pieces. Take the op's own tensors off too, hand the cache back, and place
+    // them again into whole, fresh memory.
+    defragment();
+    place_op_tensors(reads, writes);
+  }
+  check_loads(reads);
+
+  std::vector<std::string> waiting;
+  std::vector<tensor_id> to_wait;
+  for (auto id : pinned_) {
+    auto& st = state(id);
+    if (!st.ready_pending) continue;
+    if (std::find(to_wait.begin(), to_wait.end(), id) != to_wait.end()) continue;
+    to_wait.push_back(id);
+    if (!device_->query_event(*st.ready)) waiting.push_back(st.desc.name);
+  }
+  probe* p = nullptr;
+  if (!waiting.empty()) {
+    probes_.push_back(probe{std::move(waiting), -1, -1});
+    p = &probes_.back();
+    device_->launch_host(compute_, [this, p] { p->start_us = now_us(); });
+  }
+  for (auto id : to_wait) {
+    auto& st = state(id);
+    device_->stream_wait_event(compute_, *st.ready);
+    st.ready_pending = false;
+  }
+  if (p != nullptr) device_->launch_host(compute_, [this, p] { p->end_us = now_us(); });
+  open_op_ = (options_.timeline || timing_) ? stamp_start(compute_, timeline_item::track::compute, name) : nullptr;
+}
+
+void executor::place_op_tensors(std::span<const tensor_id> reads, std::span<const tensor_id> writes) {
+  for (auto id : reads) fetch(id, true);  // no-op when resident
+  for (auto id : writes) {
+    auto& st = state(id);
+    if (st.dev == nullptr) {
+      st.dev = allocate_for(id, compute_);
+      st.dev_valid = false;
+    }
+  }
+}
+
+void executor::defragment() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto keep = pinned_;
+  pinned_.clear();
+  for (tensor_id id = 0; id < tensors_.size(); ++id)
+    if (tensors_[id] && tensors_[id]->dev != nullptr) evict(id, options_.spill_tier, /*on_demand=*/true);
+  device_->synchronize_stream(compute_);
+  device_->synchronize_stream(h2d_);
+  device_->synchronize_stream(d2h_);
+  backing_->drain();
+  if (options_.release_cached) options_.release_cached();
+  pinned_ = keep;
+  host_stall_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void executor::end_op(op_index k) {
+  stamp_end(compute_, open_op_);
+  if (open_op_ != nullptr) op_items_.push_back(open_op_);
+  open_op_ = nullptr;
+  device_->record_event(op_done_, compute_);
+  // What the op wrote is now only on the device: its tier copy, if any, is stale.
+  for (auto id : writes_) {
+    auto& st = state(id);
+    st.dev_valid = true;
+    st.tier_current = false;
+  }
+  if (plan_ != nullptr && k < plan_->steps.size()) {
+    for (const auto& e : plan_->steps[k].evictions) {
+      if (e.tensor >= tensors_.size() || !tensors_[e.tensor]) continue;
+      auto& st = *tensors_[e.tensor];
+      if (st.dev == nullptr) continue;
+      switch (e.action) {
+        case evict_action::evict_to_host: evict(e.tensor, tier::host, false); break;
+        case evict_action::evict_to_nvme: evict(e.tensor, tier::nvme, false); break;
+        case evict_action::drop:
+          if (st.tier_current || !st.dev_valid) drop_device(e.tensor);
+          else if (is_persistent(st.desc.kind)) evict(e.tensor, options_.spill_tier, false);
+          // A dirty transient stays until release(): its value may still be read.
+          break;
+      }
+    }
+  }
+  pinned_.clear();
+  writes_.clear();
+}
+
+void executor::release(tensor_id id) {
+  auto& st = state(id);
+  SPILLWAY_EXPECTS_T(config_error, !is_persistent(st.desc.kind),
+                     "executor: release() of persistent tensor \"" + st.desc.name + "\"; only transients are released");
+  drop_device(id);
+  if (st.tier_current || st.pending_save.valid()) backing_->discard(id);
+  st.pending_save = {};
+  st.pending_load = {};
+  st.tier_current = false;
+  st.released = true;
+}
+
+void executor::rethrow_move_errors() {
+  for (auto& t : tensors_) {
+    if (!t) continue;
+    for (auto* h : {&t->pending_save, &t->pending_load}) {
+      if (!h->valid()) continue;
+      auto e = h->error();
+      *h = {};
+      if (e) std::rethrow_exception(e);
+    }
+  }
+}
+
+executor_stats executor::end_iteration() {
+  SPILLWAY_EXPECTS(in_iteration_, "executor: end_iteration without begin_iteration");
+  for (tensor_id id = 0; id < tensors_.size(); ++id) {
+    auto& t = tensors_[id];
+    if (t && !is_persistent(t->desc.kind) && !t->released && (t->dev != nullptr || t->tier_current)) release(id);
+  }
+  if (plan_ != nullptr) {
+    for (tensor_id id = 0; id < tensors_.size() && id < plan_->initial_tier.size(); ++id) {
+      auto& t = tensors_[id];
+      if (t && is_persistent(t->desc.kind) && plan_->initial_tier[id] != tier::device && t->dev != nullptr)
+        evict(id, plan_->initial_tier[id], false);
+    }
+  }
+  in_iteration_ = false;
+  device_->synchronize_stream(compute_);
+  device_->synchronize_stream(h2d_);
+  device_->synchronize_stream(d2h_);
+  backing_->drain();
+  for (auto& t : tensors_)
+    if (t) t->ready_pending = false;
+
+  stats_.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - iteration_start_).count();
+  stats_.stall_ms = host_stall_ms_;
+  for (const auto& p : probes_) {
+    const double ms = std::max(0.0, (p.end_us - p.start_us) / 1000.0);
+    stats_.stall_ms += ms;
+    for (const auto& name : p.tensors) stats_.stalls.emplace_back(name, ms / static_cast<double>(p.tensors.size()));
+  }
+  for (const auto* item : op_items_) stats_.op_ms.push_back(std::max(0.0, (item->end_us - item->start_us) / 1000.0));
+  op_items_.clear();
+  const auto c = backing_->counters();
+  stats_.h2d_bytes = c.h2d_bytes - counters_at_start_.h2d_bytes;
+  stats_.d2h_bytes = c.d2h_bytes - counters_at_start_.d2h_bytes;
+  stats_.nvme_read_bytes = c.nvme_read_bytes - counters_at_start_.nvme_read_bytes;
+  stats_.nvme_write_bytes = c.nvme_write_bytes - counters_at_start_.nvme_write_bytes;
+  stats_.peak_device_bytes = peak_;
+  if (!options_.timeline) timeline_.clear();
+  rethrow_move_errors();
+  return stats_;
+}
+
+void* executor::device_ptr(tensor_id id) const {
+  SPILLWAY_EXPECTS(id < tensors_.size() && tensors_[id], "executor: unknown tensor");
+  const auto& st = *tensors_[id];
+  SPILLWAY_EXPECTS(st.dev != nullptr, "executor: tensor \"" + st.desc.name + "\" is not resident outside its op");
+  return st.dev;
+}
+
+}  // namespace spillway

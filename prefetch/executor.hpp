@@ -1,0 +1,169 @@
+// The executor: runs a Plan on the device's streams. Prefetches go on the H2D stream ahead of
+// use, swap-outs on the D2H stream behind the producing op, and each op waits only on the events
+// of its own tensors. When the plan misses, it fetches or evicts on demand and counts a stall.
+//
+// Glossary. *Resident*: the tensor has device memory. *Valid on device*: that memory holds the
+// tensor's current value. *Tier copy*: a copy in the host or NVMe tier (tensor_backing); it is
+// *current* until an op writes the tensor. *Stall*: time the compute stream waited for a tensor
+// that was not ready when the op reached the head of the stream.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "allocator/memory_resource.hpp"
+#include "device/device.hpp"
+#include "prefetch/plan.hpp"
+#include "prefetch/tensor_backing.hpp"
+#include "prefetch/trace.hpp"
+#include "swap/move_handle.hpp"
+
+namespace spillway {
+
+struct executor_options {
+  /// Device bytes the executor may hold at once (allocations through the memory resource).
+  std::uint64_t device_budget = 0;
+  /// Tier for on-demand evictions when a plan does not say.
+  tier spill_tier = tier::host;
+  /// Record op and copy timestamps for a timeline (adds two host tasks per item of work).
+  bool timeline = false;
+  /// Hands cached device memory back (the caching allocator's empty_cache); called when an op's
+  /// own tensors cannot be placed for fragmentation, after everything else has left.
+  std::function<void()> release_cached;
+};
+
+/// One item of the timeline: an op on the compute track or a copy on a copy track.
+struct timeline_item {
+  enum class track : std::uint8_t { compute, h2d, d2h, stall };
+  track where = track::compute;
+  std::string name;
+  double start_us = 0;  ///< since the executor was made
+  double end_us = 0;
+};
+
+/// A sample of device memory in use, for the timeline's counter.
+struct memory_sample {
+  double at_us = 0;
+  std::uint64_t bytes = 0;
+};
+
+struct executor_stats {
+  double step_ms = 0;
+  double stall_ms = 0;
+  std::vector<std::pair<std::string, double>> stalls;  ///< tensor name, ms
+  std::uint64_t h2d_bytes = 0;
+  std::uint64_t d2h_bytes = 0;
+  std::uint64_t nvme_read_bytes = 0;
+  std::uint64_t nvme_write_bytes = 0;
+  std::uint64_t peak_device_bytes = 0;   ///< most bytes of tensors held on the device at once
+  std::uint64_t on_demand_fetches = 0;
+  std::uint64_t on_demand_evictions = 0;
+  std::vector<double> op_ms;             ///< measured duration per op (timed iterations only)
+};
+
+class executor {
+ public:
+  executor(Device& device, device_memory_resource& memory, tensor_backing& backing, executor_options options);
+  ~executor();
+  executor(const executor&) = delete;
+  executor& operator=(const executor&) = delete;
+
+  /// Declares tensor `id` (ids are dense from 0). Re-declaring with the same size is a no-op.
+  void define(tensor_id id, const tensor_desc& desc);
+  /// Sets a persistent tensor's value from host memory (stored in `where`, host by default).
+  void upload(tensor_id id, const void* host, tier where = tier::host);
+  /// Copies a tensor's current value to host memory, waiting for the work that writes it.
+  void read(tensor_id id, void* host);
+
+  /// Follow `p` for trace `t` from the next iteration on; null: run on demand (recording).
+  /// Both must outlive their use; the executor keeps pointers.
+  void follow(const trace* t, const plan* p);
+  /// Measure every op's duration in the coming iterations (for recording).
+  void set_timing(bool on) noexcept { timing_ = on; }
+
+  void begin_iteration();
+  /// Makes op k's tensors resident (fetching or allocating), issues the plan's prefetches for
+  /// k, and makes the compute stream wait for exactly these tensors.
+  void begin_op(op_index k, std::span<const tensor_id> reads, std::span<const tensor_id> writes,
+                const std::string& name);
+  /// Records the op's completion, marks what it wrote, and issues the plan's evictions after k.
+  void end_op(op_index k);
+  /// A transient tensor's life ends; its device memory and tier copy go back.
+  void release(tensor_id id);
+  /// Waits for the iteration, leaves persistent tensors where the plan starts them, reports.
+  executor_stats end_iteration();
+
+  /// Stop following the plan for the rest of this iteration (the ops departed from the trace).
+  void abandon_plan() noexcept { plan_ = nullptr; }
+
+  [[nodiscard]] void* device_ptr(tensor_id id) const;
+  [[nodiscard]] stream compute_stream() const noexcept { return compute_.get(); }
+  [[nodiscard]] Device& device() const noexcept { return *device_; }
+  [[nodiscard]] std::uint64_t device_bytes_in_use() const noexcept { return in_use_; }
+  [[nodiscard]] const std::deque<timeline_item>& timeline() const noexcept { return timeline_; }
+  [[nodiscard]] const std::vector<memory_sample>& memory_timeline() const noexcept { return memory_samples_; }
+
+ private:
+  struct tensor_state;
+  struct probe;
+
+  tensor_state& state(tensor_id id);
+  void fetch(tensor_id id, bool on_demand);
+  void* allocate_for(tensor_id id, stream s);
+  void place_op_tensors(std::span<const tensor_id> reads, std::span<const tensor_id> writes);
+  void defragment();
+  bool evict_one(std::uint64_t needed);
+  void evict(tensor_id id, tier to, bool on_demand);
+  void drop_device(tensor_id id);
+  void note_memory();
+  [[nodiscard]] std::uint64_t next_use(tensor_id id) const;
+  [[nodiscard]] double now_us() const;
+  timeline_item* stamp_start(stream s, timeline_item::track track, const std::string& name);
+  void stamp_end(stream s, timeline_item* item);
+  void check_loads(std::span<const tensor_id> ids);
+  void rethrow_move_errors();
+
+  Device* device_;
+  device_memory_resource* memory_;
+  tensor_backing* backing_;
+  executor_options options_;
+  owned_stream compute_;
+  owned_stream h2d_;
+  owned_stream d2h_;
+  owned_event op_done_;
+
+  std::vector<std::unique_ptr<tensor_state>> tensors_;
+  const trace* trace_ = nullptr;
+  const plan* plan_ = nullptr;
+  const plan* next_plan_ = nullptr;
+  const trace* next_trace_ = nullptr;
+  std::vector<std::vector<op_index>> uses_;  // per tensor, the ops (of trace_) that touch it
+
+  op_index current_op_ = 0;
+  std::uint64_t clock_ = 0;  // op counter across iterations, for LRU while recording
+  std::vector<tensor_id> pinned_;  // the current op's tensors: never evicted while it runs
+  std::vector<tensor_id> writes_;  // the current op's written tensors
+  timeline_item* open_op_ = nullptr;
+  std::vector<timeline_item*> op_items_;  // this iteration's ops, in order, for op_ms
+  std::uint64_t in_use_ = 0;
+  std::uint64_t peak_ = 0;
+  bool timing_ = false;
+  bool in_iteration_ = false;
+
+  std::chrono::steady_clock::time_point origin_;
+  std::chrono::steady_clock::time_point iteration_start_;
+  std::deque<probe> probes_;
+  std::deque<timeline_item> timeline_;
+  std::vector<memory_sample> memory_samples_;
+  executor_stats stats_;
+  backing_counters counters_at_start_;
+  double host_stall_ms_ = 0;
+};
+
+}  // namespace spillway

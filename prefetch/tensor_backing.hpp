@@ -1,0 +1,52 @@
+// tensor_backing: where the executor keeps the off-device copy of each tensor (host or NVMe
+// tier) and how bytes move between that copy and device memory, in stream order.
+// The swap-tier implementation lives in prefetch/tier_backing.*; tests wrap it to inject faults.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "device/device.hpp"
+#include "prefetch/plan.hpp"
+#include "swap/move_handle.hpp"
+
+namespace spillway {
+
+struct backing_counters {
+  std::uint64_t h2d_bytes = 0;         ///< SUM of bytes copied host -> device
+  std::uint64_t d2h_bytes = 0;         ///< SUM of bytes copied device -> host
+  std::uint64_t nvme_read_bytes = 0;   ///< SUM of bytes read from the NVMe tier
+  std::uint64_t nvme_write_bytes = 0;  ///< SUM of bytes written to the NVMe tier
+};
+
+class tensor_backing {
+ public:
+  virtual ~tensor_backing() = default;
+
+  /// Copies `bytes` bytes of device memory at `src` into tensor `id`'s copy in tier `to` (host
+  /// or nvme; where that tier has no room the other one is used), replacing any older copy.
+  /// The device read is enqueued on `s` after the work already there, so the caller may free
+  /// `src` in stream order on `s` at once. The returned handle is ready when the copy is
+  /// complete in its tier; if writing to NVMe fails the bytes stay on the host and the handle
+  /// carries the io_error naming the tensor.
+  virtual move_handle save(tensor_id id, const std::string& name, const void* src, std::uint64_t bytes, tier to,
+                           stream s) = 0;
+  /// Copies tensor `id`'s tier copy into device memory `dst`, enqueued on `s`; later work on `s`
+  /// sees the bytes. The handle is ready when the bytes are on the device, and carries the
+  /// io_error (e.g. a checksum mismatch) when they could not be read: then `dst` is untouched.
+  virtual move_handle load(tensor_id id, const std::string& name, void* dst, std::uint64_t bytes, stream s) = 0;
+  /// Stores host bytes as tensor `id`'s tier copy (initial values), synchronously.
+  virtual void put(tensor_id id, const std::string& name, const void* host, std::uint64_t bytes, tier to) = 0;
+  /// Reads tensor `id`'s tier copy into host memory, synchronously (throws io_error on failure).
+  virtual void get(tensor_id id, const std::string& name, void* host, std::uint64_t bytes) = 0;
+  /// The tier holding tensor `id`'s copy, if any.
+  [[nodiscard]] virtual std::optional<tier> where(tensor_id id) const = 0;
+  /// Drops tensor `id`'s tier copy once the moves in flight on it have finished.
+  virtual void discard(tensor_id id) = 0;
+  /// Waits for every move in flight.
+  virtual void drain() = 0;
+  [[nodiscard]] virtual backing_counters counters() const = 0;
+};
+
+}  // namespace spillway

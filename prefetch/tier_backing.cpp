@@ -1,0 +1,297 @@
+// tier_backing: copies between device memory and the host / NVMe tiers, in stream order.
+// To NVMe the bytes go through a pinned staging block; a failed write keeps them there.
+#include "prefetch/tier_backing.hpp"
+
+#include <cstring>
+
+#include "allocator/pinned_host_pool.hpp"
+#include "device/error.hpp"
+#include "device/units.hpp"
+
+namespace spillway {
+namespace {
+std::shared_ptr<detail::move_state> new_state() { return std::make_shared<detail::move_state>(); }
+
+/// Waits for a move without rethrowing its error (the executor reports errors from its own
+/// handles; here only the ordering matters).
+void wait_quietly(const move_handle& h) {
+  try {
+    h.wait();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): reported through the executor's handle
+  }
+}
+}  // namespace
+
+tier_backing::tier_backing(Device& device, host_tier& host, nvme_tier* nvme)
+    : device_(device), host_(host), nvme_(nvme) {}
+
+tier_backing::~tier_backing() {
+  drain();
+  std::lock_guard lock(mutex_);
+  for (auto& c : copies_) free_copy(c);
+}
+
+tier_backing::copy& tier_backing::slot(tensor_id id) {
+  if (id >= copies_.size()) copies_.resize(id + 1);
+  return copies_[id];
+}
+
+std::size_t tier_backing::capacity_of(std::uint64_t bytes) const noexcept {
+  const std::size_t a = host_.pool().options().alignment;
+  return (bytes + a - 1) / a * a;
+}
+
+void* tier_backing::staging_block(std::uint64_t bytes) { return host_.pool().allocate(bytes); }
+
+void tier_backing::free_staging(void* p, std::uint64_t bytes) noexcept { host_.pool().deallocate(p, bytes); }
+
+void tier_backing::free_copy(copy& c) {
+  if (c.host != nullptr) {
+    if (c.staging) free_staging(c.host, c.bytes);
+    else host_.deallocate(c.host, c.bytes);
+  }
+  if (!c.nvme_name.empty() && nvme_ != nullptr && nvme_->contains(c.nvme_name)) nvme_->erase(c.nvme_name);
+  c.host = nullptr;
+  c.staging = false;
+  c.nvme_name.clear();
+  c.where.reset();
+}
+
+void tier_backing::settle(tensor_id id) {
+  std::vector<move_handle> pending;
+  {
+    std::lock_guard lock(mutex_);
+    pending.swap(slot(id).in_flight);
+  }
+  for (auto& h : pending) wait_quietly(h);
+}
+
+move_handle tier_backing::save(tensor_id id, const std::string& name, const void* src, std::uint64_t bytes, tier to,
+                               stream s) {
+  settle(id);
+  std::unique_lock lock(mutex_);
+  auto& c = slot(id);
+  free_copy(c);
+  c.bytes = bytes;
+  auto state = new_state();
+  move_handle handle(state);
+
+  void* block = nullptr;
+  if (to == tier::host || nvme_ == nullptr) {
+    try {
+      block = host_.allocate(name, bytes);
+    } catch (const out_of_memory& e) {
+      if (nvme_ == nullptr) {
+        throw out_of_memory(std::string(e.what()) + "; tensor \"" + name +
+                            "\" cannot leave the device: give a larger host budget or an NVMe swap directory");
+      }
+    }
+  }
+  if (block != nullptr) {  // device -> host tier
+    c.where = tier::host;
+    c.host = block;
+    counters_.d2h_bytes += bytes;
+    lock.unlock();
+    device_.copy_async(block, src, bytes, copy_kind::device_to_host, s);
+    device_.launch_host(s, [state] { state->finish(nullptr); });
+    std::lock_guard relock(mutex_);
+    slot(id).in_flight.push_back(handle);
+    return handle;
+  }
+
+  // device -> staging -> NVMe. The staging block holds the bytes until the write is verified.
+  void* staging = staging_block(bytes);
+  c.where = tier::nvme;
+  c.nvme_name = name + "#" + std::to_string(id) + "." + std::to_string(++generation_);
+  const std::string file_name = c.nvme_name;
+  counters_.d2h_bytes += bytes;
+  counters_.nvme_write_bytes += bytes;
+  c.in_flight.push_back(handle);
+  lock.unlock();
+  device_.copy_async(staging, src, bytes, copy_kind::device_to_host, s);
+  device_.launch_host(s, [this, id, name, file_name, staging, bytes, state] {
+    auto keep_on_host = [this, id, file_name, staging, bytes](std::exception_ptr) {
+      std::lock_guard guard(mutex_);
+      auto& cc = slot(id);
+      if (cc.nvme_name == file_name) {  // still this copy: it lives on in the staging block
+        cc.nvme_name.clear();
+        cc.where = tier::host;
+        cc.host = staging;
+        cc.staging = true;
+      } else {
+        free_staging(staging, bytes);
+      }
+    };
+    try {
+      nvme_->write(file_name, staging, bytes, capacity_of(bytes), [this, staging, bytes, state, keep_on_host](std::exception_ptr err) {
+        if (err) {
+          keep_on_host(err);
+        } else {
+          free_staging(staging, bytes);
+        }
+        state->finish(err);
+      });
+    } catch (...) {  // the swap space is full, or the tier refused: the bytes stay on the host
+      auto err = std::current_exception();
+      try {
+        std::rethrow_exception(err);
+      } catch (const std::exception& e) {
+        err = std::make_exception_ptr(io_error("tensor \"" + name + "\" could not be written to the NVMe tier (" +
+                                               e.what() + "); it is kept in host memory", 0));
+      }
+      keep_on_host(err);
+      state->finish(err);
+    }
+  });
+  return handle;
+}
+
+move_handle tier_backing::load(tensor_id id, const std::string& name, void* dst, std::uint64_t bytes, stream s) {
+  settle(id);
+  std::unique_lock lock(mutex_);
+  auto& c = slot(id);
+  SPILLWAY_EXPECTS(c.where.has_value(), "tier backing: tensor \"" + name + "\" has no copy to load");
+  SPILLWAY_EXPECTS(c.bytes == bytes, "tier backing: tensor \"" + name + "\" size mismatch");
+  auto state = new_state();
+  move_handle handle(state);
+  counters_.h2d_bytes += bytes;
+  if (*c.where == tier::host) {
+    void* block = c.host;
+    c.in_flight.push_back(handle);
+    lock.unlock();
+    device_.copy_async(dst, block, bytes, copy_kind::host_to_device, s);
+    device_.launch_host(s, [state] { state->finish(nullptr); });
+    return handle;
+  }
+  // NVMe -> staging (CRC-checked) -> device. When the read fails the staged bytes are garbage
+  // and the handle says so: the executor checks NVMe loads before an op may see them.
+  counters_.nvme_read_bytes += bytes;
+  const std::string file_name = c.nvme_name;
+  lock.unlock();
+  void* staging = staging_block(bytes);
+  move_handle read;
+  try {
+    read = nvme_->read(file_name, staging, capacity_of(bytes));
+  } catch (...) {
+    free_staging(staging, bytes);
+    throw;
+  }
+  {
+    std::lock_guard relock(mutex_);
+    slot(id).in_flight.push_back(handle);
+  }
+  device_.launch_host(s, [read] { wait_quietly(read); });  // the H2D copy below starts after the read
+  device_.copy_async(dst, staging, bytes, copy_kind::host_to_device, s);
+  device_.launch_host(s, [this, staging, bytes, state, read] {
+    free_staging(staging, bytes);
+    auto err = read.error();
+    if (err) {
+      try {
+        std::rethrow_exception(err);
+      } catch (const corruption_error&) {
+        state->finish(err);
+        return;
+      } catch (const std::exception& e) {
+        err = std::make_exception_ptr(io_error(std::string("reading a tensor from the NVMe tier failed: ") + e.what(), 0));
+      }
+    }
+    state->finish(err);
+  });
+  return handle;
+}
+
+void tier_backing::put(tensor_id id, const std::string& name, const void* src, std::uint64_t bytes, tier to) {
+  settle(id);
+  std::unique_lock lock(mutex_);
+  auto& c = slot(id);
+  free_copy(c);
+  c.bytes = bytes;
+  void* block = nullptr;
+  if (to == tier::host || nvme_ == nullptr) {
+    try {
+      block = host_.allocate(name, bytes);
+    } catch (const out_of_memory&) {
+      if (nvme_ == nullptr) throw;
+    }
+  }
+  if (block != nullptr) {
+    if (src != nullptr) std::memcpy(block, src, bytes);
+    else std::memset(block, 0, bytes);
+    c.where = tier::host;
+    c.host = block;
+    return;
+  }
+  c.nvme_name = name + "#" + std::to_string(id) + "." + std::to_string(++generation_);
+  const std::string file_name = c.nvme_name;
+  lock.unlock();
+  void* staging = staging_block(bytes);
+  if (src != nullptr) std::memcpy(staging, src, bytes);
+  else std::memset(staging, 0, bytes);
+  try {
+    nvme_->write(file_name, staging, bytes, capacity_of(bytes)).wait();
+  } catch (...) {
+    free_staging(staging, bytes);
+    std::lock_guard relock(mutex_);
+    slot(id).nvme_name.clear();
+    throw;
+  }
+  free_staging(staging, bytes);
+  std::lock_guard relock(mutex_);
+  slot(id).where = tier::nvme;
+  counters_.nvme_write_bytes += bytes;
+}
+
+void tier_backing::get(tensor_id id, const std::string& name, void* dst, std::uint64_t bytes) {
+  settle(id);
+  std::unique_lock lock(mutex_);
+  auto& c = slot(id);
+  SPILLWAY_EXPECTS(c.where.has_value(), "tier backing: tensor \"" + name + "\" has no copy");
+  if (*c.where == tier::host) {
+    std::memcpy(dst, c.host, bytes);
+    return;
+  }
+  const std::string file_name = c.nvme_name;
+  lock.unlock();
+  void* staging = staging_block(bytes);
+  try {
+    nvme_->read(file_name, staging, capacity_of(bytes)).wait();
+  } catch (...) {
+    free_staging(staging, bytes);
+    throw;
+  }
+  std::memcpy(dst, staging, bytes);
+  free_staging(staging, bytes);
+  std::lock_guard relock(mutex_);
+  counters_.nvme_read_bytes += bytes;
+}
+
+std::optional<tier> tier_backing::where(tensor_id id) const {
+  std::lock_guard lock(mutex_);
+  if (id >= copies_.size()) return std::nullopt;
+  return copies_[id].where;
+}
+
+void tier_backing::discard(tensor_id id) {
+  settle(id);
+  std::lock_guard lock(mutex_);
+  free_copy(slot(id));
+}
+
+void tier_backing::drain() {
+  std::vector<move_handle> pending;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& c : copies_) {
+      for (auto& h : c.in_flight) pending.push_back(h);
+      c.in_flight.clear();
+    }
+  }
+  for (auto& h : pending) wait_quietly(h);
+}
+
+backing_counters tier_backing::counters() const {
+  std::lock_guard lock(mutex_);
+  return counters_;
+}
+
+}  // namespace spillway

@@ -1,0 +1,57 @@
+// tier_backing: the executor's tensor_backing over the swap tiers (host tier, optional NVMe
+// tier). Unlike tensor_store's moves, a load keeps the tier copy, so a tensor that comes back
+// to the device unchanged can later leave it again without any copy (a "drop").
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "prefetch/tensor_backing.hpp"
+#include "swap/host_tier.hpp"
+#include "swap/nvme_tier.hpp"
+
+namespace spillway {
+
+class tier_backing final : public tensor_backing {
+ public:
+  /// `nvme` may be null: then everything that leaves the device stays on the host tier.
+  tier_backing(Device& device, host_tier& host, nvme_tier* nvme);
+  ~tier_backing() override;
+
+  move_handle save(tensor_id id, const std::string& name, const void* src, std::uint64_t bytes, tier to,
+                   stream s) override;
+  move_handle load(tensor_id id, const std::string& name, void* dst, std::uint64_t bytes, stream s) override;
+  void put(tensor_id id, const std::string& name, const void* host, std::uint64_t bytes, tier to) override;
+  void get(tensor_id id, const std::string& name, void* host, std::uint64_t bytes) override;
+  [[nodiscard]] std::optional<tier> where(tensor_id id) const override;
+  void discard(tensor_id id) override;
+  void drain() override;
+  [[nodiscard]] backing_counters counters() const override;
+
+ private:
+  struct copy {
+    std::optional<tier> where;  // none: no copy
+    void* host = nullptr;       // host-tier block, or a staging block kept after a failed write
+    std::uint64_t bytes = 0;
+    bool staging = false;       // `host` came from the pool directly, not the host tier
+    std::string nvme_name;
+    std::vector<move_handle> in_flight;
+  };
+  copy& slot(tensor_id id);                    // under mutex_
+  void settle(tensor_id id);                   // waits for id's moves; not under mutex_
+  void free_copy(copy& c);                     // under mutex_
+  void* staging_block(std::uint64_t bytes);
+  void free_staging(void* p, std::uint64_t bytes) noexcept;
+  [[nodiscard]] std::size_t capacity_of(std::uint64_t bytes) const noexcept;
+
+  Device& device_;
+  host_tier& host_;
+  nvme_tier* nvme_;
+  mutable std::mutex mutex_;
+  std::vector<copy> copies_;
+  backing_counters counters_;
+  std::uint64_t generation_ = 0;
+};
+
+}  // namespace spillway

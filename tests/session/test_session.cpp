@@ -1,0 +1,223 @@
+// The Session end to end on the cpu backend: random models, random budgets, every policy. Each op
+// writes a pattern derived from (op, iteration) and checks that what it reads holds the pattern
+// of its last writer, so stale or lost data fails; device bytes never exceed the budget.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+
+#include "device/error.hpp"
+#include "device/units.hpp"
+#include "offload/swap_policy.hpp"
+#include "watchdog.hpp"
+
+using namespace spillway;
+using namespace spillway::literals;
+
+namespace {
+
+/// A random model: persistent tensors and a fixed sequence of ops over them and over transients.
+struct random_model {
+  struct tensor_spec {
+    std::string name;
+    std::uint64_t bytes;
+    tensor_kind kind;
+  };
+  struct op_spec {
+    std::string name;
+    std::vector<int> reads, writes;  // indices into tensors
+    std::vector<int> creates;        // transients first written here (add_transient before the op)
+    std::vector<int> releases;       // transients whose last use is this op
+  };
+  std::vector<tensor_spec> tensors;
+  std::vector<op_spec> ops;
+};
+
+random_model make_model(std::mt19937& rng, int n_persistent, int n_ops) {
+  random_model m;
+  std::uniform_int_distribution<std::uint64_t> size(1, 48);
+  for (int i = 0; i < n_persistent; ++i)
+    m.tensors.push_back({"p" + std::to_string(i), size(rng) * 1024 + 8 * (rng() % 7), i % 3 == 0 ? tensor_kind::optimizer_state : tensor_kind::parameter});
+  std::vector<int> live_transients;
+  for (int k = 0; k < n_ops; ++k) {
+    random_model::op_spec op;
+    op.name = "op" + std::to_string(k);
+    std::set<int> reads, writes;
+    const int nr = 1 + static_cast<int>(rng() % 3);
+    for (int r = 0; r < nr; ++r) {
+      if (!live_transients.empty() && rng() % 2 == 0) reads.insert(live_transients[rng() % live_transients.size()]);
+      else reads.insert(static_cast<int>(rng() % n_persistent));
+    }
+    if (rng() % 4 == 0) writes.insert(static_cast<int>(rng() % n_persistent));  // an in-place update
+    if (k + 1 < n_ops || rng() % 2 == 0) {
+      const int t = static_cast<int>(m.tensors.size());
+      m.tensors.push_back({"a" + std::to_string(k), size(rng) * 1024 + 8 * (rng() % 5), tensor_kind::activation});
+      writes.insert(t);
+      op.creates.push_back(t);
+      live_transients.push_back(t);
+    }
+    op.reads.assign(reads.begin(), reads.end());
+    op.writes.assign(writes.begin(), writes.end());
+    m.ops.push_back(op);
+  }
+  // Each transient dies after its last use.
+  std::map<int, int> last_use;
+  for (int k = 0; k < n_ops; ++k) {
+    for (int t : m.ops[k].reads) last_use[t] = k;
+    for (int t : m.ops[k].writes) last_use[t] = k;
+  }
+  for (auto [t, k] : last_use)
+    if (m.tensors[t].kind == tensor_kind::activation) m.ops[k].releases.push_back(t);
+  return m;
+}
+
+std::uint64_t tag(int op, int iteration) { return (static_cast<std::uint64_t>(iteration) << 32) ^ (op * 2654435761u) ^ 0x5a5a; }
+
+void fill(void* p, std::uint64_t bytes, std::uint64_t t) {
+  auto* w = static_cast<unsigned char*>(p);
+  for (std::uint64_t i = 0; i < bytes; ++i) w[i] = static_cast<unsigned char>((t >> ((i % 8) * 8)) + i / 8);
+}
+bool holds(const void* p, std::uint64_t bytes, std::uint64_t t) {
+  const auto* w = static_cast<const unsigned char*>(p);
+  for (std::uint64_t i = 0; i < bytes; ++i)
+    if (w[i] != static_cast<unsigned char>((t >> ((i % 8) * 8)) + i / 8)) return false;
+  return true;
+}
+
+struct run_result {
+  int bad_reads = 0;
+  std::uint64_t peak = 0;
+  std::uint64_t budget = 0;
+  std::uint64_t footprint = 0;
+  std::uint64_t least = 0;
+  bool planned_later = false;
+  std::uint64_t moved = 0;  // bytes copied device <-> host over the planned iterations
+};
+
+/// Runs `iterations` iterations of `m`; each op's host work checks its inputs and tags its outputs.
+run_result run(const random_model& m, session_config cfg, int iterations) {
+  Session s(cfg);
+  std::vector<tensor_handle> h(m.tensors.size());
+  std::vector<std::uint64_t> last_tag(m.tensors.size(), 0);
+  for (std::size_t i = 0; i < m.tensors.size(); ++i) {
+    if (m.tensors[i].kind == tensor_kind::activation) continue;
+    std::vector<unsigned char> init(m.tensors[i].bytes);
+    last_tag[i] = tag(-1 - static_cast<int>(i), 0);
+    fill(init.data(), init.size(), last_tag[i]);
+    h[i] = s.add_persistent(m.tensors[i].name, m.tensors[i].bytes, m.tensors[i].kind, init.data());
+  }
+  auto bad = std::make_shared<std::atomic<int>>(0);
+  run_result out;
+  for (int it = 1; it <= iterations; ++it) {
+    s.begin_iteration();
+    for (std::size_t k = 0; k < m.ops.size(); ++k) {
+      const auto& o = m.ops[k];
+      for (int t : o.creates) h[t] = s.add_transient(m.tensors[t].name, m.tensors[t].bytes);
+      std::vector<tensor_handle> reads, writes;
+      for (int t : o.reads) reads.push_back(h[t]);
+      for (int t : o.writes) writes.push_back(h[t]);
+      std::vector<std::pair<void*, std::uint64_t>> check, write;
+      std::vector<std::uint64_t> expect;
+      {
+        auto op = s.op(o.name, std::span<const tensor_handle>(reads), std::span<const tensor_handle>(writes));
+        for (int t : o.reads) {
+          check.emplace_back(op.ptr(h[t]), m.tensors[t].bytes);
+          expect.push_back(last_tag[t]);
+        }
+        const std::uint64_t mine = tag(static_cast<int>(k), it);
+        for (int t : o.writes) {
+          write.emplace_back(op.ptr(h[t]), m.tensors[t].bytes);
+          last_tag[t] = mine;
+        }
+        op.device().launch_host(op.stream(), [check, expect, write, mine, bad] {
+          for (std::size_t i = 0; i < check.size(); ++i)
+            if (!holds(check[i].first, check[i].second, expect[i])) ++*bad;
+          for (auto [p, n] : write) fill(p, n, mine);
+        });
+      }
+      for (int t : o.releases) s.release(h[t]);
+    }
+    const auto r = s.end_iteration();
+    out.peak = std::max(out.peak, r.peak_device_bytes);
+    if (it > 1) out.planned_later = out.planned_later || r.planned;
+    if (it > 1) out.moved += r.h2d_bytes + r.d2h_bytes;
+  }
+  // Every persistent tensor reads back with its last writer's pattern.
+  for (std::size_t i = 0; i < m.tensors.size(); ++i) {
+    if (m.tensors[i].kind == tensor_kind::activation) continue;
+    std::vector<unsigned char> back(m.tensors[i].bytes);
+    s.read(h[i], back.data(), back.size());
+    if (!holds(back.data(), back.size(), last_tag[i])) ++*bad;
+  }
+  out.bad_reads = bad->load();
+  out.budget = s.device_budget();
+  out.footprint = s.footprint_bytes();
+  out.least = s.least_budget_bytes();
+  return out;
+}
+
+session_config base_config(const std::string& policy, std::uint64_t budget) {
+  session_config c;
+  c.device = "cpu";
+  c.cpu_device_memory = 64_MiB;
+  c.device_budget = budget;
+  c.policy = policy;
+  c.link_gbps = 0;
+  return c;
+}
+
+}  // namespace
+
+TEST(Session, EverythingResidentRunGivesCorrectData) {
+  spillway::testing::watchdog dog("EverythingResidentRunGivesCorrectData", std::chrono::seconds(60));
+  std::mt19937 rng(11);
+  const auto m = make_model(rng, 6, 30);
+  const auto r = run(m, base_config("none", 0), 3);
+  EXPECT_EQ(r.bad_reads, 0);
+  EXPECT_TRUE(r.planned_later);
+  EXPECT_GT(r.footprint, 0u);
+  EXPECT_LE(r.least, r.footprint);
+}
+
+TEST(Session, RandomModelsBudgetsAndPoliciesKeepDataAndBudget) {
+  spillway::testing::watchdog dog("RandomModelsBudgetsAndPoliciesKeepDataAndBudget", std::chrono::seconds(240));
+  std::mt19937 rng(2024);
+  for (int trial = 0; trial < 6; ++trial) {
+    const auto m = make_model(rng, 4 + static_cast<int>(rng() % 6), 20 + static_cast<int>(rng() % 30));
+    // Learn the footprint and the least budget from an everything-resident run.
+    const auto ref = run(m, base_config("none", 0), 2);
+    ASSERT_EQ(ref.bad_reads, 0);
+    for (const char* policy : {"none", "lms", "vdnn", "auto"}) {
+      std::uniform_real_distribution<double> frac(0.0, 1.0);
+      const std::uint64_t lo = ref.least, hi = std::max(lo, ref.footprint + 64_KiB);
+      // The least budget itself, then random ones up to everything resident.
+      const auto budget = trial % 3 == 0 ? lo : lo + static_cast<std::uint64_t>(frac(rng) * static_cast<double>(hi - lo));
+      SCOPED_TRACE(std::string(policy) + " budget " + std::to_string(budget) + " trial " + std::to_string(trial));
+      const auto r = run(m, base_config(policy, budget), 3);
+      EXPECT_EQ(r.bad_reads, 0) << "stale or lost data";
+      EXPECT_LE(r.peak, budget) << "device bytes past the budget";
+      EXPECT_TRUE(r.planned_later);
+      if (budget < ref.least + (ref.footprint - ref.least) / 2) {
+        EXPECT_GT(r.moved, 0u) << "a budget well under the footprint moved nothing";
+      }
+    }
+  }
+}
+
+TEST(Session, BadConfigIsRefusedBeforeWork) {
+  auto c = base_config("sometimes", 0);
+  EXPECT_THROW(Session{c}, config_error);
+  c = base_config("auto", 128_MiB);  // device has 64 MiB
+  try {
+    Session s(c);
+    FAIL();
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("128.00 MiB"), std::string::npos) << e.what();
+  }
+  c = base_config("auto", 0);
+  c.nvme_paths = {"/nonexistent/spillway-swap"};
+  EXPECT_THROW(Session{c}, error);
+}
