@@ -58,13 +58,13 @@ run_result train(const example_options& o, const model_factory& make, const step
   }
   Session s(make_session_config(o, budget));
   auto m = make();
+  m->build(s);
   r.model = m->describe();
   r.parameters = m->parameter_count();
   r.backend = to_string(s.device().properties().backend);
   r.policy = o.policy;
   r.device_budget_bytes = s.device_budget();
   r.device_memory_bytes = s.device().properties().total_memory;
-  m->build(s);
   if (on_start) on_start(r);
 
   for (int step = 0; step < o.steps; ++step) {

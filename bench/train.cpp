@@ -1,0 +1,215 @@
+// spillway-bench train: trains an example (gpt, mlp, cnn) with everything resident, then under
+// each policy and budget ratio, and compares step time, bytes moved, stalls and losses.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/command.hpp"
+#include "device/error.hpp"
+#include "device/units.hpp"
+#include "examples/cnn/cnn_model.hpp"
+#include "examples/common/report.hpp"
+#include "examples/gpt/gpt_model.hpp"
+#include "examples/mlp/mlp_model.hpp"
+
+namespace spillway::bench {
+namespace {
+
+using examples::example_options;
+using examples::run_result;
+
+struct train_args {
+  std::string example = "gpt";
+  std::vector<double> ratios = {0.5, 0.25};
+  std::vector<std::string> policies = {"none", "lms", "vdnn", "auto"};
+  int steps = 6;
+  std::string backend = "cpu";
+  std::string preset = "small";
+  std::string device_memory;
+  double link_gbps = 12;
+  std::uint64_t seed = 1;
+  std::string json;
+};
+
+// Target: on the cpu backend, auto at 1/4 of the footprint within 1.15x of everything resident.
+constexpr double target_ratio = 0.25;
+constexpr double target_slowdown = 1.15;
+
+struct row {
+  std::string policy;
+  double budget_ratio = 0;
+  run_result result;
+  double ratio = 0;
+  bool losses_match = false;
+};
+
+bool same_losses(const run_result& a, const run_result& b) {
+  if (a.losses.size() != b.losses.size()) return false;
+  for (std::size_t i = 0; i < a.losses.size(); ++i)
+    if (examples::format_loss(a.losses[i]) != examples::format_loss(b.losses[i])) return false;
+  return true;
+}
+
+run_result run_example(const std::string& example, const example_options& o) {
+  if (example == "gpt") return examples::run_gpt(o);
+  if (example == "mlp") return examples::run_mlp(o);
+  return examples::run_cnn(o);
+}
+
+std::string fmt(const char* f, auto... args) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, f, args...);
+  return buf;
+}
+
+std::string table_line(const std::string& policy, const std::string& budget, const run_result& r, double ratio,
+                       const std::string& match) {
+  return fmt("%-8s %-16s %9.1f %7.3f %11s %11s %11s %11s %9.1f %6s", policy.c_str(), budget.c_str(), r.median_step_ms(),
+             ratio, format_bytes(r.h2d_bytes).c_str(), format_bytes(r.d2h_bytes).c_str(),
+             format_bytes(r.nvme_read_bytes + r.nvme_write_bytes).c_str(), format_bytes(r.peak_device_bytes).c_str(),
+             r.stall_ms, match.c_str());
+}
+
+nlohmann::json row_json(const std::string& example, const row& w, const run_result& resident) {
+  const run_result& r = w.result;
+  return {{"example", example},
+          {"policy", w.policy},
+          {"budget_ratio", w.budget_ratio},
+          {"budget_bytes", r.device_budget_bytes},
+          {"step_ms", r.median_step_ms()},
+          {"resident_step_ms", resident.median_step_ms()},
+          {"ratio", w.ratio},
+          {"losses_match", w.losses_match},
+          {"h2d_bytes", r.h2d_bytes},
+          {"d2h_bytes", r.d2h_bytes},
+          {"nvme_read_bytes", r.nvme_read_bytes},
+          {"nvme_write_bytes", r.nvme_write_bytes},
+          {"peak_device_bytes", r.peak_device_bytes},
+          {"stall_ms", r.stall_ms},
+          {"on_demand_fetches", r.on_demand_fetches},
+          {"on_demand_evictions", r.on_demand_evictions},
+          {"step_ms_all", r.step_ms()}};
+}
+
+int run(const train_args& a) {
+  if (a.example != "gpt" && a.example != "mlp" && a.example != "cnn")
+    throw config_error("--example: '" + a.example + "' is not an example (gpt, mlp, cnn)");
+  for (double r : a.ratios)
+    if (!(r > 0)) throw config_error("--budget-ratio: " + std::to_string(r) + " is not a ratio above 0");
+  example_options base;
+  base.backend = a.backend;
+  if (!a.device_memory.empty()) base.device_memory = parse_size(a.device_memory, "--device-memory");
+  base.link_gbps = a.link_gbps;
+  base.steps = a.steps;
+  base.seed = a.seed;
+  base.size = examples::parse_preset(a.preset);
+  base.policy = "none";
+  base.validate();
+  for (const auto& p : a.policies) {
+    example_options o = base;
+    o.policy = p;
+    o.validate();  // a bad policy fails here, before any training
+  }
+  if (a.steps < 2) throw config_error("--steps: " + std::to_string(a.steps) + " leaves no step after the recording one");
+
+  const run_result resident = run_example(a.example, base);
+  const bool cpu = resident.backend == "cpu";
+  std::cout << "train " << a.example << ": " << resident.model << "\n"
+            << "backend " << resident.backend;
+  if (cpu)
+    std::cout << ", link " << (a.link_gbps > 0 ? fmt("%.1f GB/s each way (PCIe-like)", a.link_gbps) : std::string("unlimited"));
+  std::cout << ", " << a.steps << " steps (median without the recording step), footprint "
+            << format_bytes(resident.footprint_bytes) << ", least budget " << format_bytes(resident.min_budget_bytes)
+            << "\n\n";
+  std::cout << fmt("%-8s %-16s %9s %7s %11s %11s %11s %11s %9s %6s", "policy", "budget", "step ms", "ratio", "h2d", "d2h",
+                   "nvme", "peak dev", "stall ms", "losses")
+            << "\n";
+  std::cout << table_line("resident", "all", resident, 1.0, "ref") << std::endl;
+
+  std::vector<row> rows;
+  for (double ratio : a.ratios) {
+    for (const auto& policy : a.policies) {
+      example_options o = base;
+      o.policy = policy;
+      o.device_budget = static_cast<std::uint64_t>(std::llround(ratio * static_cast<double>(resident.footprint_bytes)));
+      row w;
+      w.policy = policy;
+      w.budget_ratio = ratio;
+      w.result = run_example(a.example, o);
+      w.ratio = resident.median_step_ms() > 0 ? w.result.median_step_ms() / resident.median_step_ms() : 0;
+      w.losses_match = same_losses(w.result, resident);
+      std::cout << table_line(policy, fmt("%.3g (%s)", ratio, format_bytes(o.device_budget).c_str()), w.result, w.ratio,
+                              w.losses_match ? "same" : "DIFF")
+                << std::endl;
+      rows.push_back(std::move(w));
+    }
+  }
+
+  int exit_code = 0;
+  for (const auto& w : rows)
+    if (!w.losses_match) exit_code = 1;
+  nlohmann::json target = {{"description", "cpu backend: auto at budget 1/4 of the footprint within 1.15x of "
+                                           "everything resident, identical losses"}};
+  const row* t = nullptr;
+  for (const auto& w : rows)
+    if (w.policy == "auto" && std::abs(w.budget_ratio - target_ratio) < 1e-9) t = &w;
+  std::cout << "\n";
+  if (!cpu || t == nullptr) {
+    std::cout << "target (cpu backend, auto at budget 0.25): not measured by these settings\n";
+    target["result"] = "not measured";
+  } else {
+    const bool pass = t->ratio <= target_slowdown && t->losses_match;
+    std::cout << fmt("target: auto at budget 1/4 runs at %.3fx of everything resident (<= %.2fx), losses %s: %s\n",
+                     t->ratio, target_slowdown, t->losses_match ? "identical" : "DIFFER", pass ? "PASS" : "MISS");
+    target["result"] = pass ? "PASS" : "MISS";
+    target["ratio"] = t->ratio;
+    if (!pass) exit_code = 1;
+  }
+
+  if (!a.json.empty()) {
+    nlohmann::json j = {{"example", a.example},
+                        {"model", resident.model},
+                        {"backend", resident.backend},
+                        {"preset", a.preset},
+                        {"steps", a.steps},
+                        {"link_gbps", cpu ? nlohmann::json(a.link_gbps) : nlohmann::json(nullptr)},
+                        {"footprint_bytes", resident.footprint_bytes},
+                        {"min_budget_bytes", resident.min_budget_bytes},
+                        {"resident_step_ms", resident.median_step_ms()},
+                        {"target", target}};
+    nlohmann::json rj = nlohmann::json::array();
+    for (const auto& w : rows) rj.push_back(row_json(a.example, w, resident));
+    j["rows"] = rj;
+    std::ofstream f(a.json);
+    if (!f) throw io_error("cannot open '" + a.json + "' for writing", errno);
+    f << j.dump(2) << "\n";
+  }
+  return exit_code;
+}
+
+const command_registration registration{"train", [](CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<train_args>();
+  auto* cmd = app.add_subcommand("train", "train an example under each policy and budget against everything resident");
+  cmd->add_option("--example", args->example, "gpt, mlp or cnn")->capture_default_str();
+  cmd->add_option("--budget-ratio", args->ratios, "device budget as a fraction of the footprint (repeatable)")
+      ->capture_default_str();
+  cmd->add_option("--policy", args->policies, "none, lms, vdnn or auto (repeatable)")->capture_default_str();
+  cmd->add_option("--steps", args->steps, "training steps per run (the first records)")->capture_default_str();
+  cmd->add_option("--backend", args->backend, "auto, cpu or cuda")->capture_default_str();
+  cmd->add_option("--preset", args->preset, "tiny, small, medium or large")->capture_default_str();
+  cmd->add_option("--device-memory", args->device_memory, "cpu backend: emulated device memory (default 1 GiB)");
+  cmd->add_option("--link-gbps", args->link_gbps, "cpu backend: link GB/s each way, 0 = unlimited (default: PCIe 3.0 x16-like)")
+      ->capture_default_str();
+  cmd->add_option("--seed", args->seed, "seed of weights and data")->capture_default_str();
+  cmd->add_option("--json", args->json, "write the rows as JSON");
+  cmd->callback([args, &exit_code] { exit_code = run(*args); });
+}};
+
+}  // namespace
+}  // namespace spillway::bench

@@ -1,0 +1,178 @@
+// The examples' invariant on the cpu backend: each example at its tiny size trains to the same
+// losses, bit for bit, with every policy and with budgets of 1/2, 1/4 and the least any plan
+// needs, as with everything resident; device memory in use stays within the budget.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "device/error.hpp"
+#include "device/units.hpp"
+#include "examples/cnn/cnn_model.hpp"
+#include "examples/common/report.hpp"
+#include "examples/gpt/gpt_model.hpp"
+#include "examples/mlp/mlp_model.hpp"
+
+namespace spillway::examples {
+namespace {
+
+using literals::operator""_MiB;
+
+constexpr int steps = 3;
+
+using runner = std::function<run_result(const example_options&)>;
+
+runner runner_for(const std::string& example) {
+  if (example == "gpt") return [](const example_options& o) { return run_gpt(o); };
+  if (example == "mlp") return [](const example_options& o) { return run_mlp(o); };
+  return [](const example_options& o) { return run_cnn(o); };
+}
+
+example_options tiny_options(const std::string& policy, std::uint64_t budget) {
+  example_options o;
+  o.backend = "cpu";
+  o.device_memory = 64_MiB;
+  o.device_budget = budget;
+  o.policy = policy;
+  o.steps = steps;
+  o.seed = 7;
+  o.size = preset::tiny;
+  return o;
+}
+
+// The everything-resident run of each example, made once.
+const run_result& resident(const std::string& example) {
+  static std::map<std::string, run_result> cache;
+  auto it = cache.find(example);
+  if (it == cache.end()) it = cache.emplace(example, runner_for(example)(tiny_options("none", 0))).first;
+  return it->second;
+}
+
+std::string losses_text(const run_result& r) {
+  std::string s;
+  for (float l : r.losses) s += format_loss(l) + " ";
+  return s;
+}
+
+class invariant : public ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};
+
+TEST_P(invariant, losses_match_everything_resident) {
+  const auto& [example, policy, budget_name] = GetParam();
+  const run_result& base = resident(example);
+  ASSERT_EQ(base.losses.size(), static_cast<std::size_t>(steps));
+  ASSERT_GT(base.footprint_bytes, 0u);
+  ASSERT_GT(base.min_budget_bytes, 0u);
+  ASSERT_LT(base.min_budget_bytes, base.footprint_bytes / 4) << "the tiny model cannot test a budget of 1/4";
+
+  std::uint64_t budget = base.min_budget_bytes;
+  if (budget_name == "half") budget = base.footprint_bytes / 2;
+  if (budget_name == "quarter") budget = base.footprint_bytes / 4;
+
+  const run_result r = runner_for(example)(tiny_options(policy, budget));
+  EXPECT_EQ(r.device_budget_bytes, budget);
+  EXPECT_EQ(r.footprint_bytes, base.footprint_bytes);
+  ASSERT_EQ(r.losses.size(), base.losses.size());
+  for (std::size_t i = 0; i < r.losses.size(); ++i)
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(r.losses[i]), std::bit_cast<std::uint32_t>(base.losses[i]))
+        << example << " step " << i << ": " << losses_text(r) << "vs resident " << losses_text(base);
+  EXPECT_LE(r.peak_device_bytes, budget) << "device memory in use went past the budget";
+  // Below the footprint something has to leave the device and come back.
+  EXPECT_GT(r.h2d_bytes + r.d2h_bytes, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    examples, invariant,
+    ::testing::Combine(::testing::Values("gpt", "mlp", "cnn"), ::testing::Values("none", "lms", "vdnn", "auto"),
+                       ::testing::Values("half", "quarter", "least")),
+    [](const auto& info) {
+      return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
+    });
+
+class example_basics : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(example_basics, resident_run_is_sane) {
+  const run_result& r = resident(GetParam());
+  EXPECT_GT(r.parameters, 0u);
+  EXPECT_EQ(r.backend, "cpu");
+  for (float l : r.losses) EXPECT_TRUE(std::isfinite(l));
+  // Before any learning the mean cross-entropy is near log(classes): between 0.5x and 2x of it
+  // for every model here (gpt 256 byte tokens, mlp 8 classes, cnn 4 classes).
+  const double classes = GetParam() == "gpt" ? 256 : GetParam() == "mlp" ? 8 : 4;
+  EXPECT_GT(r.losses.front(), 0.5 * std::log(classes));
+  EXPECT_LT(r.losses.front(), 2.0 * std::log(classes));
+  EXPECT_LE(r.peak_device_bytes, r.device_budget_bytes);
+  EXPECT_GE(r.footprint_bytes, r.min_budget_bytes);
+}
+
+TEST_P(example_basics, same_seed_same_losses_other_seed_other_losses) {
+  const run_result& base = resident(GetParam());
+  const run_result again = runner_for(GetParam())(tiny_options("none", 0));
+  EXPECT_EQ(losses_text(again), losses_text(base));
+  auto o = tiny_options("none", 0);
+  o.seed = 8;
+  const run_result other = runner_for(GetParam())(o);
+  EXPECT_NE(losses_text(other), losses_text(base));
+}
+
+TEST_P(example_basics, training_lowers_the_loss) {
+  auto o = tiny_options("auto", 0);
+  o.steps = 30;
+  const run_result r = runner_for(GetParam())(o);
+  double first = 0, last = 0;
+  for (int i = 0; i < 5; ++i) {
+    first += r.losses[static_cast<std::size_t>(i)];
+    last += r.losses[r.losses.size() - 1 - static_cast<std::size_t>(i)];
+  }
+  EXPECT_LT(last, 0.9 * first) << losses_text(r);
+}
+
+TEST_P(example_basics, budget_ratio_is_a_fraction_of_the_probed_footprint) {
+  const run_result& base = resident(GetParam());
+  auto o = tiny_options("auto", 0);
+  o.budget_ratio = 0.5;
+  const run_result r = runner_for(GetParam())(o);
+  EXPECT_TRUE(r.probed_footprint);
+  EXPECT_EQ(r.footprint_bytes, base.footprint_bytes);
+  EXPECT_EQ(r.device_budget_bytes, static_cast<std::uint64_t>(std::llround(0.5 * static_cast<double>(base.footprint_bytes))));
+  EXPECT_EQ(losses_text(r), losses_text(base));
+}
+
+INSTANTIATE_TEST_SUITE_P(examples, example_basics, ::testing::Values("gpt", "mlp", "cnn"));
+
+TEST(example_options, bad_values_are_config_errors_quoting_them) {
+  auto expect_error = [](example_options o, const std::string& quoted) {
+    try {
+      o.validate();
+      ADD_FAILURE() << "no error for " << quoted;
+    } catch (const config_error& e) {
+      EXPECT_NE(std::string(e.what()).find(quoted), std::string::npos) << e.what();
+    }
+  };
+  auto o = tiny_options("auto", 0);
+  o.policy = "lru";
+  expect_error(o, "'lru'");
+  o = tiny_options("auto", 0);
+  o.backend = "tpu";
+  expect_error(o, "'tpu'");
+  o = tiny_options("auto", 0);
+  o.steps = 0;
+  expect_error(o, "--steps");
+  o = tiny_options("auto", 1_MiB);
+  o.budget_ratio = 0.5;
+  expect_error(o, "--budget-ratio");
+  EXPECT_THROW((void)parse_preset("huge"), config_error);
+  EXPECT_EQ(parse_preset("tiny"), preset::tiny);
+}
+
+TEST(example_options, training_refuses_bad_options_before_any_work) {
+  auto o = tiny_options("lru", 0);
+  EXPECT_THROW((void)run_mlp(o), config_error);
+}
+
+}  // namespace
+}  // namespace spillway::examples
