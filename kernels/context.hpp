@@ -10,12 +10,26 @@
 //    synchronize of the stream. cuda backend: the kernel is launched on (cudaStream_t)s.handle.
 //  * Layouts are row-major: a matrix [rows, cols] has element (r, c) at r * cols + c. Images are
 //    NCHW. Everything is float32; token ids and class targets are int32.
-//  * Determinism (Note [Deterministic kernels]): for the same inputs a kernel gives the same
-//    bits on every run, whatever the buffer addresses and thread timing. No reduction's order
-//    depends on scheduling; there are no float atomics. This is what lets training with any
-//    swap policy reproduce the losses of an all-resident run bit for bit.
+//  * Determinism: see Note [Deterministic kernels] below.
 //  * A context is used from one host thread at a time (cuBLAS and cuDNN handles are not
 //    thread-safe); make one context per thread that launches.
+//
+// Note [Deterministic kernels]
+// Invariant 1 (swapping never changes results) needs every kernel to give the same bits for
+// the same inputs on every run, whatever the buffer addresses and the thread timing. So:
+//  * cpu: parallel loops (oneTBB, simple_partitioner, fixed grain) split over independent
+//    outputs only; every sum (row statistics, column sums for bias/gamma/beta gradients, the
+//    embedding scatter-add, conv's dw over images and col2im) runs serially in a fixed order
+//    inside one task. GEMM is OpenBLAS, which splits work over threads by output tiles, never
+//    along k, and packs its operands, so alignment does not change the arithmetic either.
+//    (Bits can differ between machines or OPENBLAS_NUM_THREADS settings; within one setup they
+//    repeat.)
+//  * cuda: reductions are fixed shared-memory trees in blocks of a fixed size, or one thread
+//    walking its column in order; no float atomics. cuBLAS runs with atomics disallowed;
+//    cuDNN uses fixed deterministic algorithms (no autotuning) and FMA math (no TF32).
+//    cuBLAS and cuDNN may pick kernels by pointer alignment, so on the GPU the promise holds
+//    for buffers whose addresses agree modulo 256 bytes between runs (every allocation from
+//    Device::allocate and the caching allocator is 256-byte aligned).
 #pragma once
 
 #include <cstddef>

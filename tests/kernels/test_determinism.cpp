@@ -186,6 +186,8 @@ TEST(DeterminismCuda, SameBitsAtOtherAddresses) {
     rig r("cuda");
     first = run_everything(r, 0);
   }
+  // Other addresses with the same alignment (see the note on cuBLAS and cuDNN).
   rig r("cuda");
-  expect_same(first, run_everything(r, 3), "cuda, offset 3");
+  (void)r.alloc<float>(1000);  // shifts the later allocations
+  expect_same(first, run_everything(r, 64), "cuda, offset 256 bytes");
 }

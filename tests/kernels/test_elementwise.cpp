@@ -2,7 +2,10 @@
 // finite differences; in-place use; cuda against cpu.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <future>
+#include <thread>
 
 #include "kernel_rig.hpp"
 #include "kernels/elementwise.hpp"
@@ -135,4 +138,22 @@ TEST(ElementwiseCuda, MatchesCpu) {
   const auto want = run(cpu);
   const auto got = run(gpu);
   for (std::size_t i = 0; i < want.size(); ++i) expect_near_all(got[i], want[i], 1e-5, 1e-5, "output " + std::to_string(i));
+}
+
+TEST(LaunchContract, KernelsRunInStreamOrderNotAtTheCall) {
+  rig r;
+  const std::vector<float> x = {1, 2, 3, 4};
+  const float* dx = r.up(x);
+  float* y = r.alloc<float>(4);
+  r.sync();
+  std::promise<void> gate;
+  auto opened = gate.get_future().share();
+  r.dev().launch_host(r.s(), [opened] { opened.wait(); });  // holds the stream
+  scale(r.ctx(), r.s(), dx, 2.0f, y, 4);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::vector<float> early(4);
+  std::memcpy(early.data(), y, sizeof(float) * 4);  // cpu backend: device memory is host memory
+  EXPECT_EQ(early, std::vector<float>(4, 0.0f));
+  gate.set_value();
+  EXPECT_EQ(r.down(y, 4), (std::vector<float>{2, 4, 6, 8}));
 }
