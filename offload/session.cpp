@@ -10,6 +10,7 @@
 #include "allocator/pinned_host_pool.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
+#include "offload/session_hooks.hpp"
 #include "offload/session_trace.hpp"
 #include "offload/lifetime.hpp"
 #include "offload/planner.hpp"
@@ -61,7 +62,7 @@ std::pair<double, double> measure_link(Device& dev) {
 
 class session_impl {
  public:
-  explicit session_impl(session_config c) : cfg(std::move(c)) {
+  session_impl(session_config c, const session_hooks& hooks) : cfg(std::move(c)) {
     cfg.validate();
     device_options o;
     o.cpu_device_memory = cfg.cpu_device_memory;
@@ -85,6 +86,7 @@ class session_impl {
       nvme_options no;
       no.directories = cfg.nvme_paths;
       no.capacity = cfg.nvme_reserve != 0 ? cfg.nvme_reserve : default_nvme_reserve;
+      if (hooks.make_io_queue) no.make_queue = hooks.make_io_queue;
       nvme = std::make_unique<nvme_tier>(no, pool.get());
     }
     backing = std::make_unique<tier_backing>(*dev, *host, nvme.get());
@@ -93,6 +95,7 @@ class session_impl {
     eo.spill_tier = tier::host;
     eo.timeline = !cfg.chrome_trace.empty();
     eo.release_cached = [m = memory.get()] { m->empty_cache(); };
+    eo.forget_stream = [m = memory.get()](stream s) { m->forget_stream(s); };
     exec = std::make_unique<executor>(*dev, *memory, *backing, eo);
     if (cfg.link_gbps > 0) {
       link = {cfg.link_gbps * 1e9, cfg.link_gbps * 1e9};
@@ -297,7 +300,9 @@ class session_impl {
 
 // ---- Session -----------------------------------------------------------------------------------
 
-Session::Session(session_config config) : impl_(std::make_unique<session_impl>(std::move(config))) {}
+Session::Session(session_config config) : Session(std::move(config), session_hooks{}) {}
+Session::Session(session_config config, const session_hooks& hooks)
+    : impl_(std::make_unique<session_impl>(std::move(config), hooks)) {}
 Session::~Session() = default;
 
 Device& Session::device() { return *impl_->dev; }

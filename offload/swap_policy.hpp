@@ -64,12 +64,15 @@ struct iteration_report {
 };
 
 class session_impl;
+struct session_hooks;
 
 class Session {
  public:
   /// Validates the config, opens the device and the tiers (a missing or full swap directory is
   /// an error here, before any work).
   explicit Session(session_config config);
+  /// The same, with seams for tests and tools (offload/session_hooks.hpp).
+  Session(session_config config, const session_hooks& hooks);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;

@@ -70,6 +70,9 @@ executor::~executor() {
   for (auto& t : tensors_) {
     if (t && t->dev != nullptr) memory_->deallocate(t->dev, t->desc.bytes, stream{});
   }
+  if (options_.forget_stream) {
+    for (stream s : {compute_.get(), h2d_.get(), d2h_.get()}) options_.forget_stream(s);
+  }
 }
 
 executor::tensor_state& executor::state(tensor_id id) {

@@ -36,6 +36,9 @@ struct executor_options {
   /// Hands cached device memory back (the caching allocator's empty_cache); called when an op's
   /// own tensors cannot be placed for fragmentation, after everything else has left.
   std::function<void()> release_cached;
+  /// Tells the memory resource that one of the executor's streams is going away (the caching
+  /// allocator's forget_stream); called for each of them when the executor is destroyed.
+  std::function<void(stream)> forget_stream;
 };
 
 /// One item of the timeline: an op on the compute track or a copy on a copy track.

@@ -12,6 +12,8 @@
 #include "device/error.hpp"
 #include "device/units.hpp"
 #include "offload/swap_policy.hpp"
+#include "../swap/swap_test_support.hpp"
+#include "offload/session_hooks.hpp"
 #include "watchdog.hpp"
 
 using namespace spillway;
@@ -220,4 +222,115 @@ TEST(Session, BadConfigIsRefusedBeforeWork) {
   c = base_config("auto", 0);
   c.nvme_paths = {"/nonexistent/spillway-swap"};
   EXPECT_THROW(Session{c}, error);
+}
+
+// ---- I/O errors from the NVMe tier ---------------------------------------------------------------
+
+namespace {
+session_config nvme_config(const std::string& dir) {
+  auto c = base_config("auto", 0);
+  c.host_budget = 4_KiB;  // everything that leaves the device goes to NVMe
+  c.nvme_paths = {dir};
+  c.nvme_reserve = 64_MiB;
+  return c;
+}
+}  // namespace
+
+TEST(SessionNvme, FailedReadNamesTheTensorAndLosesNothing) {
+  spillway::testing::watchdog dog("FailedReadNamesTheTensorAndLosesNothing", std::chrono::seconds(60));
+  test::temp_dir dir;
+  auto faults = std::make_shared<test::fault_plan>();
+  session_hooks hooks;
+  hooks.make_io_queue = test::faulty(faults);
+  Session s(nvme_config(dir.path()), hooks);
+  auto init = test::random_bytes(256_KiB, 5);
+  auto w = s.add_persistent("layer3.weight", init.size(), tensor_kind::parameter, init.data());  // on NVMe
+  faults->kind = io_kind::read;
+  faults->what = test::fault_plan::action::fail;
+  faults->first = 1;
+  faults->count = 0;
+  s.begin_iteration();
+  auto out = s.add_transient("out", 4_KiB);
+  try {
+    auto op = s.op("matmul", {w}, {out});
+    FAIL() << "an op ran on a tensor whose read failed";
+  } catch (const io_error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer3.weight"), std::string::npos) << e.what();
+  }
+  faults->disarm();
+  std::vector<unsigned char> back(init.size());
+  s.read(w, back.data(), back.size());
+  EXPECT_EQ(back, init) << "the tensor's bytes were lost";
+}
+
+TEST(SessionNvme, CorruptedBlockIsCaughtBeforeAnyOpSeesIt) {
+  spillway::testing::watchdog dog("CorruptedBlockIsCaughtBeforeAnyOpSeesIt", std::chrono::seconds(60));
+  test::temp_dir dir;
+  auto faults = std::make_shared<test::fault_plan>();
+  faults->kind = io_kind::write;
+  faults->what = test::fault_plan::action::corrupt_on_disk;
+  faults->first = 1;
+  faults->count = 1;
+  session_hooks hooks;
+  hooks.make_io_queue = test::faulty(faults);
+  Session s(nvme_config(dir.path()), hooks);
+  auto init = test::random_bytes(100_KiB, 6);
+  auto w = s.add_persistent("embedding.table", init.size(), tensor_kind::parameter, init.data());
+  s.begin_iteration();
+  auto out = s.add_transient("out", 4_KiB);
+  std::atomic<bool> ran{false};
+  try {
+    auto op = s.op("lookup", {w}, {out});
+    op.device().launch_host(op.stream(), [&] { ran = true; });
+    FAIL() << "the corrupted tensor reached an op";
+  } catch (const corruption_error& e) {
+    EXPECT_NE(std::string(e.what()).find("embedding.table"), std::string::npos) << e.what();
+  }
+  s.device().synchronize();
+  EXPECT_FALSE(ran.load());
+}
+
+TEST(SessionNvme, FailedWriteKeepsTheBytesOnTheHostAndSaysWhich) {
+  spillway::testing::watchdog dog("FailedWriteKeepsTheBytesOnTheHostAndSaysWhich", std::chrono::seconds(60));
+  test::temp_dir dir;
+  auto faults = std::make_shared<test::fault_plan>();
+  session_hooks hooks;
+  hooks.make_io_queue = test::faulty(faults);
+  auto cfg = nvme_config(dir.path());
+  cfg.cpu_device_memory = 64_MiB;
+  cfg.device_budget = 600_KiB;  // two 256 KiB tensors and a little: one must leave
+  Session s(cfg, hooks);
+  auto a0 = test::random_bytes(256_KiB, 7), b0 = test::random_bytes(256_KiB, 8);
+  auto a = s.add_persistent("a", a0.size(), tensor_kind::parameter, a0.data());
+  auto b = s.add_persistent("b", b0.size(), tensor_kind::parameter, b0.data());
+  auto c = s.add_persistent("c", b0.size(), tensor_kind::parameter, b0.data());
+  faults->kind = io_kind::write;
+  faults->what = test::fault_plan::action::fail;
+  faults->error = ENOSPC;
+  faults->first = 1;
+  faults->count = 0;
+  s.begin_iteration();
+  {
+    auto op = s.op("scale a", {a}, {a});
+    const auto* p = op.ptr<unsigned char>(a);
+    (void)p;
+    op.device().launch_host(op.stream(), [q = op.ptr<unsigned char>(a)] { q[0] ^= 0xFF; });
+  }
+  { auto op = s.op("touch b", {b}, {}); }
+  { auto op = s.op("touch c", {c}, {}); }  // a (changed) must leave: its write fails
+  bool reported = false;
+  try {
+    s.end_iteration();
+  } catch (const io_error& e) {
+    reported = std::string(e.what()).find("\"a\"") != std::string::npos ||
+               std::string(e.what()).find("a#") != std::string::npos;
+    EXPECT_TRUE(reported) << e.what();
+  }
+  EXPECT_TRUE(reported) << "the failed write was not reported";
+  faults->disarm();
+  auto want = a0;
+  want[0] ^= 0xFF;
+  std::vector<unsigned char> back(a0.size());
+  s.read(a, back.data(), back.size());
+  EXPECT_EQ(back, want) << "the changed tensor was lost";
 }
