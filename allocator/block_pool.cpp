@@ -188,13 +188,13 @@ void block_pool::settle(block* b) {
   release(b, nullptr);
 }
 
-std::vector<block_pool::released_segment> block_pool::remove_free_segments() {
+std::vector<block_pool::released_segment> block_pool::remove_free_segments(void* also) {
   std::vector<released_segment> out;
   std::erase_if(segments_, [&](segment* s) {
     block* b = s->first;
-    if (s->busy_blocks != 0 || b->next != nullptr || b->stream != nullptr) return false;
+    if (s->busy_blocks != 0 || b->next != nullptr || (b->stream != nullptr && b->stream != also)) return false;
     erase_free(b);
-    out.push_back({s->address, s->size, s->stream});
+    out.push_back({s->address, s->size, b->stream});
     delete_block(b);
     delete s;
     return true;

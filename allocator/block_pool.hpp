@@ -68,14 +68,15 @@ class block_pool {
   void make_pending(void* stream, std::vector<block*>& out);
   /// A pending block becomes free on any stream (and merges).
   void settle(block* b);
-  /// Removes every segment that is one block free on any stream; returns them (address,size,
-  /// stream) for the caller to give back upstream.
+  /// Removes every segment that is one block free on any stream (or on `also`, when not null);
+  /// returns them for the caller to give back upstream, each with the stream its block is free
+  /// on (null: no device work uses it).
   struct released_segment {
     std::uintptr_t address;
     std::size_t size;
-    void* stream;
+    void* free_on;
   };
-  std::vector<released_segment> remove_free_segments();
+  std::vector<released_segment> remove_free_segments(void* also = nullptr);
 
   [[nodiscard]] std::size_t largest_free() const;
   [[nodiscard]] std::size_t free_bytes() const noexcept { return free_bytes_; }

@@ -32,6 +32,15 @@ namespace spillway {
 // out_of_memory with a diagnosis: requested, budget, allocated, reserved, cached, largest free
 // block, and what the device reports.
 
+// Note [Stale segments]
+// Before the large pool grows, its segments that are wholly free (on any stream, or on the
+// requesting stream) go back upstream: best fit found no block for the request, so none of
+// them can serve it, and after a change of shapes (another batch size) they would stay reserved
+// for sizes that no longer come. In a steady training loop every request is served from cache,
+// so this runs only while the pattern changes. (The cuda backend's cudaFree is slow; paying it
+// at shape changes keeps the reserved peak close to the allocated peak, which is what lets a
+// budget-bound executor use the memory.) The small pool keeps its 2 MiB segments.
+
 namespace {
 constexpr std::size_t min_block = 512;
 constexpr std::size_t small_size = 1 << 20;      // requests up to this use the small pool
@@ -169,6 +178,8 @@ bool caching_allocator::grow(detail::block_pool& pool, bool small, std::size_t s
   if (reserved + bytes > budget) bytes = small ? size : round_up(size, large_rounding);
   if (reserved + bytes > budget) bytes = size;
   if (reserved + bytes > budget) return false;
+  // Note [Stale segments]: large segments that are wholly free could not serve this request.
+  if (!small) release_free_segments(pool, s);
   void* p = nullptr;
   try {
     p = upstream_->allocate(bytes, stream{s});
@@ -217,12 +228,15 @@ void caching_allocator::wait_for_all_streams() {
   settle_finished_handoffs();
 }
 
-std::size_t caching_allocator::release_cached() {
+std::size_t caching_allocator::release_cached() { return release_free_segments(small_, nullptr) + release_free_segments(large_, nullptr); }
+
+std::size_t caching_allocator::release_free_segments(detail::block_pool& pool, void* also) {
   std::size_t released = 0;
-  for (auto* pool : {&small_, &large_}) {
-    for (const auto& seg : pool->remove_free_segments()) {
-      // Every block of the segment is free on any stream: no device work uses it any more.
-      upstream_->deallocate(reinterpret_cast<void*>(seg.address), seg.size, stream{});
+  {
+    for (const auto& seg : pool.remove_free_segments(also)) {
+      // The segment is one free block: on any stream (no device work uses it) or on `also`,
+      // whose work upstream waits for (the stream contract).
+      upstream_->deallocate(reinterpret_cast<void*>(seg.address), seg.size, stream{seg.free_on});
       reserved_.fetch_sub(seg.size, std::memory_order_relaxed);
       stats_.reserved_bytes.decrease(static_cast<std::int64_t>(seg.size));
       stats_.segment_count.decrease(1);

@@ -100,6 +100,7 @@ class caching_allocator final : public device_memory_resource {
   void hand_over(detail::block_pool& pool, void* s);
   void wait_for_all_streams();
   std::size_t release_cached();
+  std::size_t release_free_segments(detail::block_pool& pool, void* also);
   [[noreturn]] void throw_out_of_memory(std::size_t bytes, std::size_t rounded, const std::string& why);
   event take_event();
 

@@ -24,7 +24,7 @@ struct pinned_pool_options {
   /// out_of_memory. 0 = no limit.
   std::size_t capacity = 0;
   /// Size of each region the pool pins at once (a request larger than this gets a region of its
-  /// own, rounded up to the page size; so does one larger than half of it, see the .cpp).
+  /// own, rounded up to the page size; so does one larger than a quarter of it, see the .cpp).
   std::size_t region_size = std::size_t{256} << 20;
   /// Alignment and rounding granule of every block (4096 suits O_DIRECT).
   std::size_t alignment = 4096;
