@@ -62,9 +62,14 @@ void cuda_conv2d_forward(kernel_context& ctx, stream s, const conv2d_shape& shap
                          const float* w, const float* bias, float* y) {
   cudnnHandle_t h = handle_on(ctx, s);
   const conv_setup d(shape);
-  const cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+  // Both implicit-GEMM algorithms are deterministic; the precomputed one is faster where cuDNN
+  // has it for the shape, the plain one supports every shape without workspace.
+  cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
   std::size_t bytes = 0;
-  SPILLWAY_CUDNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, algo, &bytes));
+  if (cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, algo, &bytes) != CUDNN_STATUS_SUCCESS) {
+    algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+    SPILLWAY_CUDNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, algo, &bytes));
+  }
   void* ws = bytes > 0 ? ctx.workspace(bytes, s) : nullptr;
   const float one = 1.0f;
   const float zero = 0.0f;

@@ -127,6 +127,8 @@ TEST(ElementwiseCuda, MatchesCpu) {
     out.push_back(r.down(y, n));
     add(r.ctx(), r.s(), dx, g, y, n);
     out.push_back(r.down(y, n));
+    scale(r.ctx(), r.s(), y, 0.3f, y, n);
+    out.push_back(r.down(y, n));
     bias_add(r.ctx(), r.s(), y, r.up(bias), rows, cols);
     out.push_back(r.down(y, n));
     float* db = r.alloc<float>(cols);
