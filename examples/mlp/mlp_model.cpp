@@ -196,7 +196,7 @@ float mlp_model::train_step(Session& s, std::int64_t step) {
   }
   s.release(x);
 
-  params_.adam_step(s, ctx, k::adam_config{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f}, step + 1);
+  params_.adam_step(s, ctx, k::adam_config{3e-4f, 0.9f, 0.999f, 1e-8f, 0.0f}, step + 1);
 
   float value = 0;
   s.read(loss, &value, sizeof value);
