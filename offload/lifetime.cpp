@@ -46,7 +46,7 @@ lifetime_report analyze(const trace& t) {
       r.tensors[x].written = true;
     }
   }
-  std::vector<std::int64_t> live(n + 1, 0), live_after(n + 1, 0), needed(n + 1, 0), needed_w(n + 1, 0);
+  std::vector<std::int64_t> live(n + 1, 0), live_after(n + 1, 0), needed(n + 1, 0), needed_w(n + 1, 0), idle(n + 1, 0);
   for (std::size_t x = 0; x < t.tensors.size(); ++x) {
     auto& lt = r.tensors[x];
     const auto& d = t.tensors[x];
@@ -67,14 +67,17 @@ lifetime_report analyze(const trace& t) {
       add_range(needed, from, to, d.bytes);
       if (lt.written) add_range(needed_w, from, to, d.bytes);
     };
+    bool written_so_far = false;
     for (std::size_t k = 0; k < lt.uses.size(); ++k) {
       mark_needed(lt.uses[k].op, lt.uses[k].op);
+      written_so_far = written_so_far || lt.uses[k].writes;
       if (k + 1 < lt.uses.size()) {
         const auto& a = lt.uses[k];
         const auto& b = lt.uses[k + 1];
         if (b.op > a.op + 1) {
           lt.gaps.push_back({a.op, b.op, b.op - a.op - 1, false, b.reads});
           if (b.reads) mark_needed(a.op + 1, b.op - 1);
+          if (b.reads && written_so_far) add_range(idle, a.op + 1, b.op - 1, d.bytes);
         }
       }
     }
@@ -93,6 +96,7 @@ lifetime_report analyze(const trace& t) {
   r.live_bytes_after = integrate(live_after, n);
   r.needed_bytes_during = integrate(needed, n);
   r.needed_written_bytes_during = integrate(needed_w, n);
+  r.in_iteration_idle_bytes = integrate(idle, n);
   r.working_set_bytes.resize(n);
   for (op_index i = 0; i < n; ++i) {
     r.working_set_bytes[i] = t.working_set_bytes(i);

@@ -4,6 +4,7 @@
 // to NVMe, and each candidate plan is checked and timed with the simulator.
 #include <algorithm>
 #include <limits>
+#include <queue>
 
 #include "offload/plan_builder.hpp"
 #include "offload/planner.hpp"
@@ -45,6 +46,8 @@ class sweep {
     has_copy_.assign(nt, 0);
     first_off_.assign(nt, 0);
     resident_.clear();
+    version_.assign(nt, 0);
+    for (auto& h : heaps_) h = {};
     std::int64_t cur = 0;
     for (tensor_id x = 0; x < nt; ++x) {
       if (!is_persistent(t_.tensors[x].kind)) continue;
@@ -54,6 +57,7 @@ class sweep {
       }
       insert(x);
       cur += bytes(x);
+      push(x);
     }
     for (op_index j = 0; j < n; ++j) {
       const auto& op = t_.ops[j];
@@ -85,6 +89,8 @@ class sweep {
         if (!is_persistent(t_.tensors[x].kind) && next_[x] == uses.size() && in_r_[x]) {
           erase(x);
           cur -= bytes(x);
+        } else if (in_r_[x]) {
+          push(x);
         }
       };
       for (tensor_id x : op.writes) after(x, true);
@@ -126,35 +132,47 @@ class sweep {
     if (next_[x] < lt.uses.size()) return lt.uses[next_[x]].reads;
     return lt.crosses_boundary;
   }
-  tensor_id pick_victim(op_index j) const {
-    const auto n = static_cast<double>(t_.ops.size());
-    tensor_id best = none_;
+  // Victim choice with three lazy max-heaps keyed by next use, one per cost class: dead value
+  // (free), clean (a tier holds the value: H2D only), dirty (D2H + H2D). Within a class the
+  // score dist * bytes / cost orders like the next use, so only the three tops compete.
+  struct entry {
+    double next_use;
+    tensor_id x;
+    std::uint32_t version;
+    bool operator<(const entry& o) const { return next_use < o.next_use; }
+  };
+  int cost_class(tensor_id x) const {
+    if (!value_needed(x)) return 0;
+    return has_copy_[x] ? 1 : 2;
+  }
+  double next_use_of(tensor_id x) const {
+    const auto& lt = r_.tensors[x];
+    if (next_[x] < lt.uses.size()) return lt.uses[next_[x]].op;
+    return static_cast<double>(t_.ops.size()) + lt.first_use();
+  }
+  void push(tensor_id x) {
+    ++version_[x];
+    heaps_[cost_class(x)].push({next_use_of(x), x, version_[x]});
+  }
+  tensor_id pick_victim(op_index j) {
+    const double per_byte[3] = {0.0, inv_h2d_, inv_h2d_ + inv_d2h_};
+    int best_c = -1;
     double best_score = -1;
-    for (tensor_id x : resident_) {
-      if (stamp_[x] == j) continue;
-      const auto& lt = r_.tensors[x];
-      // next_[x] may lag for tensors not touched since; it only ever points at or before the
-      // next use, so skip forward locally.
-      std::size_t k = next_[x];
-      while (k < lt.uses.size() && lt.uses[k].op <= j) ++k;
-      double dist;
-      bool needed;
-      if (k < lt.uses.size()) {
-        dist = lt.uses[k].op - static_cast<double>(j);
-        needed = lt.uses[k].reads;
-      } else {
-        dist = n - j + lt.first_use();
-        needed = lt.crosses_boundary;
-      }
-      const double b = static_cast<double>(t_.tensors[x].bytes);
-      const double cost = (needed ? b * inv_h2d_ + (has_copy_[x] ? 0.0 : b * inv_d2h_) : 0.0);
-      const double score = cost <= 0 ? std::numeric_limits<double>::infinity() : dist * b / cost;
+    for (int c = 0; c < 3; ++c) {
+      auto& h = heaps_[c];
+      while (!h.empty() && (!in_r_[h.top().x] || version_[h.top().x] != h.top().version || stamp_[h.top().x] == j))
+        h.pop();
+      if (h.empty()) continue;
+      const double score = c == 0 ? std::numeric_limits<double>::infinity() : (h.top().next_use - j) / per_byte[c];
       if (score > best_score) {
         best_score = score;
-        best = x;
+        best_c = c;
       }
     }
-    return best;
+    if (best_c < 0) return none_;
+    const auto x = heaps_[best_c].top().x;
+    heaps_[best_c].pop();
+    return x;
   }
 
   const trace& t_;
@@ -164,6 +182,8 @@ class sweep {
   std::vector<std::size_t> pos_, next_;
   std::vector<std::int64_t> stamp_, off_, last_;
   std::vector<tensor_id> resident_;
+  std::vector<std::uint32_t> version_;
+  std::priority_queue<entry> heaps_[3];
 };
 
 bool reads_at(const tensor_lifetime& lt, op_index op) {

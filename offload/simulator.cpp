@@ -348,9 +348,22 @@ bounds compute_bounds(const trace& t, const lifetime_report& r, const hw_profile
   const double h2d = static_cast<double>(b.h2d_min_bytes) / hw.h2d_bytes_per_s;
   const double d2h = static_cast<double>(b.d2h_min_bytes) / hw.d2h_bytes_per_s;
   const double link = hw.copy_engines >= 2 ? std::max(h2d, d2h) : h2d + d2h;
-  b.lower_bound_seconds = std::max({b.ideal_seconds, link,
-                                    static_cast<double>(b.nvme_read_min_bytes) / hw.nvme_read_bytes_per_s,
-                                    static_cast<double>(b.nvme_write_min_bytes) / hw.nvme_write_bytes_per_s});
+  b.volume_bound_seconds = std::max({link, static_cast<double>(b.nvme_read_min_bytes) / hw.nvme_read_bytes_per_s,
+                                     static_cast<double>(b.nvme_write_min_bytes) / hw.nvme_write_bytes_per_s});
+  double before = 0;
+  for (op_index j = 0; j < t.ops.size(); ++j) {
+    const double dur = hw.op_seconds(t.ops[j]);
+    const auto held = r.in_iteration_idle_bytes[j] + r.working_set_bytes[j];
+    const double x = static_cast<double>(held > budget ? held - budget : 0);
+    const double after = b.ideal_seconds - before - dur;
+    const double v = std::max(before, x / hw.d2h_bytes_per_s) + dur + std::max(after, x / hw.h2d_bytes_per_s);
+    if (v > b.order_bound_seconds) {
+      b.order_bound_seconds = v;
+      b.order_bound_op = j;
+    }
+    before += dur;
+  }
+  b.lower_bound_seconds = std::max({b.ideal_seconds, b.volume_bound_seconds, b.order_bound_seconds});
   return b;
 }
 

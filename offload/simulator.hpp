@@ -74,15 +74,25 @@ sim_result simulate(const trace& t, const plan& p, const hw_profile& hw, const s
 
 /// Note [Lower bound]
 /// Let B be the budget and, for op j, N_j the needed bytes (Note [Live and needed bytes]) and
-/// W_j those of tensors the iteration writes. While op j runs at least N_j - B needed bytes are
-/// off the device, and each must cross the link back before its next read: once per
-/// iteration in steady state, so H2D >= max_j (N_j - B). Of them, at least W_j - B hold a
-/// value written by an iteration, which had to be copied out: D2H >= max_j (W_j - B). Whatever
-/// of N_j - B the host tier cannot hold sits on NVMe: NVMe reads >= max_j (N_j - B - host),
-/// NVMe writes >= max_j (W_j - B - host). With two copy engines the directions overlap:
-///   lower_bound = max(compute, H2D/h2d_bw, D2H/d2h_bw, NVMe_r/nvme_r_bw, NVMe_w/nvme_w_bw);
-/// with one engine the H2D and D2H terms add. It ignores latency and dependencies, so no plan
-/// beats it; ideal is compute alone (unlimited memory).
+/// W_j those of tensors the iteration writes. Two families of bounds; lower_bound is the
+/// largest of them and of compute time.
+/// (1) Volume. While op j runs at least N_j - B needed bytes are off the device, and each must
+///     cross the link back before its next read: once per iteration in steady state, so
+///     H2D >= max_j (N_j - B). Of them at least W_j - B hold a value written by an iteration,
+///     which had to be copied out: D2H >= max_j (W_j - B). What the host tier cannot hold sits
+///     on NVMe: NVMe reads >= max_j (N_j - B - host), writes >= max_j (W_j - B - host).
+///     Time >= max(H2D/h2d_bw, D2H/d2h_bw, NVMe_r/nvme_r_bw, NVMe_w/nvme_w_bw), with the H2D
+///     and D2H terms added when the profile has one copy engine.
+/// (2) Order around one op. Let V_j be the bytes of tensors op j does not touch whose value
+///     was written earlier in this iteration and is read later in it, and S_j the working set
+///     of op j. During op j the device holds S_j and at most B - S_j of V_j, so at least
+///     X_j = V_j + S_j - B of them are off. Each of those values was written in this iteration
+///     and is needed again, so it cannot be dropped: its copy out must complete before op j
+///     starts (its memory is free during op j) and its copy back starts after op j ends (a
+///     prefetch takes memory when issued). With C_<j and C_>j the compute before and after j:
+///       step >= max(C_<j, X_j/d2h_bw) + dur(j) + max(C_>j, X_j/h2d_bw).
+/// Both ignore latency and every other dependency, so no plan beats them. ideal is compute
+/// alone (unlimited memory).
 struct bounds {
   double ideal_seconds = 0;
   double lower_bound_seconds = 0;
@@ -90,6 +100,9 @@ struct bounds {
   std::uint64_t d2h_min_bytes = 0;
   std::uint64_t nvme_read_min_bytes = 0;
   std::uint64_t nvme_write_min_bytes = 0;
+  double volume_bound_seconds = 0;  ///< family (1)
+  double order_bound_seconds = 0;   ///< family (2)
+  op_index order_bound_op = 0;      ///< the op j that gives family (2)
 };
 bounds compute_bounds(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget);
 

@@ -1,0 +1,226 @@
+// Property tests of every planner over random traces and budgets, checked by the simulator
+// and by an independent logical replay; plus the budget-too-small error and baselines' knobs.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+
+#include "device/error.hpp"
+#include "offload/planner.hpp"
+#include "offload/simulator.hpp"
+
+namespace spillway::offload {
+namespace {
+
+hw_profile test_hw(std::uint64_t host_bytes) {
+  hw_profile hw;
+  hw.name = "test";
+  hw.device_bytes = 1ull << 40;
+  hw.compute_flops_per_s = 1e12;
+  hw.hbm_bytes_per_s = 1e12;
+  hw.h2d_bytes_per_s = 1e9;
+  hw.d2h_bytes_per_s = 1e9;
+  hw.copy_engines = 2;
+  hw.host_bytes = host_bytes;
+  hw.nvme_read_bytes_per_s = 5e8;
+  hw.nvme_write_bytes_per_s = 3e8;
+  hw.nvme_bytes = 1ull << 40;
+  return hw;
+}
+
+trace random_trace(std::mt19937_64& rng) {
+  trace t;
+  auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng); };
+  auto size = [&] { return std::uniform_int_distribution<std::uint64_t>(1, 64)(rng) * 1000; };
+  const tensor_kind pk[] = {tensor_kind::parameter, tensor_kind::gradient, tensor_kind::optimizer_state};
+  const std::size_t np = 1 + pick(6);
+  std::vector<tensor_id> readable;
+  for (std::size_t i = 0; i < np; ++i)
+    readable.push_back(t.add_tensor("p" + std::to_string(i), size(), pk[pick(3)]));
+  const std::size_t nops = 5 + pick(60);
+  for (std::size_t k = 0; k < nops; ++k) {
+    op_desc op;
+    op.name = "op" + std::to_string(k);
+    op.measured_seconds = std::uniform_real_distribution<double>(1e-6, 2e-4)(rng);
+    std::set<tensor_id> r, w;
+    for (std::size_t i = pick(4); i > 0; --i) r.insert(readable[pick(readable.size())]);
+    for (std::size_t i = pick(3); i > 0; --i) {
+      if (pick(3) == 0) {
+        w.insert(readable[pick(readable.size())]);
+      } else {
+        const auto x = t.add_tensor("a" + std::to_string(t.tensors.size()), size(),
+                                    pick(5) == 0 ? tensor_kind::workspace : tensor_kind::activation);
+        w.insert(x);
+        readable.push_back(x);
+      }
+    }
+    op.reads.assign(r.begin(), r.end());
+    op.writes.assign(w.begin(), w.end());
+    t.add_op(std::move(op));
+  }
+  t.validate();
+  return t;
+}
+
+// An independent replay that ignores time: resident set after each step; every op's tensors
+// resident when it runs (read ones brought by the plan, written-only ones allocated), bytes
+// within the budget at every point, values never read after being lost.
+std::string logical_check(const trace& t, const plan& p) {
+  const auto r = analyze(t);
+  std::vector<char> on(t.tensors.size(), 0), valid_off(t.tensors.size(), 0);
+  std::uint64_t cur = 0;
+  for (tensor_id x = 0; x < t.tensors.size(); ++x)
+    if (is_persistent(t.tensors[x].kind)) {
+      if (p.initial_tier[x] == tier::device) {
+        on[x] = 1;
+        cur += t.tensors[x].bytes;
+      } else {
+        valid_off[x] = 1;
+      }
+    }
+  if (cur > p.budget_bytes) return "start over budget";
+  for (op_index k = 0; k < t.ops.size(); ++k) {
+    for (const auto& pf : p.steps[k].prefetches) {
+      if (on[pf.tensor]) return "prefetch of a resident tensor at " + std::to_string(k);
+      if (!valid_off[pf.tensor]) return "prefetch of a lost value at " + std::to_string(k);
+      on[pf.tensor] = 1;
+      cur += t.tensors[pf.tensor].bytes;
+      if (cur > p.budget_bytes) return "prefetch over budget at " + std::to_string(k);
+    }
+    const auto& op = t.ops[k];
+    for (tensor_id x : op.reads)
+      if (!on[x]) return "op " + std::to_string(k) + " reads non-resident " + t.tensors[x].name;
+    for (tensor_id x : op.writes)
+      if (!on[x]) {
+        on[x] = 1;
+        cur += t.tensors[x].bytes;
+      }
+    if (cur > p.budget_bytes) return "op over budget at " + std::to_string(k);
+    for (tensor_id x : op.writes) valid_off[x] = 0;
+    for (const auto& e : p.steps[k].evictions) {
+      if (!on[e.tensor]) return "evicting non-resident at " + std::to_string(k);
+      if (e.action != evict_action::drop) valid_off[e.tensor] = 1;
+      on[e.tensor] = 0;
+      cur -= t.tensors[e.tensor].bytes;
+    }
+  }
+  for (tensor_id x = 0; x < t.tensors.size(); ++x) {
+    if (!is_persistent(t.tensors[x].kind)) {
+      if (on[x]) return "transient left resident: " + t.tensors[x].name;
+    } else if ((p.initial_tier[x] == tier::device) != static_cast<bool>(on[x])) {
+      return "persistent ends elsewhere: " + t.tensors[x].name;
+    } else if (!on[x] && r.tensors[x].crosses_boundary && !valid_off[x]) {
+      return "persistent value lost: " + t.tensors[x].name;
+    }
+  }
+  return "";
+}
+
+bool only_budget_violations(const sim_result& s) {
+  if (s.violation_count > s.violations.size()) return false;  // unseen ones may be anything
+  for (const auto& v : s.violations)
+    if (v.find("budget") == std::string::npos) return false;
+  return s.on_demand_fetches == 0;
+}
+
+TEST(Planners, RandomTracesAndBudgets) {
+  std::mt19937_64 rng(20261130);
+  const auto hw = test_hw(1ull << 40);
+  int auto_checked = 0;
+  for (int iter = 0; iter < 150; ++iter) {
+    const auto t = random_trace(rng);
+    const auto rep = analyze(t);
+    const std::uint64_t lo = rep.min_budget_bytes, hi = std::max(rep.peak_live_bytes, lo);
+    const auto budget = std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
+    for (const auto& name : planner_names()) {
+      SCOPED_TRACE(name + " iteration " + std::to_string(iter) + " budget " + std::to_string(budget));
+      const auto p = make_planner(name)->make_plan(t, rep, hw, budget);
+      ASSERT_NO_THROW(p.validate(t));
+      sim_options all;
+      all.max_violations = 1 << 20;
+      const auto s = simulate(t, p, hw, all);
+      EXPECT_TRUE(only_budget_violations(s)) << s.violations[0];
+      if (s.feasible()) {  // a plan that breaks the budget may beat the bound; none that keeps it can
+        EXPECT_GE(s.step_seconds, compute_bounds(t, rep, hw, budget).lower_bound_seconds * (1 - 1e-9));
+      }
+      if (name == "auto") {
+        ++auto_checked;
+        EXPECT_TRUE(s.feasible()) << s.violations[0];
+        EXPECT_LE(s.peak_device_bytes, budget);
+        EXPECT_EQ(logical_check(t, p), "");
+      } else if (s.feasible()) {
+        EXPECT_LE(s.peak_device_bytes, budget);
+        EXPECT_EQ(logical_check(t, p), "");
+      }
+    }
+  }
+  EXPECT_EQ(auto_checked, 150);
+}
+
+TEST(Planners, AutoSpillsToNvmeWhenTheHostTierIsSmall) {
+  std::mt19937_64 rng(7);
+  int spilled = 0;
+  for (int iter = 0; iter < 60; ++iter) {
+    const auto t = random_trace(rng);
+    const auto rep = analyze(t);
+    const auto budget = rep.min_budget_bytes;
+    const auto hw = test_hw(std::max<std::uint64_t>(rep.peak_live_bytes / 8, 1));
+    const auto p = make_planner("auto")->make_plan(t, rep, hw, budget);
+    const auto s = simulate(t, p, hw);
+    EXPECT_TRUE(s.feasible()) << s.violations[0];
+    EXPECT_EQ(logical_check(t, p), "");
+    if (s.nvme_write_bytes > 0) ++spilled;
+  }
+  EXPECT_GT(spilled, 0);
+}
+
+TEST(Planners, BudgetBelowTheLeastNamesOpAndBytes) {
+  trace t;
+  const auto a = t.add_tensor("a", 4096, tensor_kind::activation);
+  const auto b = t.add_tensor("b", 1024, tensor_kind::activation);
+  op_desc p0;
+  p0.name = "produce";
+  p0.writes = {a};
+  t.add_op(p0);
+  op_desc p1;
+  p1.name = "consume";
+  p1.reads = {a};
+  p1.writes = {b};
+  t.add_op(p1);
+  const auto rep = analyze(t);
+  for (const auto& name : planner_names()) {
+    try {
+      (void)make_planner(name)->make_plan(t, rep, test_hw(1 << 20), 5000);
+      FAIL() << name << " accepted a budget below the least any plan needs";
+    } catch (const config_error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("op 1 ('consume')"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("5120 B"), std::string::npos) << msg;
+    }
+  }
+  EXPECT_THROW(make_planner("belady"), config_error);
+}
+
+TEST(Planners, NoneKeepsEverythingAndLmsHonoursItsKnobs) {
+  std::mt19937_64 rng(3);
+  const auto t = random_trace(rng);
+  const auto rep = analyze(t);
+  const auto hw = test_hw(1ull << 40);
+  const auto none = make_planner("none")->make_plan(t, rep, hw, rep.peak_live_bytes);
+  EXPECT_EQ(none.prefetch_count(), 0u);
+  const auto s = simulate(t, none, hw);
+  EXPECT_TRUE(s.feasible()) << s.violations[0];
+  EXPECT_EQ(s.peak_device_bytes, rep.peak_live_bytes);
+  EXPECT_DOUBLE_EQ(s.step_seconds, compute_bounds(t, rep, hw, rep.peak_live_bytes).ideal_seconds);
+  planner_options o;
+  o.swapout_threshold = 1;
+  o.swapin_ahead = 1;
+  const auto eager = make_planner("lms", o)->make_plan(t, rep, hw, rep.peak_live_bytes);
+  o.swapout_threshold = 1000000;
+  const auto never = make_planner("lms", o)->make_plan(t, rep, hw, rep.peak_live_bytes);
+  EXPECT_EQ(never.prefetch_count(), 0u);
+  EXPECT_GE(eager.eviction_count(), never.eviction_count());
+}
+
+}  // namespace
+}  // namespace spillway::offload

@@ -1,0 +1,66 @@
+// Tests of the model zoo: every model yields a valid trace with forward, backward and Adam,
+// and parameter counts match the published sizes.
+#include <gtest/gtest.h>
+
+#include "device/error.hpp"
+#include "offload/lifetime.hpp"
+#include "offload/zoo.hpp"
+
+namespace spillway::offload {
+namespace {
+
+// Parameter elements: parameters are bf16 (2 B) in transformers, fp32 (4 B) in CNNs.
+double params_of(const trace& t, double bytes_per) {
+  double sum = 0;
+  for (const auto& x : t.tensors)
+    if (x.kind == tensor_kind::parameter) sum += static_cast<double>(x.bytes) / bytes_per;
+  return sum;
+}
+
+TEST(Zoo, EveryModelIsAValidTrainingStep) {
+  for (const auto& name : zoo_model_names()) {
+    SCOPED_TRACE(name);
+    zoo_options o;
+    o.batch = 2;
+    o.seq = name.rfind("gpt", 0) == 0 || name == "bert-large" ? 128 : 64;
+    const auto t = make_model_trace(name, o);
+    ASSERT_NO_THROW(t.validate());
+    int phases[4] = {};
+    for (const auto& op : t.ops) ++phases[static_cast<int>(op.phase)];
+    EXPECT_GT(phases[0], 0);
+    EXPECT_GT(phases[1], 0);
+    EXPECT_GT(phases[2], 0);
+    const auto r = analyze(t);
+    EXPECT_GT(r.peak_live_bytes, r.persistent_bytes);
+    EXPECT_GT(r.bytes_by_kind[static_cast<int>(tensor_kind::optimizer_state)], 0u);
+    EXPECT_GT(r.total_flops, 0);
+  }
+  EXPECT_THROW(make_model_trace("alexnet"), config_error);
+}
+
+TEST(Zoo, ParameterCountsMatchPublishedSizes) {
+  zoo_options o;
+  o.batch = 1;
+  o.seq = 1024;
+  // wpe is seq x hidden: at seq 1024 GPT-2 small has 124.4M parameters.
+  EXPECT_NEAR(params_of(make_model_trace("gpt2-small", o), 2) / 1e6, 124.4, 1.0);
+  EXPECT_NEAR(params_of(make_model_trace("gpt2-xl", o), 2) / 1e9, 1.56, 0.02);
+  o.seq = 2048;
+  EXPECT_NEAR(params_of(make_model_trace("gpt3-6.7b", o), 2) / 1e9, 6.7, 0.1);
+  EXPECT_NEAR(params_of(make_model_trace("gpt3-13b", o), 2) / 1e9, 12.9, 0.2);
+  o.seq = 224;
+  EXPECT_NEAR(params_of(make_model_trace("resnet50", o), 4) / 1e6, 25.5, 0.3);
+  EXPECT_NEAR(params_of(make_model_trace("vgg16", o), 4) / 1e6, 138.4, 0.5);
+  EXPECT_NEAR(params_of(make_model_trace("resnet152", o), 4) / 1e6, 60.2, 0.5);
+}
+
+TEST(Zoo, FlopsScaleWithBatchAndLayersOverride) {
+  zoo_options a{2, 128, 2}, b{4, 128, 2}, c{2, 128, 4};
+  const auto ta = make_model_trace("gpt2-small", a), tb = make_model_trace("gpt2-small", b);
+  const auto tc = make_model_trace("gpt2-small", c);
+  EXPECT_NEAR(analyze(tb).total_flops / analyze(ta).total_flops, 2.0, 0.05);
+  EXPECT_GT(tc.ops.size(), ta.ops.size());
+}
+
+}  // namespace
+}  // namespace spillway::offload
