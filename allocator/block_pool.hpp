@@ -9,8 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory_resource>
-#include <set>
+#include <memory>
 #include <vector>
 
 namespace spillway::detail {
@@ -29,6 +28,8 @@ struct block {
   segment* seg = nullptr;
   block* prev = nullptr;  ///< neighbours by address within the segment
   block* next = nullptr;
+  block* free_prev = nullptr;  ///< free blocks: neighbours in their size-class list
+  block* free_next = nullptr;
 };
 
 struct segment {
@@ -85,9 +86,23 @@ class block_pool {
   void check_invariants() const;
 
  private:
-  struct order {
-    bool operator()(const block* a, const block* b) const noexcept;
+  // Free blocks sit in segregated lists, one set per stream (null: any stream): a size class per
+  // eighth of a power of two, a bitmap of the non-empty classes. Finding the smallest fitting
+  // block scans one class list and then jumps to the next non-empty class: no allocation, no
+  // tree walk. See Note [Size classes] in block_pool.cpp.
+  static constexpr int class_bits = 3;
+  static constexpr std::size_t classes = 48 << class_bits;
+  static constexpr std::size_t words = classes / 64;
+  struct bins {
+    void* stream = nullptr;
+    std::size_t blocks = 0;
+    std::uint64_t map[words] = {};
+    block* head[classes] = {};
   };
+  static std::size_t class_of(std::size_t size) noexcept;
+  [[nodiscard]] bins* find_bins(void* stream) const noexcept;
+  bins& bins_for(void* stream);
+  [[nodiscard]] static block* fit_in(const bins& b, std::size_t size) noexcept;
   block* new_block();
   void delete_block(block* b);
   void insert_free(block* b);
@@ -95,11 +110,14 @@ class block_pool {
   block* merge(block* left, block* right);
 
   std::size_t min_split_;
-  std::pmr::unsynchronized_pool_resource memory_;  // nodes and blocks: no malloc on the fast path
-  std::pmr::set<block*, order> free_;              // by (stream, size, address)
+  std::vector<std::unique_ptr<bins>> bins_;  // few: one per stream that freed here, plus "any"
+  bins* any_bins_ = nullptr;                  // blocks free on any stream
+  mutable bins* last_bins_ = nullptr;        // the last stream's, looked up (streams repeat)
   std::vector<segment*> segments_;
   std::vector<block*> spare_blocks_;
+  std::vector<std::unique_ptr<block[]>> block_chunks_;
   std::size_t free_bytes_ = 0;
+  std::size_t free_blocks_ = 0;
 };
 
 }  // namespace spillway::detail

@@ -71,13 +71,11 @@ caching_allocator::caching_allocator(Device& device, caching_allocator_options o
 caching_allocator::caching_allocator(Device& device, device_memory_resource& upstream,
                                      caching_allocator_options options)
     : device_(&device),
+      device_total_(device.properties().total_memory),
       upstream_(&upstream),
       budget_(checked_budget(device, options.budget)),
       small_(min_block),
-      large_(small_size + 1),
-      live_(&map_memory_) {
-  live_.reserve(1024);
-}
+      large_(small_size + 1) {}
 
 caching_allocator::~caching_allocator() {
   std::lock_guard lock(mutex_);
@@ -105,7 +103,7 @@ event caching_allocator::take_event() {
 }
 
 void* caching_allocator::do_allocate(std::size_t bytes, stream s) {
-  const std::size_t total = device_->properties().total_memory;
+  const std::size_t total = device_total_;
   if (bytes > total) {
     std::lock_guard lock(mutex_);
     ++stats_.num_ooms;
@@ -132,7 +130,7 @@ void* caching_allocator::do_allocate(std::size_t bytes, stream s) {
 
   b = pool.take(b, rounded, bytes, s.handle);
   void* ptr = reinterpret_cast<void*>(b->address);
-  live_.emplace(ptr, b);
+  live_.insert(b->address, b);
   stats_.allocated_bytes.increase(static_cast<std::int64_t>(b->size));
   stats_.requested_bytes.increase(static_cast<std::int64_t>(bytes));
   stats_.allocation_count.increase(1);
@@ -142,13 +140,11 @@ void* caching_allocator::do_allocate(std::size_t bytes, stream s) {
 
 void caching_allocator::do_deallocate(void* ptr, std::size_t bytes, stream s) noexcept {
   std::lock_guard lock(mutex_);
-  auto it = live_.find(ptr);
-  assert(it != live_.end() && "caching allocator: freeing a pointer it did not hand out");
-  if (it == live_.end()) return;
-  detail::block* b = it->second;
+  detail::block* b = live_.erase(reinterpret_cast<std::uintptr_t>(ptr));
+  assert(b != nullptr && "caching allocator: freeing a pointer it did not hand out");
+  if (b == nullptr) return;
   assert(b->requested == bytes && "caching allocator: deallocate size differs from allocate size");
   (void)bytes;
-  live_.erase(it);
   stats_.allocated_bytes.decrease(static_cast<std::int64_t>(b->size));
   stats_.requested_bytes.decrease(static_cast<std::int64_t>(b->requested));
   stats_.allocation_count.decrease(1);
@@ -340,10 +336,12 @@ void caching_allocator::check_invariants() const {
     segments += pool->segments().size();
   }
   std::size_t allocated = 0;
-  for (const auto& [p, b] : live_) {
-    if (b->state != detail::block_state::live) throw error("caching allocator invariant broken: a live pointer's block is not live");
+  bool wrong = false;
+  live_.for_each([&](std::uintptr_t address, const detail::block* b) {
+    wrong = wrong || b->state != detail::block_state::live || b->address != address;
     allocated += b->size;
-  }
+  });
+  if (wrong) throw error("caching allocator invariant broken: a live pointer's block is not live");
   if (reserved != reserved_bytes() || static_cast<std::int64_t>(reserved) != stats_.reserved_bytes.current ||
       static_cast<std::int64_t>(segments) != stats_.segment_count.current)
     throw error("caching allocator invariant broken: reserved bytes disagree with the segments");

@@ -12,15 +12,15 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
-#include <memory_resource>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "allocator/address_map.hpp"
 #include "allocator/allocator_stats.hpp"
 #include "allocator/block_pool.hpp"
 #include "allocator/memory_resource.hpp"
+#include "allocator/spin_mutex.hpp"
 
 namespace spillway {
 
@@ -105,17 +105,17 @@ class caching_allocator final : public device_memory_resource {
   event take_event();
 
   Device* device_;
+  std::size_t device_total_;
   std::unique_ptr<device_memory_resource> owned_upstream_;
   device_memory_resource* upstream_;
   std::atomic<std::size_t> budget_;
   std::atomic<std::size_t> allocated_{0};
   std::atomic<std::size_t> reserved_{0};
 
-  mutable std::mutex mutex_;
+  mutable detail::spin_mutex mutex_;
   detail::block_pool small_;
   detail::block_pool large_;
-  std::pmr::unsynchronized_pool_resource map_memory_;
-  std::pmr::unordered_map<void*, detail::block*> live_;
+  detail::address_map<detail::block*> live_;  // live blocks by address
   std::vector<handoff> handoffs_;
   std::vector<event> spare_events_;
   allocator_stats stats_;
