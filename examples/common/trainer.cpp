@@ -24,12 +24,6 @@ double run_result::median_step_ms() const {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-std::uint64_t min_budget_bytes(const trace& t) {
-  std::uint64_t m = 0;
-  for (op_index i = 0; i < t.ops.size(); ++i) m = std::max(m, t.working_set_bytes(i));
-  return m;
-}
-
 namespace {
 
 // One step of a model in a Session of its own, to learn the footprint before the real run.
@@ -83,7 +77,7 @@ run_result train(const example_options& o, const model_factory& make, const step
     r.stall_ms += rep.stall_ms;
     if (step == 0) {
       r.footprint_bytes = s.footprint_bytes();
-      r.min_budget_bytes = min_budget_bytes(s.recorded_trace());
+      r.min_budget_bytes = s.least_budget_bytes();
     }
     if (on_step) on_step(step, loss, rep);
   }

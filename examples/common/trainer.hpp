@@ -42,7 +42,7 @@ struct run_result {
   std::vector<float> losses;
   std::vector<iteration_report> iterations;
   std::uint64_t footprint_bytes = 0;     ///< peak live bytes with everything resident
-  std::uint64_t min_budget_bytes = 0;    ///< largest single op's working set
+  std::uint64_t min_budget_bytes = 0;    ///< Session::least_budget_bytes(): the largest single op's working set
   std::uint64_t device_budget_bytes = 0; ///< the budget in force
   std::uint64_t device_memory_bytes = 0; ///< what the device has
   std::uint64_t peak_device_bytes = 0;
@@ -74,7 +74,5 @@ using start_observer = std::function<void(const run_result& so_far)>;
 run_result train(const example_options& o, const model_factory& make, const step_observer& on_step = {},
                  const start_observer& on_start = {});
 
-/// The largest working set of a single op of a trace: the least device memory any plan needs.
-[[nodiscard]] std::uint64_t min_budget_bytes(const trace& t);
 
 }  // namespace spillway::examples

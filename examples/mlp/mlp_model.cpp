@@ -18,10 +18,10 @@ namespace k = spillway::kernels;
 
 mlp_shape mlp_preset(preset p) {
   switch (p) {
-    case preset::tiny: return {16, 32, 8, 8, 64, 16};
-    case preset::small: return {512, 1536, 8, 16, 256, 64};
-    case preset::medium: return {1024, 4096, 16, 32, 512, 64};
-    case preset::large: return {2048, 8192, 24, 64, 1024, 128};
+    case preset::tiny: return {16, 32, 8, 8, 64, 16, 3e-3f};
+    case preset::small: return {512, 1536, 8, 16, 256, 64, 3e-4f};
+    case preset::medium: return {1024, 4096, 16, 32, 512, 64, 1e-4f};
+    case preset::large: return {2048, 8192, 24, 64, 1024, 128, 1e-4f};
   }
   return {};
 }
@@ -196,7 +196,7 @@ float mlp_model::train_step(Session& s, std::int64_t step) {
   }
   s.release(x);
 
-  params_.adam_step(s, ctx, k::adam_config{3e-4f, 0.9f, 0.999f, 1e-8f, 0.0f}, step + 1);
+  params_.adam_step(s, ctx, k::adam_config{sh_.lr, 0.9f, 0.999f, 1e-8f, 0.0f}, step + 1);
 
   float value = 0;
   s.read(loss, &value, sizeof value);

@@ -16,6 +16,7 @@ struct mlp_shape {
   int classes = 16;
   int batch = 256;
   int teacher_hidden = 64;
+  float lr = 3e-4f;     ///< Adam learning rate
 };
 
 [[nodiscard]] mlp_shape mlp_preset(preset p);
