@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "swap/io_queue.hpp"
@@ -26,7 +27,7 @@ struct block_io;
 /// not throw.
 class block_owner {
  public:
-  /// Called once before the block's first submission (a write computes its CRC here).
+  /// Called once before the block's first submission (a bounced write fills its buffer).
   virtual void prepare(block_io& b) noexcept = 0;
   /// Called once when the block is finished: `result` is its full length, or -errno.
   /// The block may be freed by the owner from here on.
@@ -84,6 +85,7 @@ class io_ring {
   unsigned max_retries_;
   std::vector<registered> registered_;  // sorted by base; only touched by the ring's thread
   bool registration_failed_ = false;
+  std::vector<std::pair<block_io*, int>> finished_;  // done, not yet handed to owners
 
   std::mutex m_;
   std::condition_variable cv_;

@@ -89,7 +89,6 @@ class nvme_transfer final : public block_owner {
       std::memcpy(io, src, len);
       std::memset(io + len, 0, b.length - len);
     }
-    rec_.crc[i] = crc32c(src, len);
   }
 
   void complete(block_io& b, int result) noexcept override {
@@ -98,7 +97,11 @@ class nvme_transfer final : public block_owner {
       fail(std::make_exception_ptr(io_error(describe(i, kind_ == io_kind::write ? "write" : "read") + ": " +
                                                 std::strerror(-result),
                                             -result)));
-    } else if (kind_ == io_kind::read) {
+    } else if (kind_ == io_kind::write) {
+      // The source may not change until the move is done, so its CRC is the CRC of what was
+      // written; computing it here keeps it off the submission path (Note [Keeping the queue full]).
+      rec_.crc[i] = crc32c(user_ + i * tier_.options_.block_size, logical_length(i));
+    } else {
       const std::size_t len = logical_length(i);
       char* dst = user_ + i * tier_.options_.block_size;
       const char* io = io_buffer(i);

@@ -16,10 +16,18 @@ class uring_queue final : public io_queue {
  public:
   explicit uring_queue(unsigned depth) : depth_(depth) {
     SPILLWAY_EXPECTS_T(config_error, depth >= 1 && depth <= 4096, "io_uring queue depth must be in [1, 4096]");
+    // One thread submits and reaps (the ring's I/O thread), so completion work can wait until
+    // it enters the kernel instead of interrupting it; older kernels get plain setup.
     io_uring_params params{};
-    params.flags = IORING_SETUP_CQSIZE;
+    params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_COOP_TASKRUN;
     params.cq_entries = 2 * depth;
-    const int rc = io_uring_queue_init_params(depth, &ring_, &params);
+    int rc = io_uring_queue_init_params(depth, &ring_, &params);
+    if (rc == -EINVAL) {
+      params = io_uring_params{};
+      params.flags = IORING_SETUP_CQSIZE;
+      params.cq_entries = 2 * depth;
+      rc = io_uring_queue_init_params(depth, &ring_, &params);
+    }
     if (rc < 0)
       throw io_error("io_uring setup failed (depth " + std::to_string(depth) + "): " + std::strerror(-rc), -rc);
   }

@@ -77,3 +77,14 @@ TEST(Crc32c, DetectsEverySingleBitFlipInABlock) {
     data[bit / 8] ^= static_cast<unsigned char>(1u << (bit % 8));
   }
 }
+
+TEST(Crc32c, LongInputsTakeTheInterleavedPathAndStillAgree) {
+  const auto data = test::random_bytes((3u << 20) + 64, 13);
+  for (std::size_t len : {std::size_t{1535}, std::size_t{1536}, std::size_t{1537}, std::size_t{786432},
+                          std::size_t{786432 * 2 + 13}, std::size_t{3u << 20}}) {
+    for (std::size_t off : {0u, 3u}) {
+      const std::uint32_t want = detail::crc32c_table(data.data() + off, len, 0x9E3779B9u);
+      EXPECT_EQ(crc32c(data.data() + off, len, 0x9E3779B9u), want) << "offset " << off << " length " << len;
+    }
+  }
+}
