@@ -1,0 +1,399 @@
+// spillway-bench tiers: host tier D2H/H2D GB/s against memcpy of the same bytes, and NVMe tier
+// write/read GB/s against fio (io_uring, O_DIRECT, same directory, block size and depth), one run.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <optional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "allocator/pinned_host_pool.hpp"
+#include "bench/command.hpp"
+#include "device/device.hpp"
+#include "device/error.hpp"
+#include "device/log.hpp"
+#include "device/units.hpp"
+#include "swap/nvme_tier.hpp"
+#include "swap/tensor_store.hpp"
+
+namespace spillway::bench {
+namespace {
+
+using clk = std::chrono::steady_clock;
+
+struct tiers_args {
+  std::string dirs;
+  std::string size = "256MiB";
+  std::string block_size = "1MiB";
+  unsigned queue_depth = 32;
+  unsigned rings = 1;
+  int repeats = 3;
+  std::string backend = "auto";
+  std::string json;
+  bool tune = false;
+  std::string tune_out = "spillway-nvme-tuned.json";
+};
+
+double seconds_since(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
+double gbps(std::size_t bytes, double s) { return s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0; }
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string part; std::getline(in, part, sep);)
+    if (!part.empty()) out.push_back(part);
+  return out;
+}
+
+// ---- host tier ----------------------------------------------------------------------------
+
+struct host_figures {
+  double d2h = 0, h2d = 0, memcpy_d2h = 0, memcpy_h2d = 0;
+};
+
+host_figures bench_host(Device& dev, std::size_t n, int repeats) {
+  pinned_host_pool pool(dev, {.capacity = 0, .region_size = n + (std::size_t{4} << 20), .alignment = 4096});
+  host_tier host(pool, 0);
+  tensor_store store(dev, host);
+  owned_stream s(dev);
+  void* d = dev.allocate(n);
+  dev.memset_async(d, 0x5A, n, s);
+  dev.synchronize_stream(s);
+  store.add_on_device("bench", n, d);
+  host_figures f;
+  double best_d2h = 1e30, best_h2d = 1e30;
+  for (int r = 0; r <= repeats; ++r) {  // the first round warms the pool's pages and is not counted
+    auto t0 = clk::now();
+    store.to_host("bench", s).wait();
+    const double t_d2h = seconds_since(t0);
+    t0 = clk::now();
+    store.to_device("bench", d, s).wait();
+    const double t_h2d = seconds_since(t0);
+    if (r > 0) {
+      best_d2h = std::min(best_d2h, t_d2h);
+      best_h2d = std::min(best_h2d, t_h2d);
+    }
+  }
+  f.d2h = gbps(n, best_d2h);
+  f.h2d = gbps(n, best_h2d);
+  // Baseline: memcpy of the same bytes between the same kinds of memory (warm pages).
+  if (dev.properties().backend == backend::cpu) {
+    void* h = pool.allocate(n);
+    std::memset(h, 1, n);
+    double m_d2h = 1e30, m_h2d = 1e30;
+    for (int r = 0; r <= repeats; ++r) {
+      auto t0 = clk::now();
+      std::memcpy(h, d, n);
+      if (r > 0) m_d2h = std::min(m_d2h, seconds_since(t0));
+      t0 = clk::now();
+      std::memcpy(d, h, n);
+      if (r > 0) m_h2d = std::min(m_h2d, seconds_since(t0));
+    }
+    pool.deallocate(h, n);
+    f.memcpy_d2h = gbps(n, m_d2h);
+    f.memcpy_h2d = gbps(n, m_h2d);
+  } else {  // device memory is not host-addressable: memcpy between two pinned buffers
+    void* a = pool.allocate(n);
+    void* b = pool.allocate(n);
+    std::memset(a, 1, n);
+    std::memset(b, 2, n);
+    double best = 1e30;
+    for (int r = 0; r <= repeats; ++r) {
+      const auto t0 = clk::now();
+      std::memcpy(b, a, n);
+      if (r > 0) best = std::min(best, seconds_since(t0));
+    }
+    pool.deallocate(a, n);
+    pool.deallocate(b, n);
+    f.memcpy_d2h = f.memcpy_h2d = gbps(n, best);
+  }
+  store.remove("bench");
+  dev.deallocate(d, n);
+  return f;
+}
+
+// ---- NVMe tier ----------------------------------------------------------------------------
+
+struct nvme_figures {
+  double write = 0, read = 0;
+  bool direct = true;
+  std::uint64_t fixed_ops = 0, ops = 0;
+};
+
+nvme_figures bench_nvme(Device& dev, const std::vector<std::string>& dirs, std::size_t n, std::uint32_t bs,
+                        unsigned depth, unsigned rings, int repeats) {
+  pinned_host_pool pool(dev, {.capacity = 0, .region_size = std::min<std::size_t>(n, std::size_t{1} << 30),
+                              .alignment = 4096});
+  nvme_options o;
+  o.directories = dirs;
+  o.capacity = n + static_cast<std::uint64_t>(bs) * dirs.size();
+  o.block_size = bs;
+  o.queue_depth = depth;
+  o.rings = rings;
+  nvme_tier tier(o, &pool);
+  auto* buf = static_cast<unsigned char*>(pool.allocate(n));
+  for (std::size_t i = 0; i < n; i += 4096) buf[i] = static_cast<unsigned char>(i >> 12);
+  nvme_figures f;
+  f.direct = tier.direct_io();
+  double best_w = 1e30, best_r = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    auto t0 = clk::now();
+    tier.write("bench", buf, n, n).wait();
+    best_w = std::min(best_w, seconds_since(t0));
+    t0 = clk::now();
+    tier.read("bench", buf, n).wait();
+    best_r = std::min(best_r, seconds_since(t0));
+    tier.erase("bench");
+  }
+  f.write = gbps(n, best_w);
+  f.read = gbps(n, best_r);
+  f.ops = tier.stats().ops;
+  f.fixed_ops = tier.stats().fixed_buffer_ops;
+  pool.deallocate(buf, n);
+  return f;
+}
+
+// ---- fio ----------------------------------------------------------------------------------
+
+// Runs argv, returns its stdout, or nullopt when it cannot be run or exits non-zero.
+std::optional<std::string> capture(const std::vector<std::string>& argv) {
+  int fds[2];
+  if (::pipe(fds) != 0) return std::nullopt;
+  const pid_t pid = ::fork();
+  if (pid < 0) return std::nullopt;
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    const int null = ::open("/dev/null", O_WRONLY);
+    if (null >= 0) ::dup2(null, 2);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[65536];
+  for (ssize_t k; (k = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(k));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
+  return out;
+}
+
+struct fio_figures {
+  double write = 0, read = 0;
+  bool ran = false;
+  std::string command;
+};
+
+// fio with the tier's settings: io_uring, O_DIRECT, registered buffers, same block size and
+// depth, one job per directory, a write pass then a read pass of the same file(s).
+fio_figures run_fio(const std::vector<std::string>& dirs, std::size_t n, std::uint32_t bs, unsigned depth, int repeats) {
+  fio_figures f;
+  std::string dir_list;
+  for (const auto& d : dirs) dir_list += (dir_list.empty() ? "" : ":") + d;
+  const auto per_job = n / dirs.size() / bs * bs;
+  std::vector<std::string> common{"fio", "--output-format=json", "--ioengine=io_uring", "--direct=1",
+                                  "--fixedbufs=1", "--bs=" + std::to_string(bs), "--iodepth=" + std::to_string(depth),
+                                  "--size=" + std::to_string(std::max<std::size_t>(per_job, bs)),
+                                  "--numjobs=" + std::to_string(dirs.size()), "--group_reporting=1",
+                                  "--directory=" + dir_list, "--filename_format=spillway-fio.$jobnum"};
+  auto run_pass = [&](const std::string& rw) -> double {
+    auto argv = common;
+    argv.push_back("--name=" + rw);
+    argv.push_back("--rw=" + rw);
+    if (f.command.empty() || rw == "write") {
+      f.command.clear();
+      for (const auto& a : argv) f.command += (f.command.empty() ? "" : " ") + a;
+    }
+    const auto out = capture(argv);
+    if (!out) return -1;
+    try {
+      const auto j = nlohmann::json::parse(out->substr(out->find('{')));
+      return j.at("jobs").at(0).at(rw).at("bw_bytes").get<double>() / 1e9;
+    } catch (const std::exception&) {
+      return -1;
+    }
+  };
+  double w = 0, r = 0;
+  bool ok = true;
+  for (int k = 0; k < repeats && ok; ++k) {
+    const double wk = run_pass("write");
+    const double rk = run_pass("read");
+    ok = wk >= 0 && rk >= 0;
+    w = std::max(w, wk);
+    r = std::max(r, rk);
+  }
+  for (std::size_t j = 0; j < dirs.size(); ++j) {
+    std::error_code ec;
+    std::filesystem::remove(dirs[j] + "/spillway-fio." + std::to_string(j), ec);
+  }
+  f.ran = ok;
+  f.write = w;
+  f.read = r;
+  return f;
+}
+
+// ---- the command --------------------------------------------------------------------------
+
+std::string target_line(const char* what, double got, double baseline, double ratio, bool& missed) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(2);
+  if (baseline <= 0) {
+    s << "  SKIP  " << what << ": no baseline";
+    return s.str();
+  }
+  const bool pass = got >= ratio * baseline;
+  missed = missed || !pass;
+  s << "  " << (pass ? "PASS" : "MISS") << "  " << what << ": " << got << " GB/s vs " << baseline << " GB/s ("
+    << got / baseline << "x, target >= " << ratio << "x)";
+  return s.str();
+}
+
+int run(const tiers_args& a) {
+  const std::size_t n = parse_size(a.size, "--size");
+  const auto bs = static_cast<std::uint32_t>(parse_size(a.block_size, "--block-size"));
+  std::string dir_text = a.dirs;
+  if (dir_text.empty()) {
+    const char* env = std::getenv("SPILLWAY_NVME_PATHS");
+    dir_text = env != nullptr && *env != '\0' ? env : "/tmp";
+  }
+  const auto dirs = split(dir_text, ',');
+  SPILLWAY_EXPECTS_T(config_error, !dirs.empty(), "tiers: no swap directory");
+  set_log_sink([](log_level l, const std::string& m) { std::cerr << "[" << to_string(l) << "] " << m << "\n"; });
+
+  device_options o;
+  o.cpu_device_memory = n + (std::size_t{64} << 20);
+  auto dev = make_device(a.backend, o);
+  std::cout << std::fixed << std::setprecision(2);
+  std::cout << "device: " << dev->properties().name << "\n"
+            << "size " << format_bytes(n) << ", swap directories " << dir_text << ", best of " << a.repeats << "\n";
+
+  const auto host = bench_host(*dev, n, a.repeats);
+  std::cout << "host tier  D2H " << host.d2h << " GB/s (memcpy " << host.memcpy_d2h << "),  H2D " << host.h2d
+            << " GB/s (memcpy " << host.memcpy_h2d << ")\n";
+
+  std::uint32_t best_bs = bs;
+  unsigned best_depth = a.queue_depth;
+  nlohmann::json sweep = nlohmann::json::array();
+  if (a.tune) {
+    std::cout << "tuning the NVMe tier (block size x queue depth):\n";
+    double best = -1;
+    for (std::uint32_t b : {256u << 10, 512u << 10, 1u << 20, 2u << 20, 4u << 20}) {
+      for (unsigned d : {4u, 8u, 16u, 32u, 64u}) {
+        const auto f = bench_nvme(*dev, dirs, n, b, d, a.rings, 1);
+        const double score = std::min(f.write, f.read);
+        std::cout << "  block " << std::setw(10) << format_bytes(b) << "  depth " << std::setw(3) << d << "  write "
+                  << f.write << " GB/s  read " << f.read << " GB/s\n";
+        sweep.push_back({{"block_size", b}, {"queue_depth", d}, {"write_gbps", f.write}, {"read_gbps", f.read}});
+        if (score > best) {
+          best = score;
+          best_bs = b;
+          best_depth = d;
+        }
+      }
+    }
+    std::cout << "best: block " << format_bytes(best_bs) << ", depth " << best_depth << "\n";
+    nlohmann::json snippet = {{"nvme",
+                               {{"paths", dirs},
+                                {"block_size", format_bytes(best_bs)},
+                                {"block_size_bytes", best_bs},
+                                {"queue_depth", best_depth},
+                                {"rings", a.rings}}}};
+    std::ofstream(a.tune_out) << snippet.dump(2) << "\n";
+    std::cout << "wrote " << a.tune_out << "\n";
+  }
+
+  // Ours and fio take turns, best of each: a shared drive's speed drifts over seconds, and
+  // turns keep that drift from favouring whichever runs second.
+  nvme_figures nv;
+  fio_figures fio;
+  for (int r = 0; r < a.repeats; ++r) {
+    const auto ours = bench_nvme(*dev, dirs, n, best_bs, best_depth, a.rings, 1);
+    nv.write = std::max(nv.write, ours.write);
+    nv.read = std::max(nv.read, ours.read);
+    nv.direct = ours.direct;
+    nv.ops += ours.ops;
+    nv.fixed_ops += ours.fixed_ops;
+    const auto theirs = run_fio(dirs, n, best_bs, best_depth, 1);
+    fio.ran = theirs.ran;
+    fio.command = theirs.command;
+    fio.write = std::max(fio.write, theirs.write);
+    fio.read = std::max(fio.read, theirs.read);
+    if (!theirs.ran) break;
+  }
+  std::cout << "nvme tier  write " << nv.write << " GB/s, read " << nv.read << " GB/s (block " << format_bytes(best_bs)
+            << ", depth " << best_depth << ", rings " << a.rings << (nv.direct ? ", O_DIRECT" : ", buffered")
+            << ", " << nv.fixed_ops << "/" << nv.ops << " ops on fixed buffers)\n";
+  if (fio.ran)
+    std::cout << "fio        write " << fio.write << " GB/s, read " << fio.read << " GB/s\n  (" << fio.command << ")\n";
+  else
+    std::cout << "fio        could not run (is fio installed?): no NVMe baseline\n";
+
+  bool missed = false;
+  const double host_copy = std::min(host.d2h, host.h2d);
+  const double memcpy_gbps = std::min(host.memcpy_d2h, host.memcpy_h2d);
+  std::cout << "targets:\n"
+            << target_line("host tier D2H vs memcpy", host.d2h, host.memcpy_d2h, 0.9, missed) << "\n"
+            << target_line("host tier H2D vs memcpy", host.h2d, host.memcpy_h2d, 0.9, missed) << "\n"
+            << target_line("nvme write vs fio", nv.write, fio.ran ? fio.write : 0, 0.9, missed) << "\n"
+            << target_line("nvme read vs fio", nv.read, fio.ran ? fio.read : 0, 0.9, missed) << "\n";
+  if (!a.json.empty()) {
+    nlohmann::json j = {{"device", dev->properties().name},
+                        {"bytes", n},
+                        {"directories", dirs},
+                        {"host_d2h_gbps", host.d2h},
+                        {"host_h2d_gbps", host.h2d},
+                        {"host_copy_gbps", host_copy},
+                        {"memcpy_d2h_gbps", host.memcpy_d2h},
+                        {"memcpy_h2d_gbps", host.memcpy_h2d},
+                        {"memcpy_gbps", memcpy_gbps},
+                        {"nvme_write_gbps", nv.write},
+                        {"nvme_read_gbps", nv.read},
+                        {"nvme_direct_io", nv.direct},
+                        {"fio_write_gbps", fio.write},
+                        {"fio_read_gbps", fio.read},
+                        {"fio_ran", fio.ran},
+                        {"fio_command", fio.command},
+                        {"block_size", best_bs},
+                        {"queue_depth", best_depth},
+                        {"rings", a.rings},
+                        {"targets_met", !missed}};
+    if (a.tune) j["sweep"] = sweep;
+    std::ofstream(a.json) << j.dump(2) << "\n";
+  }
+  return missed ? 1 : 0;
+}
+
+const command_registration registration{"tiers", [](CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<tiers_args>();
+  auto* cmd = app.add_subcommand("tiers", "host tier vs memcpy and NVMe tier vs fio, GB/s");
+  cmd->add_option("--dir", args->dirs, "swap directories, comma-separated (default: SPILLWAY_NVME_PATHS, else /tmp)");
+  cmd->add_option("--size", args->size, "bytes moved per measurement")->capture_default_str();
+  cmd->add_option("--block-size", args->block_size, "NVMe block size")->capture_default_str();
+  cmd->add_option("--queue-depth", args->queue_depth, "NVMe queue depth")->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--rings", args->rings, "io_uring rings (I/O threads)")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--repeats", args->repeats, "measurements per figure (best taken)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--backend", args->backend, "auto, cpu or cuda")->capture_default_str();
+  cmd->add_option("--json", args->json, "write the figures as JSON");
+  cmd->add_flag("--tune", args->tune, "sweep block size and queue depth; write the best as a config snippet");
+  cmd->add_option("--tune-out", args->tune_out, "where --tune writes its snippet")->capture_default_str();
+  cmd->callback([args, &exit_code] { exit_code = run(*args); });
+}};
+
+}  // namespace
+}  // namespace spillway::bench
