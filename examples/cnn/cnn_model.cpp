@@ -1,4 +1,5 @@
-// The CNN example's forward, backward and Adam steps as Session ops.
+// The CNN example's forward, backward and Adam steps as Session ops: residual blocks with the
+// skip added before the ReLU, transitions by max pooling and a 1x1 convolution.
 #include "examples/cnn/cnn_model.hpp"
 
 #include <cmath>

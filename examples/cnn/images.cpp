@@ -1,4 +1,5 @@
-// Pattern generators for the CNN example's images.
+// Pattern generators for the CNN example's images: one intensity function per class, scaled and
+// shifted per channel, with uniform noise; everything drawn from a per-step generator.
 #include "examples/cnn/images.hpp"
 
 #include <cmath>

@@ -1,4 +1,5 @@
-// The examples' shared flags and their parsing into example_options.
+// The examples' shared flags and their parsing into example_options (sizes through
+// spillway::parse_size, names checked by example_options::validate).
 #include "examples/common/flags.hpp"
 
 #include "device/units.hpp"

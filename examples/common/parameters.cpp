@@ -1,4 +1,5 @@
-// Parameter registration (value, gradient, Adam moments) and the per-parameter Adam ops.
+// Parameter registration (value, gradient, Adam moments) and the per-parameter Adam ops, which
+// read the gradient and update the value and both moments in place.
 #include "examples/common/parameters.hpp"
 
 namespace spillway::examples {

@@ -1,4 +1,5 @@
 // Shared main of the example programs: parse, train with progress, summarise, report.
+// Errors are printed with the program's name and give exit code 2.
 #include "examples/common/program.hpp"
 
 #include <cstdio>

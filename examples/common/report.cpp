@@ -1,4 +1,5 @@
-// Formatting of progress lines, summaries and the JSON report of a training run.
+// Formatting of progress lines, summaries and the JSON report of a training run. Losses always
+// go through "%.9g" so that equal text means equal bits.
 #include "examples/common/report.hpp"
 
 #include <cerrno>

@@ -1,4 +1,5 @@
-// The training harness: footprint probe for ratio budgets, the step loop, and the totals.
+// The training harness: footprint probe for ratio budgets, the step loop, and the totals over
+// the steps that the progress lines, the summary and the bench read.
 #include "examples/common/trainer.hpp"
 
 #include <algorithm>
