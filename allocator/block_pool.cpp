@@ -19,14 +19,6 @@ namespace spillway::detail {
 // smallest of the first few blocks of the next non-empty class (any of them fits). That is
 // exact best fit within a class and bounds the waste of a pick by one class (12.5%), which the
 // split then returns to the free lists.
-std::size_t block_pool::class_of(std::size_t size) noexcept {
-  const int top = std::bit_width(size) - 1;  // >= 9 for sizes >= 512
-  if (top < 9 + class_bits) return size >> 9;  // tiny sizes: one class per 512 B
-  const std::size_t sub = (size >> (top - class_bits)) & ((1u << class_bits) - 1);
-  const std::size_t c = (static_cast<std::size_t>(top - 9) << class_bits) + sub + (1u << class_bits);
-  return std::min(c, classes - 1);
-}
-
 block_pool::block_pool(std::size_t min_split) : min_split_(min_split) {
   bins_.push_back(std::make_unique<bins>());
   any_bins_ = bins_.back().get();
@@ -44,7 +36,7 @@ block* block_pool::new_block() {
   }
   block* b = spare_blocks_.back();
   spare_blocks_.pop_back();
-  *b = block{};
+  b->requested = 0;  // callers set the rest; insert_free sets state and list links
   return b;
 }
 
@@ -74,6 +66,7 @@ void block_pool::insert_free(block* b) {
   b->state = block_state::free;
   bins& bn = bins_for(b->stream);
   const std::size_t c = class_of(b->size);
+  b->size_class = static_cast<std::uint32_t>(c);
   b->free_prev = nullptr;
   b->free_next = bn.head[c];
   if (bn.head[c] != nullptr) bn.head[c]->free_prev = b;
@@ -87,7 +80,7 @@ void block_pool::insert_free(block* b) {
 void block_pool::erase_free(block* b) {
   bins* bn = find_bins(b->stream);
   assert(bn != nullptr && b->state == block_state::free);
-  const std::size_t c = class_of(b->size);
+  const std::size_t c = b->size_class;
   if (b->free_prev != nullptr) {
     b->free_prev->free_next = b->free_next;
   } else {
@@ -161,6 +154,7 @@ block* block_pool::add_segment(std::uintptr_t address, std::size_t size, void* s
   b->size = size;
   b->stream = nullptr;  // fresh memory: no stream has used it
   b->seg = s;
+  b->prev = b->next = nullptr;
   s->first = b;
   segments_.push_back(s);
   insert_free(b);

@@ -7,6 +7,7 @@
 // pending (freed, waiting for an event before any stream may use it, Note [Stream reuse]).
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -30,6 +31,7 @@ struct block {
   block* next = nullptr;
   block* free_prev = nullptr;  ///< free blocks: neighbours in their size-class list
   block* free_next = nullptr;
+  std::uint32_t size_class = 0;  ///< free blocks: the class list holding it
 };
 
 struct segment {
@@ -99,7 +101,13 @@ class block_pool {
     std::uint64_t map[words] = {};
     block* head[classes] = {};
   };
-  static std::size_t class_of(std::size_t size) noexcept;
+  static std::size_t class_of(std::size_t size) noexcept {  // Note [Size classes]
+    const int top = std::bit_width(size) - 1;                 // >= 9 for sizes >= 512
+    if (top < 9 + class_bits) return size >> 9;              // small sizes: one class per 512 B
+    const std::size_t sub = (size >> (top - class_bits)) & ((1u << class_bits) - 1);
+    const std::size_t c = (static_cast<std::size_t>(top - 9) << class_bits) + sub + (1u << class_bits);
+    return c < classes ? c : classes - 1;
+  }
   [[nodiscard]] bins* find_bins(void* stream) const noexcept;
   bins& bins_for(void* stream);
   [[nodiscard]] static block* fit_in(const bins& b, std::size_t size) noexcept;

@@ -103,13 +103,7 @@ event caching_allocator::take_event() {
 }
 
 void* caching_allocator::do_allocate(std::size_t bytes, stream s) {
-  const std::size_t total = device_total_;
-  if (bytes > total) {
-    std::lock_guard lock(mutex_);
-    ++stats_.num_ooms;
-    throw out_of_memory("caching allocator: cannot allocate " + format_bytes(bytes) + " (" + std::to_string(bytes) +
-                        " bytes): more than the device's total memory of " + format_bytes(total));
-  }
+  if (bytes > device_total_) [[unlikely]] throw_larger_than_device(bytes);
   const std::size_t rounded = round_up(bytes, min_block);
   const bool small = rounded <= small_size;
   auto& pool = small ? small_ : large_;
@@ -267,6 +261,15 @@ void caching_allocator::set_budget(std::size_t bytes) {
     wait_for_all_streams();
     release_cached();
   }
+}
+
+void caching_allocator::throw_larger_than_device(std::size_t bytes) {
+  {
+    std::lock_guard lock(mutex_);
+    ++stats_.num_ooms;
+  }
+  throw out_of_memory("caching allocator: cannot allocate " + format_bytes(bytes) + " (" + std::to_string(bytes) +
+                      " bytes): more than the device's total memory of " + format_bytes(device_total_));
 }
 
 void caching_allocator::throw_out_of_memory(std::size_t bytes, std::size_t rounded, const std::string& why) {

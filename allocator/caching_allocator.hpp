@@ -101,7 +101,8 @@ class caching_allocator final : public device_memory_resource {
   void wait_for_all_streams();
   std::size_t release_cached();
   std::size_t release_free_segments(detail::block_pool& pool, void* also);
-  [[noreturn]] void throw_out_of_memory(std::size_t bytes, std::size_t rounded, const std::string& why);
+  [[noreturn, gnu::cold]] void throw_larger_than_device(std::size_t bytes);
+  [[noreturn, gnu::cold]] void throw_out_of_memory(std::size_t bytes, std::size_t rounded, const std::string& why);
   event take_event();
 
   Device* device_;

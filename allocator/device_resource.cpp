@@ -11,13 +11,11 @@
 
 namespace spillway {
 
-void detail::check_request_size(std::size_t bytes, const char* who) {
+void detail::throw_bad_request_size(std::size_t bytes, const char* who) {
   if (bytes == 0) throw config_error(std::string(who) + ": cannot allocate 0 bytes");
-  if (bytes > max_size_bytes) {
-    throw config_error(std::string(who) + ": cannot allocate " + std::to_string(bytes) + " bytes (" +
-                       format_bytes(bytes) + "), more than the largest size Spillway accepts (" +
-                       format_bytes(max_size_bytes) + ")");
-  }
+  throw config_error(std::string(who) + ": cannot allocate " + std::to_string(bytes) + " bytes (" +
+                     format_bytes(bytes) + "), more than the largest size Spillway accepts (" +
+                     format_bytes(max_size_bytes) + ")");
 }
 
 void* device_resource::do_allocate(std::size_t bytes, stream /*s*/) {

@@ -20,6 +20,7 @@
 #include <cstddef>
 
 #include "device/device.hpp"
+#include "device/units.hpp"
 
 namespace spillway {
 
@@ -28,7 +29,10 @@ inline constexpr std::size_t device_memory_alignment = 256;
 
 namespace detail {
 /// Throws config_error for a request of 0 bytes or above max_size_bytes, quoting it.
-void check_request_size(std::size_t bytes, const char* who);
+[[noreturn, gnu::cold]] void throw_bad_request_size(std::size_t bytes, const char* who);
+inline void check_request_size(std::size_t bytes, const char* who) {
+  if (bytes == 0 || bytes > max_size_bytes) [[unlikely]] throw_bad_request_size(bytes, who);
+}
 }  // namespace detail
 
 class device_memory_resource {
