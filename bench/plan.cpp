@@ -310,12 +310,14 @@ int run_plan(const plan_args& a) {
     const std::string name = a.trace_file.empty() ? a.model : a.trace_file;
     const auto rep = analyze(t);
     if (a.report) std::cout << format_report(rep, t) << "\n";
+    const auto budgets = budgets_for(a, rep);
+    for (auto b : budgets) check_budget(t, rep, b);  // a budget the user gave: an error, not a row
     print_header();
     const auto hws = a.hw.empty() ? std::vector<std::string>{"h200"} : a.hw;
     for (const auto& hwname : hws) {
       const auto hw = get_profile(hwname);
       const auto before = run.rows.size();
-      run.run(name, t, hw, budgets_for(a, rep), rep, policies_for(a));
+      run.run(name, t, hw, budgets, rep, policies_for(a));
       for (auto i = before; i < run.rows.size(); ++i) print_row(run.rows[i]);
     }
     if (!a.chrome_file.empty()) {
