@@ -6,7 +6,8 @@
 #include <exception>
 #include <unordered_map>
 
-#include "allocator/caching_allocator.hpp"
+#include "allocator/arena_allocator.hpp"
+#include "allocator/device_resource.hpp"
 #include "allocator/pinned_host_pool.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
@@ -75,9 +76,8 @@ class session_impl {
                          format_bytes(total) + " (" + dev->properties().name + "); give at most " + format_bytes(total));
     }
     budget = cfg.device_budget != 0 ? cfg.device_budget : total;
-    caching_allocator_options ao;
-    ao.budget = budget;
-    memory = std::make_unique<caching_allocator>(*dev, ao);
+    upstream = std::make_unique<device_resource>(*dev);
+    memory = std::make_unique<arena_allocator>(*dev, *upstream, budget);
     pinned_pool_options po;
     po.region_size = std::size_t{64} << 20;
     pool = std::make_unique<pinned_host_pool>(*dev, po);
@@ -94,7 +94,6 @@ class session_impl {
     eo.device_budget = budget;
     eo.spill_tier = tier::host;
     eo.timeline = !cfg.chrome_trace.empty();
-    eo.release_cached = [m = memory.get()] { m->empty_cache(); };
     eo.forget_stream = [m = memory.get()](stream s) { m->forget_stream(s); };
     exec = std::make_unique<executor>(*dev, *memory, *backing, eo);
     if (cfg.link_gbps > 0) {
@@ -211,7 +210,14 @@ class session_impl {
     r.on_demand_fetches = st.on_demand_fetches;
     r.on_demand_evictions = st.on_demand_evictions;
     history.push_back(r);
-    if (!followed && !io_failure) replan(st);
+    if (!followed && !io_failure) {
+      replan(st);
+    } else if (followed && r.on_demand_evictions > 0 && headroom < max_headroom) {
+      // The plan did not fit in practice (the arena's rounding and fragmentation take more than
+      // the headroom left for them): plan the same trace again with more room.
+      headroom = std::min(max_headroom, headroom * 2);
+      plan_trace(std::move(planned));
+    }
     if (io_failure) std::rethrow_exception(io_failure);
     return r;
   }
@@ -223,6 +229,11 @@ class session_impl {
     if (st.op_ms.size() == t.ops.size()) {
       for (std::size_t k = 0; k < t.ops.size(); ++k) t.ops[k].measured_seconds = st.op_ms[k] / 1000.0;
     }
+    headroom = initial_headroom;
+    plan_trace(std::move(t));
+  }
+
+  void plan_trace(trace t) {
     t.validate();
     const auto report = offload::analyze(t);
     offload::hw_profile hw;
@@ -242,9 +253,9 @@ class session_impl {
     if (cfg.lms_swapin_ahead) po.swapin_ahead = static_cast<std::uint32_t>(cfg.lms_swapin_ahead);
     if (cfg.lms_swapin_groupby) po.swapin_groupby = static_cast<std::uint32_t>(cfg.lms_swapin_groupby);
     auto p = offload::make_planner(planner_name(cfg), po);
-    // Plan a little under the budget: the caching allocator rounds sizes, and the executor's
-    // on-demand path covers any op the plan squeezes too tightly.
-    std::uint64_t plan_budget = budget - budget / 32;
+    // Plan a little under the budget: the arena rounds sizes and its free space fragments, and
+    // the executor's on-demand path covers any op the plan squeezes too tightly.
+    std::uint64_t plan_budget = budget - static_cast<std::uint64_t>(headroom * static_cast<double>(budget));
     if (plan_budget < report.min_budget_bytes) plan_budget = budget;
     current = p->make_plan(t, report, hw, plan_budget);
     current.validate(t);
@@ -256,15 +267,15 @@ class session_impl {
     exec->follow(&planned, &current);
   }
 
-  /// Device memory an op's tensors take once placed: each rounded up to the caching allocator's
-  /// 512-byte granule. The least budget that can run the op.
+  /// Device memory an op's tensors take once placed: each rounded up to the arena's 512-byte
+  /// granule. The least budget that can run the op.
   std::uint64_t placed_bytes(const op_desc& op) const {
     std::vector<tensor_id> ids = op.reads;
     ids.insert(ids.end(), op.writes.begin(), op.writes.end());
     std::sort(ids.begin(), ids.end());
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     std::uint64_t sum = 0;
-    for (auto id : ids) sum += (tensors[id].bytes + 511) / 512 * 512;
+    for (auto id : ids) sum += (tensors[id].bytes + arena_allocator::granule - 1) / arena_allocator::granule * arena_allocator::granule;
     return sum;
   }
 
@@ -276,7 +287,8 @@ class session_impl {
   std::unique_ptr<Device> dev;
   std::uint64_t budget = 0;
   std::pair<double, double> link{0, 0};
-  std::unique_ptr<caching_allocator> memory;
+  std::unique_ptr<device_resource> upstream;
+  std::unique_ptr<arena_allocator> memory;
   std::unique_ptr<pinned_host_pool> pool;
   std::unique_ptr<host_tier> host;
   std::unique_ptr<nvme_tier> nvme;
@@ -294,6 +306,9 @@ class session_impl {
   bool op_open = false;
   std::uint64_t footprint = 0;
   std::uint64_t least = 0;
+  static constexpr double initial_headroom = 1.0 / 32;
+  static constexpr double max_headroom = 0.25;
+  double headroom = initial_headroom;  // share of the budget the plan leaves to the allocator
   std::vector<iteration_report> history;
   std::chrono::steady_clock::time_point iteration_start;
 };

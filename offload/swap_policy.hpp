@@ -92,6 +92,8 @@ class Session {
   /// Ends a transient tensor's life in this iteration; its memory is reused.
   void release(tensor_handle t);
   /// Copies a tensor's current contents to host memory (waits for the ops that write it).
+  /// A gradient that the recorded iteration overwrites before reading again may have been
+  /// dropped after its last use (an error says so); parameters and optimizer state never are.
   void read(tensor_handle t, void* host, std::uint64_t bytes);
 
   void begin_iteration();

@@ -161,6 +161,29 @@ std::uint64_t executor::next_use(tensor_id id) const {
   return never;  // a transient past its last use
 }
 
+bool executor::value_dead_after(tensor_id id, op_index k) const {
+  // Per the trace the plan follows: the next op touching the tensor overwrites it without
+  // reading, or nothing touches it again (see the boundary rule below).
+  if (trace_ == nullptr || id >= uses_.size() || uses_[id].empty()) return false;
+  const auto& u = uses_[id];
+  auto it = std::upper_bound(u.begin(), u.end(), k);
+  op_index next = 0;
+  const tensor_kind kind = tensors_[id]->desc.kind;
+  if (it != u.end()) {
+    next = *it;
+  } else if (kind == tensor_kind::gradient) {
+    // Across the iteration boundary only a gradient's value may die: the program may read
+    // parameters and optimizer state between iterations (checkpoints, evaluation).
+    next = u.front();
+  } else {
+    return !is_persistent(kind);  // a transient past its last use is dead; persistent values live on
+  }
+  const auto& op = trace_->ops[next];
+  const bool reads = std::find(op.reads.begin(), op.reads.end(), id) != op.reads.end();
+  const bool writes = std::find(op.writes.begin(), op.writes.end(), id) != op.writes.end();
+  return writes && !reads;
+}
+
 bool executor::evict_one(std::uint64_t /*needed*/) {
   tensor_id victim = 0;
   std::uint64_t best = 0;
@@ -181,7 +204,7 @@ bool executor::evict_one(std::uint64_t /*needed*/) {
   return true;
 }
 
-void* executor::allocate_for(tensor_id id, stream s) {
+void* executor::allocate_for(tensor_id id, stream s, bool may_evict) {
   auto& st = state(id);
   const std::uint64_t bytes = st.desc.bytes;
   bool waited = false;
@@ -196,6 +219,7 @@ void* executor::allocate_for(tensor_id id, stream s) {
         // Fragmentation, or memory freed on another stream that is not yet done with it.
       }
     }
+    if (!may_evict) return nullptr;
     if (evict_one(bytes)) continue;
     if (!waited) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -216,14 +240,16 @@ void* executor::allocate_for(tensor_id id, stream s) {
   }
 }
 
-void executor::fetch(tensor_id id, bool on_demand) {
+bool executor::fetch(tensor_id id, bool on_demand) {
   auto& st = state(id);
-  if (st.dev != nullptr) return;
+  if (st.dev != nullptr) return true;
   if (!st.tier_current) {
     throw config_error("executor: op " + std::to_string(current_op_) + " reads tensor \"" + st.desc.name +
-                       "\" before any op wrote it");
+                       "\", which holds no value: no op wrote it yet, or the recorded trace overwrites it before "
+                       "reading it again and its old value was dropped (this iteration departs from the trace)");
   }
-  void* dev = allocate_for(id, h2d_);
+  void* dev = allocate_for(id, h2d_, /*may_evict=*/on_demand);
+  if (dev == nullptr) return false;  // a prefetch that does not fit now; fetched on demand later
   if (st.pending_save.valid() && !st.pending_save.ready()) st.pending_save.stream_wait(*device_, h2d_);
   const auto where = backing_->where(id);
   timeline_item* item = options_.timeline ? stamp_start(h2d_, timeline_item::track::h2d, st.desc.name) : nullptr;
@@ -235,6 +261,7 @@ void executor::fetch(tensor_id id, bool on_demand) {
   st.dev_valid = true;
   st.loaded_from_nvme = where.has_value() && *where == tier::nvme;
   if (on_demand) ++stats_.on_demand_fetches;
+  return true;
 }
 
 void executor::drop_device(tensor_id id) {
@@ -404,7 +431,7 @@ void executor::place_op_tensors(std::span<const tensor_id> reads, std::span<cons
   for (auto id : writes) {
     auto& st = state(id);
     if (st.dev == nullptr) {
-      st.dev = allocate_for(id, compute_);
+      st.dev = allocate_for(id, compute_, /*may_evict=*/true);
       st.dev_valid = false;
     }
   }
@@ -445,9 +472,12 @@ void executor::end_op(op_index k) {
         case evict_action::evict_to_host: evict(e.tensor, tier::host, false); break;
         case evict_action::evict_to_nvme: evict(e.tensor, tier::nvme, false); break;
         case evict_action::drop:
-          if (st.tier_current || !st.dev_valid) drop_device(e.tensor);
-          else if (is_persistent(st.desc.kind)) evict(e.tensor, options_.spill_tier, false);
-          // A dirty transient stays until release(): its value may still be read.
+          if (st.tier_current || !st.dev_valid || value_dead_after(e.tensor, k)) {
+            drop_device(e.tensor);
+          } else if (is_persistent(st.desc.kind)) {
+            evict(e.tensor, options_.spill_tier, false);  // the plan was wrong: keep the value
+          }
+          // A transient whose value is still read stays until release().
           break;
       }
     }

@@ -117,8 +117,8 @@ class executor {
   struct probe;
 
   tensor_state& state(tensor_id id);
-  void fetch(tensor_id id, bool on_demand);
-  void* allocate_for(tensor_id id, stream s);
+  bool fetch(tensor_id id, bool on_demand);
+  void* allocate_for(tensor_id id, stream s, bool may_evict);
   void place_op_tensors(std::span<const tensor_id> reads, std::span<const tensor_id> writes);
   void defragment();
   bool evict_one(std::uint64_t needed);
@@ -126,6 +126,7 @@ class executor {
   void drop_device(tensor_id id);
   void note_memory();
   [[nodiscard]] std::uint64_t next_use(tensor_id id) const;
+  [[nodiscard]] bool value_dead_after(tensor_id id, op_index k) const;
   [[nodiscard]] double now_us() const;
   timeline_item* stamp_start(stream s, timeline_item::track track, const std::string& name);
   void stamp_end(stream s, timeline_item* item);

@@ -147,7 +147,15 @@ move_handle tier_backing::save(tensor_id id, const std::string& name, const void
 }
 
 move_handle tier_backing::load(tensor_id id, const std::string& name, void* dst, std::uint64_t bytes, stream s) {
-  settle(id);
+  // A host copy is written by its save's D2H copy, which the caller orders before this load on
+  // the device (move_handle::stream_wait); only an NVMe copy must be complete here.
+  bool host_copy = false;
+  {
+    std::lock_guard lock(mutex_);
+    const auto& c = slot(id);
+    host_copy = c.where.has_value() && *c.where == tier::host;
+  }
+  if (!host_copy) settle(id);
   std::unique_lock lock(mutex_);
   auto& c = slot(id);
   SPILLWAY_EXPECTS(c.where.has_value(), "tier backing: tensor \"" + name + "\" has no copy to load");

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "allocator/arena_allocator.hpp"
 #include "allocator/caching_allocator.hpp"
 #include "allocator/device_resource.hpp"
 #include "allocator/limit_adaptor.hpp"
@@ -54,6 +55,10 @@ std::vector<resource_kind> kinds() {
     out.push_back({"limit", b, [](Device& d, resource_stack& st) {
                      caching_layer(d, st);
                      push<limit_adaptor>(st, st.top(), 200_MiB);
+                   }});
+    out.push_back({"arena", b, [](Device& d, resource_stack& st) {
+                     device_layer(d, st);
+                     push<arena_allocator>(st, d, st.top(), 200_MiB);
                    }});
     out.push_back({"tracing", b, [](Device& d, resource_stack& st) {
                      device_layer(d, st);

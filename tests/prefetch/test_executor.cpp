@@ -7,7 +7,8 @@
 #include <cstring>
 #include <memory>
 
-#include "allocator/caching_allocator.hpp"
+#include "allocator/arena_allocator.hpp"
+#include "allocator/device_resource.hpp"
 #include "allocator/pinned_host_pool.hpp"
 #include "device/cpu_device.hpp"
 #include "device/error.hpp"
@@ -28,21 +29,20 @@ struct rig {
     o.h2d_bytes_per_second = link_bytes_per_s;
     o.d2h_bytes_per_second = link_bytes_per_s;
     dev = std::make_unique<cpu_device>(o);
-    caching_allocator_options ao;
-    ao.budget = budget;
-    mem = std::make_unique<caching_allocator>(*dev, ao);
+    upstream = std::make_unique<device_resource>(*dev);
+    mem = std::make_unique<arena_allocator>(*dev, *upstream, budget);
     pool = std::make_unique<pinned_host_pool>(*dev);
     host = std::make_unique<host_tier>(*pool, 0);
     backing = std::make_unique<tier_backing>(*dev, *host, nullptr);
     executor_options eo;
     eo.device_budget = budget;
-    eo.release_cached = [m = mem.get()] { m->empty_cache(); };
     eo.forget_stream = [m = mem.get()](stream s) { m->forget_stream(s); };
     exec = std::make_unique<executor>(*dev, *mem, *backing, eo);
   }
   ~rig() { exec.reset(); }
   std::unique_ptr<cpu_device> dev;
-  std::unique_ptr<caching_allocator> mem;
+  std::unique_ptr<device_resource> upstream;
+  std::unique_ptr<arena_allocator> mem;
   std::unique_ptr<pinned_host_pool> pool;
   std::unique_ptr<host_tier> host;
   std::unique_ptr<tier_backing> backing;

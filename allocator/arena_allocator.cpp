@@ -1,0 +1,171 @@
+// Arena allocator: best fit over one reserved region, coalescing on free, and stream handoff by
+// device-side event waits (Note [Arena handoff] in the header).
+#include "allocator/arena_allocator.hpp"
+
+#include <algorithm>
+
+#include "device/error.hpp"
+#include "device/units.hpp"
+
+namespace spillway {
+namespace {
+std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+}  // namespace
+
+arena_allocator::arena_allocator(Device& device, device_memory_resource& upstream, std::size_t capacity)
+    : device_(&device), upstream_(&upstream), capacity_(round_up(capacity, granule)) {
+  if (capacity == 0) throw config_error("arena allocator: a capacity of 0 bytes cannot hold anything");
+  if (capacity > device.properties().total_memory) {
+    throw config_error("arena allocator: capacity " + format_bytes(capacity) + " is more than the device's " +
+                       format_bytes(device.properties().total_memory));
+  }
+  capacity_ = std::min(capacity_, device.properties().total_memory / granule * granule);
+  base_ = static_cast<std::byte*>(upstream_->allocate(capacity_, stream{}));
+  blocks_[0] = block{capacity_, true, {}};
+  index_free(0, capacity_);
+  stats_.capacity_bytes = capacity_;
+}
+
+arena_allocator::~arena_allocator() {
+  for (auto& [off, b] : blocks_) {
+    for (auto& d : b.deps) device_->synchronize_event(event{*static_cast<void**>(d.done.get())});
+  }
+  blocks_.clear();
+  upstream_->deallocate(base_, capacity_, stream{});
+}
+
+void arena_allocator::index_free(std::size_t offset, std::size_t size) { by_size_.emplace(size, offset); }
+
+void arena_allocator::unindex_free(std::size_t offset, std::size_t size) {
+  auto [lo, hi] = by_size_.equal_range(size);
+  for (auto it = lo; it != hi; ++it) {
+    if (it->second == offset) {
+      by_size_.erase(it);
+      return;
+    }
+  }
+}
+
+void arena_allocator::prune(std::vector<dependency>& deps) {
+  std::erase_if(deps, [&](const dependency& d) { return device_->query_event(event{*static_cast<void**>(d.done.get())}); });
+}
+
+void* arena_allocator::do_allocate(std::size_t bytes, stream s) {
+  const std::size_t need = round_up(bytes, granule);
+  std::lock_guard lock(mutex_);
+  auto it = by_size_.lower_bound(need);
+  if (it == by_size_.end()) {
+    ++stats_.failures;
+    const std::size_t largest = by_size_.empty() ? 0 : by_size_.rbegin()->first;
+    throw out_of_memory("arena allocator: out of memory allocating " + format_bytes(bytes) + " (" +
+                        std::to_string(bytes) + " bytes): budget " + format_bytes(capacity_) + ", allocated " +
+                        format_bytes(stats_.allocated_bytes) + ", reserved " + format_bytes(capacity_) +
+                        ", largest free block " + format_bytes(largest));
+  }
+  // Best fit, but among the few smallest blocks that fit, prefer one whose earlier users are done
+  // (or on this stream): reusing it needs no wait.
+  auto ready = [&](std::size_t off) {
+    auto& deps = blocks_.at(off).deps;
+    prune(deps);
+    return std::all_of(deps.begin(), deps.end(), [&](const dependency& d) { return d.stream == s.handle; });
+  };
+  auto pick = it;
+  int looked = 0;
+  for (auto c = it; c != by_size_.end() && looked < 8; ++c, ++looked) {
+    if (ready(c->second)) {
+      pick = c;
+      break;
+    }
+  }
+  it = pick;
+  const std::size_t offset = it->second;
+  const std::size_t size = it->first;
+  by_size_.erase(it);
+  auto& b = blocks_.at(offset);
+  // Note [Arena handoff]: the new user waits for every earlier user that may not be done.
+  prune(b.deps);
+  for (auto& d : b.deps) {
+    if (d.stream == s.handle) continue;  // same stream: stream order covers it
+    device_->stream_wait_event(s, event{*static_cast<void**>(d.done.get())});
+    ++stats_.stream_handoffs;
+  }
+  if (size > need) {  // split: the rest stays free with the same dependencies
+    blocks_[offset + need] = block{size - need, true, b.deps};
+    index_free(offset + need, size - need);
+  }
+  b.size = need;
+  b.free = false;
+  b.deps.clear();
+  stats_.allocated_bytes += need;
+  stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+  ++stats_.allocations;
+  return base_ + offset;
+}
+
+void arena_allocator::do_deallocate(void* ptr, std::size_t /*bytes*/, stream s) noexcept {
+  std::lock_guard lock(mutex_);
+  const auto offset = static_cast<std::size_t>(static_cast<std::byte*>(ptr) - base_);
+  auto it = blocks_.find(offset);
+  if (it == blocks_.end() || it->second.free) std::abort();  // not a live block of this arena
+  block& b = it->second;
+  stats_.allocated_bytes -= b.size;
+  b.free = true;
+  if (s.handle != nullptr) {
+    try {
+      event e = device_->create_event();
+      device_->record_event(e, s);
+      Device* dev = device_;
+      auto holder = std::shared_ptr<void>(new void*(e.handle), [dev](void* p) {
+        auto* h = static_cast<void**>(p);
+        dev->destroy_event(event{*h});
+        delete h;
+      });
+      b.deps.push_back(dependency{s.handle, std::move(holder)});
+    } catch (...) {
+      // No event could be recorded: wait for the stream instead, so the block is safe for all.
+      try {
+        device_->synchronize_stream(s);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the stream's own error surfaces at its next synchronize
+      }
+    }
+  }
+  // Merge with free neighbours; the merged block keeps every part's dependencies.
+  auto next = std::next(it);
+  if (next != blocks_.end() && next->second.free) {
+    unindex_free(next->first, next->second.size);
+    b.size += next->second.size;
+    b.deps.insert(b.deps.end(), next->second.deps.begin(), next->second.deps.end());
+    blocks_.erase(next);
+  }
+  if (it != blocks_.begin()) {
+    auto prev = std::prev(it);
+    if (prev->second.free) {
+      unindex_free(prev->first, prev->second.size);
+      prev->second.size += b.size;
+      prev->second.deps.insert(prev->second.deps.end(), b.deps.begin(), b.deps.end());
+      blocks_.erase(it);
+      it = prev;
+    }
+  }
+  if (it->second.deps.size() > 8) prune(it->second.deps);
+  index_free(it->first, it->second.size);
+}
+
+arena_stats arena_allocator::stats() const {
+  std::lock_guard lock(mutex_);
+  arena_stats s = stats_;
+  s.largest_free_bytes = by_size_.empty() ? 0 : by_size_.rbegin()->first;
+  return s;
+}
+
+void arena_allocator::forget_stream(stream s) {
+  std::lock_guard lock(mutex_);
+  bool used = false;
+  for (auto& [off, b] : blocks_)
+    for (auto& d : b.deps) used = used || d.stream == s.handle;
+  if (!used) return;
+  device_->synchronize_stream(s);
+  for (auto& [off, b] : blocks_) std::erase_if(b.deps, [&](const dependency& d) { return d.stream == s.handle; });
+}
+
+}  // namespace spillway

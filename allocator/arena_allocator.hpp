@@ -1,0 +1,80 @@
+// Arena allocator: the whole device budget reserved once as one region and carved best fit,
+// with free neighbours merged at once. For the executor, whose tensors fill the budget exactly.
+//
+// Why a second caching allocator. The pool allocator (caching_allocator.hpp) keeps small and
+// large requests in separate segments of fixed sizes, which serves a training loop with memory
+// to spare. Under a budget that a plan fills to the last few percent, its segments fragment
+// (a small tensor pins a 2 MiB segment; a large free block cannot serve a small request). One
+// region with best fit and immediate coalescing (the shape of TensorFlow's BFC allocator, which
+// IBM's LMS ran on) fragments far less, and never reserves more than the budget.
+//
+// Streams (Note [Arena handoff]). A freed block remembers the stream that last used it and an
+// event recorded there at the free. Allocating it for another stream makes that stream wait on
+// the event (a device-side wait, no host stall): the block is handed over only after the event
+// shows the first stream is done with it. Merged blocks keep the events of all their parts.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "allocator/memory_resource.hpp"
+#include "device/device.hpp"
+
+namespace spillway {
+
+struct arena_stats {
+  std::size_t capacity_bytes = 0;        ///< the region
+  std::size_t allocated_bytes = 0;       ///< SUM of live blocks (rounded)
+  std::size_t peak_allocated_bytes = 0;
+  std::size_t largest_free_bytes = 0;
+  std::uint64_t allocations = 0;         ///< COUNT of allocate() calls that succeeded
+  std::uint64_t stream_handoffs = 0;     ///< COUNT of device waits inserted for a cross-stream reuse
+  std::uint64_t failures = 0;            ///< COUNT of out_of_memory thrown
+};
+
+class arena_allocator final : public device_memory_resource {
+ public:
+  /// Reserves `capacity` bytes from `upstream` (not owned; it must outlive the arena) at once.
+  /// A capacity of 0 or above the device's memory is a config_error.
+  arena_allocator(Device& device, device_memory_resource& upstream, std::size_t capacity);
+  ~arena_allocator() override;
+
+  [[nodiscard]] const char* name() const noexcept override { return "arena allocator"; }
+  /// Granule of every block (and so of the least budget an op's tensors need).
+  static constexpr std::size_t granule = 512;
+  [[nodiscard]] arena_stats stats() const;
+  /// Waits for the frees made on `s` so the stream may be destroyed.
+  void forget_stream(stream s);
+
+ private:
+  struct dependency {
+    void* stream;                    // the stream whose work must finish first
+    std::shared_ptr<void> done;      // owns an event recorded on it after the free
+  };
+  struct block {
+    std::size_t size = 0;
+    bool free = true;
+    std::vector<dependency> deps;    // free blocks: work that may still touch the bytes
+  };
+
+  void* do_allocate(std::size_t bytes, stream s) override;
+  void do_deallocate(void* ptr, std::size_t bytes, stream s) noexcept override;
+  void index_free(std::size_t offset, std::size_t size);
+  void unindex_free(std::size_t offset, std::size_t size);
+  void prune(std::vector<dependency>& deps);
+
+  Device* device_;
+  device_memory_resource* upstream_;
+  std::size_t capacity_;
+  std::byte* base_ = nullptr;
+  mutable std::mutex mutex_;
+  std::map<std::size_t, block> blocks_;               // by offset
+  std::multimap<std::size_t, std::size_t> by_size_;  // free blocks: size -> offset
+  arena_stats stats_;
+};
+
+}  // namespace spillway

@@ -1,0 +1,140 @@
+// Arena allocator: random allocate/free over several streams against a reference model (no
+// overlap, patterns kept, exact accounting, full coalescing), and the cross-stream handoff.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "allocator/arena_allocator.hpp"
+#include "allocator/device_resource.hpp"
+#include "device/cpu_device.hpp"
+#include "device/error.hpp"
+#include "device/units.hpp"
+
+using namespace spillway;
+using namespace spillway::literals;
+
+namespace {
+std::size_t round_up(std::size_t n) { return (n + arena_allocator::granule - 1) / arena_allocator::granule * arena_allocator::granule; }
+}  // namespace
+
+TEST(ArenaAllocator, RandomOpsAgainstAReferenceModel) {
+  device_options o;
+  o.cpu_device_memory = 64_MiB;
+  cpu_device dev(o);
+  device_resource up(dev);
+  constexpr std::size_t capacity = 8_MiB;
+  auto arena = std::make_unique<arena_allocator>(dev, up, capacity);
+  std::vector<owned_stream> streams;
+  for (int i = 0; i < 3; ++i) streams.emplace_back(dev);
+  struct live {
+    std::size_t bytes;
+    int stream;
+    unsigned char tag;
+  };
+  std::map<std::uintptr_t, live> ref;  // by address
+  std::mt19937 rng(99);
+  std::size_t allocated = 0;
+  auto bad = std::make_shared<std::atomic<int>>(0);
+  int ooms = 0;
+  for (int op = 0; op < 20000; ++op) {
+    const bool do_alloc = ref.empty() || rng() % 100 < 55;
+    if (do_alloc) {
+      const std::size_t bytes = 1 + rng() % (rng() % 8 == 0 ? 1_MiB : 16_KiB);
+      const int si = static_cast<int>(rng() % 3);
+      void* p = nullptr;
+      try {
+        p = arena->allocate(bytes, streams[si]);
+      } catch (const out_of_memory&) {
+        ++ooms;
+        EXPECT_GT(allocated + round_up(bytes), capacity / 4) << "refused with most of the arena free";
+        continue;
+      }
+      const auto a = reinterpret_cast<std::uintptr_t>(p);
+      ASSERT_EQ(a % 256, 0u);
+      auto next = ref.lower_bound(a);
+      if (next != ref.end()) {
+        ASSERT_LE(a + bytes, next->first) << "overlaps the next live block";
+      }
+      if (next != ref.begin()) {
+        auto prev = std::prev(next);
+        ASSERT_LE(prev->first + prev->second.bytes, a) << "overlaps the previous live block";
+      }
+      const auto tag = static_cast<unsigned char>(op);
+      ref[a] = live{bytes, si, tag};
+      allocated += round_up(bytes);
+      dev.launch_host(streams[si], [p, bytes, tag] { std::memset(p, tag, bytes); });
+    } else {
+      auto it = ref.begin();
+      std::advance(it, rng() % ref.size());
+      auto* p = reinterpret_cast<unsigned char*>(it->first);
+      const live l = it->second;
+      dev.launch_host(streams[l.stream], [p, l, bad] {
+        for (std::size_t i = 0; i < l.bytes; ++i)
+          if (p[i] != l.tag) {
+            ++*bad;
+            break;
+          }
+      });
+      arena->deallocate(p, l.bytes, streams[l.stream]);
+      allocated -= round_up(l.bytes);
+      ref.erase(it);
+    }
+    ASSERT_EQ(arena->stats().allocated_bytes, allocated);
+  }
+  for (auto& [a, l] : ref) arena->deallocate(reinterpret_cast<void*>(a), l.bytes, streams[l.stream]);
+  dev.synchronize();
+  EXPECT_EQ(bad->load(), 0) << "a live block was overwritten by another";
+  const auto st = arena->stats();
+  EXPECT_EQ(st.allocated_bytes, 0u);
+  EXPECT_EQ(st.largest_free_bytes, capacity) << "free neighbours were not merged back into one region";
+  EXPECT_LE(st.peak_allocated_bytes, capacity);
+  for (auto& s : streams) arena->forget_stream(s);
+}
+
+TEST(ArenaAllocator, BlockFreedOnASlowStreamWaitsBeforeAnotherStreamUsesIt) {
+  device_options o;
+  o.cpu_device_memory = 16_MiB;
+  cpu_device dev(o);
+  device_resource up(dev);
+  arena_allocator arena(dev, up, 1_MiB);
+  owned_stream slow(dev), fast(dev);
+  dev.set_stream_delay(slow, std::chrono::milliseconds(50));
+  std::atomic<bool> slow_done{false};
+  std::atomic<bool> early{false};
+  void* p = arena.allocate(1_MiB, slow);  // the whole arena: the next request must reuse it
+  dev.launch_host(slow, [&] { slow_done = true; });
+  arena.deallocate(p, 1_MiB, slow);
+  void* q = arena.allocate(1_MiB, fast);
+  EXPECT_EQ(p, q);
+  dev.launch_host(fast, [&] { early = !slow_done.load(); });
+  dev.synchronize();
+  EXPECT_FALSE(early.load()) << "the fast stream used the block before the slow stream was done";
+  EXPECT_GE(arena.stats().stream_handoffs, 1u);
+  arena.deallocate(q, 1_MiB, fast);
+  arena.forget_stream(slow);
+  arena.forget_stream(fast);
+}
+
+TEST(ArenaAllocator, BadCapacityAndExhaustionAreClearErrors) {
+  device_options o;
+  o.cpu_device_memory = 16_MiB;
+  cpu_device dev(o);
+  device_resource up(dev);
+  EXPECT_THROW(arena_allocator(dev, up, 0), config_error);
+  EXPECT_THROW(arena_allocator(dev, up, 32_MiB), config_error);
+  arena_allocator arena(dev, up, 1_MiB);
+  void* a = arena.allocate(600_KiB, stream{});
+  try {
+    (void)arena.allocate(600_KiB, stream{});
+    FAIL();
+  } catch (const out_of_memory& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("largest free block"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("budget 1.00 MiB"), std::string::npos) << msg;
+  }
+  arena.deallocate(a, 600_KiB, stream{});
+}
