@@ -9,6 +9,7 @@
 
 #include "device/error.hpp"
 #include "examples/cnn/images.hpp"
+#include "examples/common/loss_value.hpp"
 #include "examples/common/parameters.hpp"
 #include "examples/common/random.hpp"
 #include "kernels/kernels.hpp"
@@ -88,6 +89,7 @@ class cnn_model final : public model {
     fc_w_ = params_.add(s, "fc.weight", normal_values(r, static_cast<std::size_t>(sh_.classes) * static_cast<std::size_t>(c),
                                                      1.0 / std::sqrt(c)));
     fc_b_ = params_.add(s, "fc.bias", std::vector<float>(static_cast<std::size_t>(sh_.classes), 0.0f));
+    loss_.add(s);
   }
 
   float train_step(Session& s, std::int64_t step) override;
@@ -124,6 +126,7 @@ class cnn_model final : public model {
   std::uint64_t seed_;
   std::unique_ptr<k::kernel_context> ctx_;
   parameter_set params_;
+  loss_value loss_;
   conv_param stem_;
   std::vector<stage> stages_;
   parameter fc_w_, fc_b_;
@@ -223,7 +226,7 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
     k::linear_forward(ctx, op.stream(), op.ptr<float>(feat), op.ptr<float>(fc_w_.value), op.ptr<float>(fc_b_.value),
                       op.ptr<float>(logits), B, C, Cl);
   }
-  auto loss = s.add_transient("loss", f32);
+  const tensor_handle loss = loss_.handle();
   {
     auto op = s.op("loss.forward", {logits, labels}, {logits, loss}, 5.0 * B * Cl);
     k::softmax_cross_entropy(ctx, op.stream(), op.ptr<float>(logits), op.ptr<std::int32_t>(labels), nullptr,
@@ -317,10 +320,7 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
 
   params_.adam_step(s, ctx, k::adam_config{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f}, step + 1);
 
-  float value = 0;
-  s.read(loss, &value, sizeof value);
-  s.release(loss);
-  return value;
+  return loss_.read(s);
 }
 
 }  // namespace

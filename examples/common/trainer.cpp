@@ -27,10 +27,29 @@ double run_result::median_step_ms() const {
 
 namespace {
 
+// Waits for the device's queued work when it leaves scope, so that a model never dies while
+// its kernels and uploads still read its host buffers (an exception mid-step leaves work queued).
+class drain_on_exit {
+ public:
+  explicit drain_on_exit(Session& s) : s_(s) {}
+  ~drain_on_exit() {
+    try {
+      s_.device().synchronize();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the error already in flight is the one to report
+    }
+  }
+  drain_on_exit(const drain_on_exit&) = delete;
+  drain_on_exit& operator=(const drain_on_exit&) = delete;
+
+ private:
+  Session& s_;
+};
+
 // One step of a model in a Session of its own, to learn the footprint before the real run.
 std::uint64_t probe_footprint(const example_options& o, const model_factory& make) {
   Session s(make_session_config(o, o.device_budget));
   auto m = make();
+  drain_on_exit drain(s);
   m->build(s);
   s.begin_iteration();
   (void)m->train_step(s, 0);
@@ -53,6 +72,7 @@ run_result train(const example_options& o, const model_factory& make, const step
   }
   Session s(make_session_config(o, budget));
   auto m = make();
+  drain_on_exit drain(s);
   m->build(s);
   r.model = m->describe();
   r.parameters = m->parameter_count();

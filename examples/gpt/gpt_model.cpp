@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "device/error.hpp"
+#include "examples/common/loss_value.hpp"
 #include "examples/common/parameters.hpp"
 #include "examples/common/random.hpp"
 #include "examples/gpt/corpus.hpp"
@@ -79,6 +80,7 @@ class gpt_model final : public model {
     }
     lnf_g_ = params_.add(s, "lnf.gamma", fill(cc, 1.0f));
     lnf_b_ = params_.add(s, "lnf.beta", fill(cc, 0.0f));
+    loss_.add(s);
   }
 
   float train_step(Session& s, std::int64_t step) override;
@@ -99,6 +101,7 @@ class gpt_model final : public model {
   std::shared_ptr<const std::string> corpus_;
   std::unique_ptr<k::kernel_context> ctx_;
   parameter_set params_;
+  loss_value loss_;
   parameter wte_, wpe_, lnf_g_, lnf_b_;
   std::vector<block_params> blocks_;
   std::vector<std::int32_t> batch_;  // tokens, targets, positions; read by the upload op
@@ -227,7 +230,7 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
     k::linear_forward(ctx, op.stream(), op.ptr<float>(lnf), op.ptr<float>(wte_.value), nullptr, op.ptr<float>(logits),
                       BT, C, V);
   }
-  auto loss = s.add_transient("loss", f32);
+  const tensor_handle loss = loss_.handle();
   {
     // The logits become d loss / d logits in place.
     auto op = s.op("loss.forward", {logits, targets}, {logits, loss}, 5 * dbt * V);
@@ -340,10 +343,7 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
   // ---- optimizer ----
   params_.adam_step(s, ctx, k::adam_config{1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f}, step + 1);
 
-  float value = 0;
-  s.read(loss, &value, sizeof value);
-  s.release(loss);
-  return value;
+  return loss_.read(s);
 }
 
 }  // namespace

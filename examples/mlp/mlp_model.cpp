@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "device/error.hpp"
+#include "examples/common/loss_value.hpp"
 #include "examples/common/parameters.hpp"
 #include "examples/common/random.hpp"
 #include "kernels/kernels.hpp"
@@ -55,6 +56,7 @@ class mlp_model final : public model {
     head_w_ = params_.add(s, "head.weight",
                           normal_values(r, static_cast<std::size_t>(sh_.classes) * sh_.width, 1.0 / std::sqrt(sh_.width)));
     head_b_ = params_.add(s, "head.bias", std::vector<float>(static_cast<std::size_t>(sh_.classes), 0.0f));
+    loss_.add(s);
   }
 
   float train_step(Session& s, std::int64_t step) override;
@@ -74,6 +76,7 @@ class mlp_model final : public model {
   std::vector<float> teacher_w1_, teacher_w2_;
   std::unique_ptr<k::kernel_context> ctx_;
   parameter_set params_;
+  loss_value loss_;
   std::vector<parameter> weights_, biases_;
   parameter head_w_, head_b_;
   std::vector<float> inputs_;
@@ -147,7 +150,7 @@ float mlp_model::train_step(Session& s, std::int64_t step) {
     k::linear_forward(ctx, op.stream(), op.ptr<float>(h.back()), op.ptr<float>(head_w_.value),
                       op.ptr<float>(head_b_.value), op.ptr<float>(logits), B, W, Cl);
   }
-  auto loss = s.add_transient("loss", f32);
+  const tensor_handle loss = loss_.handle();
   {
     auto op = s.op("loss.forward", {logits, labels}, {logits, loss}, 5 * db * Cl);
     k::softmax_cross_entropy(ctx, op.stream(), op.ptr<float>(logits), op.ptr<std::int32_t>(labels), nullptr,
@@ -198,10 +201,7 @@ float mlp_model::train_step(Session& s, std::int64_t step) {
 
   params_.adam_step(s, ctx, k::adam_config{sh_.lr, 0.9f, 0.999f, 1e-8f, 0.0f}, step + 1);
 
-  float value = 0;
-  s.read(loss, &value, sizeof value);
-  s.release(loss);
-  return value;
+  return loss_.read(s);
 }
 
 }  // namespace
