@@ -21,7 +21,7 @@ namespace k = spillway::kernels;
 cnn_shape cnn_preset(preset p) {
   switch (p) {
     case preset::tiny: return {2, 16, {8, 16}, 3, 4};
-    case preset::small: return {16, 32, {32, 64, 128}, 2, 8};
+    case preset::small: return {48, 32, {32, 64, 128}, 2, 8};
     case preset::medium: return {64, 64, {64, 128, 256, 512}, 2, 8};
     case preset::large: return {128, 128, {64, 128, 256, 512, 1024}, 3, 8};
   }

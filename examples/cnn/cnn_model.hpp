@@ -12,7 +12,7 @@
 namespace spillway::examples {
 
 struct cnn_shape {
-  int batch = 16;
+  int batch = 48;
   int image = 32;                    ///< square images, 3 channels
   std::vector<int> stage_channels = {32, 64, 128};  ///< the first is the stem's
   int blocks_per_stage = 2;

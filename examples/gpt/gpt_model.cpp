@@ -21,7 +21,7 @@ namespace k = spillway::kernels;
 gpt_shape gpt_preset(preset p) {
   switch (p) {
     case preset::tiny: return {256, 16, 32, 2, 2, 2};
-    case preset::small: return {256, 128, 192, 6, 6, 8};
+    case preset::small: return {256, 128, 256, 8, 8, 8};
     case preset::medium: return {256, 256, 768, 12, 12, 8};
     case preset::large: return {256, 512, 1600, 25, 24, 8};
   }

@@ -16,7 +16,7 @@ struct gpt_shape {
   int seq = 128;
   int channels = 256;
   int heads = 8;
-  int layers = 6;
+  int layers = 8;
   int batch = 8;
 };
 

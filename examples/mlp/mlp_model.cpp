@@ -20,7 +20,7 @@ namespace k = spillway::kernels;
 mlp_shape mlp_preset(preset p) {
   switch (p) {
     case preset::tiny: return {16, 32, 8, 8, 64, 16, 3e-3f};
-    case preset::small: return {512, 1536, 8, 16, 256, 64, 3e-4f};
+    case preset::small: return {512, 2048, 8, 16, 256, 64, 3e-4f};
     case preset::medium: return {1024, 4096, 16, 32, 512, 64, 1e-4f};
     case preset::large: return {2048, 8192, 24, 64, 1024, 128, 1e-4f};
   }

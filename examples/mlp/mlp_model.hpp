@@ -11,7 +11,7 @@ namespace spillway::examples {
 
 struct mlp_shape {
   int inputs = 512;
-  int width = 1536;
+  int width = 2048;
   int depth = 8;        ///< hidden layers
   int classes = 16;
   int batch = 256;
