@@ -10,6 +10,7 @@
 #include "device/error.hpp"
 #include "examples/cnn/images.hpp"
 #include "examples/common/loss_value.hpp"
+#include "examples/common/names.hpp"
 #include "examples/common/parameters.hpp"
 #include "examples/common/random.hpp"
 #include "kernels/kernels.hpp"
@@ -66,7 +67,7 @@ class cnn_model final : public model {
     stem_ = add_conv(s, r, "stem", in_channels, c, 3, size, 1.0);
     for (std::size_t si = 0; si < sh_.stage_channels.size(); ++si) {
       stage st;
-      const std::string n = "s" + std::to_string(si) + ".";
+      const std::string n = indexed("s", si);
       if (si > 0) {
         st.has_transition = true;
         st.pool = {sh_.batch, c, size, size, 2, 2, 0};
@@ -75,7 +76,7 @@ class cnn_model final : public model {
         c = sh_.stage_channels[si];
       }
       for (int b = 0; b < sh_.blocks_per_stage; ++b) {
-        const std::string bn = n + "b" + std::to_string(b) + ".";
+        const std::string bn = n + indexed("b", b);
         res_block blk;
         blk.conv1 = add_conv(s, r, bn + "conv1", c, c, 3, size, 1.0);
         // The second convolution of a block starts small, so the block starts near identity.
@@ -97,7 +98,10 @@ class cnn_model final : public model {
   [[nodiscard]] std::uint64_t parameter_count() const override { return params_.count(); }
   [[nodiscard]] std::string describe() const override {
     std::string ch;
-    for (int c : sh_.stage_channels) ch += (ch.empty() ? "" : "/") + std::to_string(c);
+    for (int c : sh_.stage_channels) {
+      if (!ch.empty()) ch += '/';
+      ch += std::to_string(c);
+    }
     return "cnn: resnet-style, stages " + ch + " channels x " + std::to_string(sh_.blocks_per_stage) + " blocks, " +
            std::to_string(sh_.image) + "x" + std::to_string(sh_.image) + " images, batch " + std::to_string(sh_.batch) +
            ", " + std::to_string(sh_.classes) + " pattern classes";
@@ -170,7 +174,7 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
   for (std::size_t si = 0; si < stages_.size(); ++si) {
     const stage& st = stages_[si];
     stage_acts& sa = acts[si];
-    const std::string n = "s" + std::to_string(si) + ".";
+    const std::string n = indexed("s", si);
     if (st.has_transition) {
       sa.x_in = x;
       const std::uint64_t pooled_bytes = static_cast<std::uint64_t>(B) * st.pool.channels * st.pool.out_height() *
@@ -190,7 +194,7 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
     }
     for (std::size_t bi = 0; bi < st.blocks.size(); ++bi) {
       const res_block& blk = st.blocks[bi];
-      const std::string bn = n + "b" + std::to_string(bi) + ".";
+      const std::string bn = n + indexed("b", bi);
       block_acts ba;
       ba.x_in = x;
       const std::uint64_t bytes = out_bytes(blk.conv1.shape);
@@ -252,11 +256,11 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
   for (std::size_t si = stages_.size(); si-- > 0;) {
     const stage& st = stages_[si];
     const stage_acts& sa = acts[si];
-    const std::string n = "s" + std::to_string(si) + ".";
+    const std::string n = indexed("s", si);
     for (std::size_t bi = st.blocks.size(); bi-- > 0;) {
       const res_block& blk = st.blocks[bi];
       const block_acts& ba = sa.blocks[bi];
-      const std::string bn = n + "b" + std::to_string(bi) + ".";
+      const std::string bn = n + indexed("b", bi);
       const std::uint64_t bytes = out_bytes(blk.conv1.shape);
       auto da1 = s.add_transient(bn + "conv1.dout", bytes);
       {

@@ -49,6 +49,7 @@ session_config make_session_config(const example_options& o, std::uint64_t devic
   c.host_budget = o.host_budget;
   c.nvme_paths = o.nvme_dirs;
   c.policy = o.policy;
+  c.chrome_trace = o.chrome_trace;  // the Session records its timeline only when this is set
   return c;
 }
 

@@ -47,7 +47,9 @@ class drain_on_exit {
 
 // One step of a model in a Session of its own, to learn the footprint before the real run.
 std::uint64_t probe_footprint(const example_options& o, const model_factory& make) {
-  Session s(make_session_config(o, o.device_budget));
+  session_config c = make_session_config(o, o.device_budget);
+  c.chrome_trace.clear();  // the real run writes the trace
+  Session s(c);
   auto m = make();
   drain_on_exit drain(s);
   m->build(s);

@@ -9,6 +9,7 @@
 
 #include "device/error.hpp"
 #include "examples/common/loss_value.hpp"
+#include "examples/common/names.hpp"
 #include "examples/common/parameters.hpp"
 #include "examples/common/random.hpp"
 #include "examples/gpt/corpus.hpp"
@@ -62,7 +63,7 @@ class gpt_model final : public model {
     wte_ = params_.add(s, "wte", normal(static_cast<std::size_t>(sh_.vocab) * cc, 0.02));
     wpe_ = params_.add(s, "wpe", normal(static_cast<std::size_t>(sh_.seq) * cc, 0.01));
     for (int l = 0; l < sh_.layers; ++l) {
-      const std::string p = "h" + std::to_string(l) + ".";
+      const std::string p = indexed("h", l);
       block_params b;
       b.ln1_g = params_.add(s, p + "ln1.gamma", fill(cc, 1.0f));
       b.ln1_b = params_.add(s, p + "ln1.beta", fill(cc, 0.0f));
@@ -158,7 +159,7 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
   for (int l = 0; l < L; ++l) {
     const block_params& p = blocks_[static_cast<std::size_t>(l)];
     block_acts& a = acts[static_cast<std::size_t>(l)];
-    const std::string n = "h" + std::to_string(l) + ".";
+    const std::string n = indexed("h", l);
     a.x_in = x;
     a.ln1 = s.add_transient(n + "ln1.out", act);
     a.ln1_mean = s.add_transient(n + "ln1.mean", bt * f32);
@@ -261,7 +262,7 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
   for (int l = L - 1; l >= 0; --l) {
     const block_params& p = blocks_[static_cast<std::size_t>(l)];
     const block_acts& a = acts[static_cast<std::size_t>(l)];
-    const std::string n = "h" + std::to_string(l) + ".";
+    const std::string n = indexed("h", l);
     auto d_fc = s.add_transient(n + "fc.dgelu", 4 * act);
     {
       auto op = s.op(n + "fcproj.backward", {a.fc_act, p.fcproj_w.value, dres}, {d_fc, p.fcproj_w.grad, p.fcproj_b.grad},

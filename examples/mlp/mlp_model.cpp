@@ -9,6 +9,7 @@
 
 #include "device/error.hpp"
 #include "examples/common/loss_value.hpp"
+#include "examples/common/names.hpp"
 #include "examples/common/parameters.hpp"
 #include "examples/common/random.hpp"
 #include "kernels/kernels.hpp"
@@ -46,7 +47,7 @@ class mlp_model final : public model {
     rng r(seed_, 11);
     int fan_in = sh_.inputs;
     for (int i = 0; i < sh_.depth; ++i) {
-      const std::string n = "l" + std::to_string(i) + ".";
+      const std::string n = indexed("l", i);
       const std::size_t w = static_cast<std::size_t>(sh_.width);
       weights_.push_back(params_.add(s, n + "weight", normal_values(r, w * static_cast<std::size_t>(fan_in),
                                                                       std::sqrt(2.0 / fan_in))));
@@ -132,11 +133,11 @@ float mlp_model::train_step(Session& s, std::int64_t step) {
   int fan_in = sh_.inputs;
   for (int i = 0; i < D; ++i) {
     const tensor_handle prev = i == 0 ? x : h.back();
-    auto out = s.add_transient("l" + std::to_string(i) + ".out", hidden);
+    auto out = s.add_transient(indexed("l", i) + "out", hidden);
     const parameter& w = weights_[static_cast<std::size_t>(i)];
     const parameter& bias = biases_[static_cast<std::size_t>(i)];
     {
-      auto op = s.op("l" + std::to_string(i) + ".forward", {prev, w.value, bias.value}, {out}, 2 * db * dw * fan_in);
+      auto op = s.op(indexed("l", i) + "forward", {prev, w.value, bias.value}, {out}, 2 * db * dw * fan_in);
       k::linear_forward(ctx, op.stream(), op.ptr<float>(prev), op.ptr<float>(w.value), op.ptr<float>(bias.value),
                         op.ptr<float>(out), B, fan_in, W);
       k::relu_forward(ctx, op.stream(), op.ptr<float>(out), op.ptr<float>(out), b * static_cast<std::uint64_t>(W));
@@ -159,7 +160,7 @@ float mlp_model::train_step(Session& s, std::int64_t step) {
   s.release(labels);
 
   // Backward.
-  auto dh = s.add_transient("l" + std::to_string(D - 1) + ".dout", hidden);
+  auto dh = s.add_transient(indexed("l", D - 1) + "dout", hidden);
   {
     auto op = s.op("head.backward", {h.back(), head_w_.value, logits}, {dh, head_w_.grad, head_b_.grad}, 4 * db * dw * Cl);
     k::linear_backward(ctx, op.stream(), op.ptr<float>(h.back()), op.ptr<float>(head_w_.value), op.ptr<float>(logits),
@@ -170,11 +171,11 @@ float mlp_model::train_step(Session& s, std::int64_t step) {
     const parameter& w = weights_[static_cast<std::size_t>(i)];
     const parameter& bias = biases_[static_cast<std::size_t>(i)];
     const tensor_handle out = h[static_cast<std::size_t>(i)];
-    const std::string n = "l" + std::to_string(i) + ".";
+    const std::string n = indexed("l", i);
     const int in = i == 0 ? sh_.inputs : W;
     if (i > 0) {
       const tensor_handle prev = h[static_cast<std::size_t>(i - 1)];
-      auto dprev = s.add_transient("l" + std::to_string(i - 1) + ".dout", hidden);
+      auto dprev = s.add_transient(indexed("l", i - 1) + "dout", hidden);
       {
         auto op = s.op(n + "backward", {out, prev, w.value, dh}, {dh, dprev, w.grad, bias.grad}, 4 * db * dw * in);
         k::relu_backward(ctx, op.stream(), op.ptr<float>(out), op.ptr<float>(dh), op.ptr<float>(dh),
