@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "device/error.hpp"
+#include "device/units.hpp"
 
 namespace spillway::examples {
 
@@ -27,6 +29,12 @@ double run_result::median_step_ms() const {
 
 namespace {
 
+std::string format_ratio(double r) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", r);
+  return buf;
+}
+
 // Waits for the device's queued work when it leaves scope, so that a model never dies while
 // its kernels and uploads still read its host buffers (an exception mid-step leaves work queued).
 class drain_on_exit {
@@ -45,8 +53,13 @@ class drain_on_exit {
   Session& s_;
 };
 
+struct probe_result {
+  std::uint64_t footprint = 0;
+  std::uint64_t least = 0;
+};
+
 // One step of a model in a Session of its own, to learn the footprint before the real run.
-std::uint64_t probe_footprint(const example_options& o, const model_factory& make) {
+probe_result probe_footprint(const example_options& o, const model_factory& make) {
   session_config c = make_session_config(o, o.device_budget);
   c.chrome_trace.clear();  // the real run writes the trace
   Session s(c);
@@ -56,7 +69,7 @@ std::uint64_t probe_footprint(const example_options& o, const model_factory& mak
   s.begin_iteration();
   (void)m->train_step(s, 0);
   (void)s.end_iteration();
-  return s.footprint_bytes();
+  return {s.footprint_bytes(), s.least_budget_bytes()};
 }
 
 }  // namespace
@@ -67,10 +80,16 @@ run_result train(const example_options& o, const model_factory& make, const step
   run_result r;
   std::uint64_t budget = o.device_budget;
   if (o.budget_ratio > 0) {
-    r.footprint_bytes = probe_footprint(o, make);
+    const probe_result p = probe_footprint(o, make);
+    r.footprint_bytes = p.footprint;
+    r.min_budget_bytes = p.least;
     r.probed_footprint = true;
     budget = static_cast<std::uint64_t>(std::llround(o.budget_ratio * static_cast<double>(r.footprint_bytes)));
-    SPILLWAY_EXPECTS_T(config_error, budget > 0, "--budget-ratio gives a device budget of 0 bytes");
+    if (budget < p.least)
+      throw config_error("--budget-ratio " + format_ratio(o.budget_ratio) + " gives a device budget of " +
+                         format_bytes(budget) + " (of a " + format_bytes(p.footprint) +
+                         " footprint), below the least any plan needs: " + format_bytes(p.least) +
+                         " (the largest single op's working set)");
   }
   Session s(make_session_config(o, budget));
   auto m = make();

@@ -174,5 +174,16 @@ TEST(example_options, training_refuses_bad_options_before_any_work) {
   EXPECT_THROW((void)run_mlp(o), config_error);
 }
 
+TEST(example_options, a_ratio_below_the_least_budget_is_a_config_error_before_training) {
+  auto o = tiny_options("auto", 0);
+  o.budget_ratio = 0.01;
+  try {
+    (void)run_cnn(o);
+    ADD_FAILURE() << "no error for --budget-ratio 0.01";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("below the least any plan needs"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace spillway::examples
