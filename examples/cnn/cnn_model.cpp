@@ -21,10 +21,10 @@ namespace k = spillway::kernels;
 
 cnn_shape cnn_preset(preset p) {
   switch (p) {
-    case preset::tiny: return {2, 16, {8, 16}, 3, 4};
-    case preset::small: return {48, 32, {32, 64, 128}, 2, 8};
-    case preset::medium: return {64, 64, {64, 128, 256, 512}, 2, 8};
-    case preset::large: return {128, 128, {64, 128, 256, 512, 1024}, 3, 8};
+    case preset::tiny: return {2, 16, {8, 16}, 3, 4, 1e-3f};
+    case preset::small: return {32, 32, {32, 64, 128, 256}, 3, 8, 3e-4f};
+    case preset::medium: return {64, 64, {64, 128, 256, 512}, 3, 8, 3e-4f};
+    case preset::large: return {128, 128, {64, 128, 256, 512, 1024}, 3, 8, 1e-4f};
   }
   return {};
 }
@@ -322,7 +322,7 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
   }
   for (auto t : {stem_out, images, dres}) s.release(t);
 
-  params_.adam_step(s, ctx, k::adam_config{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f}, step + 1);
+  params_.adam_step(s, ctx, k::adam_config{sh_.lr, 0.9f, 0.999f, 1e-8f, 0.0f}, step + 1);
 
   return loss_.read(s);
 }

@@ -12,11 +12,12 @@
 namespace spillway::examples {
 
 struct cnn_shape {
-  int batch = 48;
+  int batch = 32;
   int image = 32;                    ///< square images, 3 channels
-  std::vector<int> stage_channels = {32, 64, 128};  ///< the first is the stem's
-  int blocks_per_stage = 2;
+  std::vector<int> stage_channels = {32, 64, 128, 256};  ///< the first is the stem's
+  int blocks_per_stage = 3;
   int classes = 8;
+  float lr = 3e-4f;  ///< Adam learning rate
 };
 
 [[nodiscard]] cnn_shape cnn_preset(preset p);
