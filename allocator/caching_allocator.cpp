@@ -64,8 +64,14 @@ std::size_t checked_budget(const Device& device, std::size_t budget) {
 }  // namespace
 
 caching_allocator::caching_allocator(Device& device, caching_allocator_options options)
-    : caching_allocator(device, *new device_resource(device), options) {
-  owned_upstream_.reset(upstream_);
+    : caching_allocator(device, std::make_unique<device_resource>(device), options) {}
+
+// The upstream is a parameter while the other constructor runs, so a bad budget (which throws
+// there) does not leak it.
+caching_allocator::caching_allocator(Device& device, std::unique_ptr<device_memory_resource> upstream,
+                                     caching_allocator_options options)
+    : caching_allocator(device, *upstream, options) {
+  owned_upstream_ = std::move(upstream);
 }
 
 caching_allocator::caching_allocator(Device& device, device_memory_resource& upstream,

@@ -85,6 +85,7 @@ class caching_allocator final : public device_memory_resource {
   [[nodiscard]] Device& device() const noexcept { return *device_; }
 
  private:
+  caching_allocator(Device& device, std::unique_ptr<device_memory_resource> upstream, caching_allocator_options options);
   struct handoff {  // blocks freed on one stream, waiting for an event recorded after the frees
     event done;
     detail::block_pool* pool;
