@@ -1,6 +1,7 @@
 // Session: the swap-policy header's implementation. Owns the device, the caching allocator,
 // the tiers and the executor; records iteration 1, plans, and follows the plan afterwards.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -26,6 +27,18 @@ namespace spillway {
 
 namespace {
 constexpr std::uint64_t default_nvme_reserve = std::uint64_t{2} << 30;
+
+/// The phase of an op from its name, for planners that act on phases (vDNN): names that say
+/// forward/fwd, backward/bwd/grad, or adam/sgd/optim/step. Anything else is "other".
+op_phase phase_from_name(std::string_view name) {
+  std::string n(name);
+  for (auto& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto has = [&](const char* w) { return n.find(w) != std::string::npos; };
+  if (has("backward") || has("bwd") || has("grad")) return op_phase::backward;
+  if (has("forward") || has("fwd")) return op_phase::forward;
+  if (has("adam") || has("sgd") || has("optim")) return op_phase::optimizer;
+  return op_phase::other;
+}
 
 std::string planner_name(const session_config& c) {
   if (c.policy == "vdnn") return c.vdnn_variant == "conv" ? "vdnn-conv" : "vdnn-all";
@@ -150,6 +163,7 @@ class session_impl {
     op_desc d;
     d.name = std::string(name);
     d.flops = flops;
+    d.phase = phase_from_name(name);
     for (auto t : reads) {
       check_handle(t);
       if (std::find(d.reads.begin(), d.reads.end(), t.id) == d.reads.end()) d.reads.push_back(t.id);

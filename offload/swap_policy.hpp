@@ -127,6 +127,8 @@ class Session {
   };
   /// `writes` lists tensors the op overwrites entirely; a tensor it updates in place (+=, Adam)
   /// goes in both lists. `flops` feeds the planner's estimate before durations are measured.
+  /// The op's phase, which planners such as vDNN use, comes from its name: one that says
+  /// forward/fwd, backward/bwd/grad, or adam/sgd/optim.
   [[nodiscard]] op_scope op(std::string_view name, std::initializer_list<tensor_handle> reads,
                             std::initializer_list<tensor_handle> writes, double flops = 0);
   /// The same, for lists built at run time.

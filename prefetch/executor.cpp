@@ -230,13 +230,16 @@ void* executor::allocate_for(tensor_id id, stream s, bool may_evict) {
       waited = true;
       continue;
     }
+    std::vector<tensor_id> own = pinned_;
+    std::sort(own.begin(), own.end());
+    own.erase(std::unique(own.begin(), own.end()), own.end());
     std::uint64_t pinned_bytes = 0;
-    for (auto t : pinned_) pinned_bytes += tensors_[t]->desc.bytes;
+    for (auto t : own) pinned_bytes += tensors_[t]->desc.bytes;
     throw out_of_memory("executor: op " + std::to_string(current_op_) + " needs tensor \"" + st.desc.name + "\" (" +
                         format_bytes(bytes) + ") but " + format_bytes(in_use_) + " of the " +
                         format_bytes(options_.device_budget) + " budget is held by this op's own tensors (" +
-                        format_bytes(pinned_bytes) + " in all) or cannot be reused; raise the device budget to at least " +
-                        format_bytes(pinned_bytes + bytes));
+                        format_bytes(pinned_bytes) + " in all, this one included) or cannot be reused; raise the "
+                        "device budget to at least " + format_bytes(pinned_bytes));
   }
 }
 
