@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "offload/lifetime.hpp"
+#include "offload/simulator.hpp"
 #include "prefetch/plan.hpp"
 
 namespace spillway::offload::detail {
@@ -35,5 +36,27 @@ plan build_plan(const trace& t, const lifetime_report& r, std::vector<off_interv
 /// what is off): persistent tensors from the start, transients from first write to last use.
 std::vector<std::int64_t> resident_bytes(const trace& t, const lifetime_report& r,
                                          const std::vector<off_interval>& intervals);
+
+/// Keeps the best of several candidate plans: a feasible one before an infeasible one, then the
+/// one with the shorter simulated step.
+class best_plan {
+ public:
+  void offer(plan p, const sim_result& s) {
+    const bool ok = s.feasible();
+    if (!have_ || (ok && !ok_) || (ok == ok_ && s.step_seconds < seconds_)) {
+      best_ = std::move(p);
+      seconds_ = s.step_seconds;
+      ok_ = ok;
+      have_ = true;
+    }
+  }
+  [[nodiscard]] plan take() { return std::move(best_); }
+
+ private:
+  plan best_;
+  double seconds_ = 0;
+  bool ok_ = false;
+  bool have_ = false;
+};
 
 }  // namespace spillway::offload::detail

@@ -250,9 +250,7 @@ class auto_planner final : public planner {
   plan do_make_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) const override {
     if (r.peak_live_bytes <= budget) return build_plan(t, r, {}, "auto", budget);
     sweep sw(t, r, hw);
-    plan best;
-    double best_time = std::numeric_limits<double>::infinity();
-    bool best_ok = false;
+    best_plan best;
     const double room = static_cast<double>(budget - r.min_budget_bytes);
     for (double h : opt_.auto_headrooms) {
       const auto limit = r.min_budget_bytes + static_cast<std::uint64_t>(room * (1.0 - std::clamp(h, 0.0, 1.0)));
@@ -261,13 +259,9 @@ class auto_planner final : public planner {
       assign_tiers(t, r, ivs, hw);
       plan p = build_plan(t, r, std::move(ivs), "auto", budget);
       const auto s = simulate(t, p, hw);
-      if ((s.feasible() && !best_ok) || (s.feasible() == best_ok && s.step_seconds < best_time)) {
-        best = std::move(p);
-        best_time = s.step_seconds;
-        best_ok = s.feasible();
-      }
+      best.offer(std::move(p), s);
     }
-    return best;
+    return best.take();
   }
 
   planner_options opt_;

@@ -63,21 +63,15 @@ class lms_planner final : public planner {
         break;
       }
     }
-    plan best;
-    double best_time = std::numeric_limits<double>::infinity();
-    bool best_ok = false;
+    best_plan best;
     for (std::uint32_t ahead : {1u, 2u, 4u, 8u, 16u}) {
       lms_knobs k = best_knobs;
       k.ahead = ahead;
       plan p = build_plan(t, r, lms_intervals(t, r, k), "lms", budget);
       const auto s = simulate(t, p, hw);
-      if ((s.feasible() && !best_ok) || (s.feasible() == best_ok && s.step_seconds < best_time)) {
-        best = std::move(p);
-        best_time = s.step_seconds;
-        best_ok = s.feasible();
-      }
+      best.offer(std::move(p), s);
     }
-    return best;
+    return best.take();
   }
 
   planner_options opt_;
