@@ -12,9 +12,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "allocator/arena_allocator.hpp"
-#include "allocator/device_resource.hpp"
-#include "allocator/pinned_host_pool.hpp"
 #include "bench/command.hpp"
 #include "device/cpu_device.hpp"
 #include "device/error.hpp"
@@ -27,8 +24,7 @@
 #include "offload/trace_json.hpp"
 #include "offload/zoo.hpp"
 #include "prefetch/executor.hpp"
-#include "prefetch/tier_backing.hpp"
-#include "swap/host_tier.hpp"
+#include "prefetch/executor_stack.hpp"
 
 namespace spillway::bench {
 namespace {
@@ -115,18 +111,13 @@ result_row replay_one(const trace& t, const lifetime_report& rep, const hw_profi
   o.h2d_bytes_per_second = hw.h2d_bytes_per_s;
   o.d2h_bytes_per_second = hw.d2h_bytes_per_s;
   cpu_device dev(o);
-  device_resource upstream(dev);
-  arena_allocator mem(dev, upstream, row.budget);
-  pinned_host_pool pool(dev);
-  host_tier host(pool, 0);
-  tier_backing backing(dev, host, nullptr);
-  executor_options eo;
-  eo.device_budget = row.budget;
-  eo.forget_stream = [&mem](stream s) { mem.forget_stream(s); };
-  eo.timeline = !chrome_file.empty();
+  executor_stack_options so;
+  so.device_budget = row.budget;
+  so.timeline = !chrome_file.empty();
   std::vector<double> steps, stalls;
   {
-    executor ex(dev, mem, backing, eo);
+    executor_stack stack(dev, so);
+    executor& ex = stack.exec();
     for (tensor_id id = 0; id < t.tensors.size(); ++id) {
       ex.define(id, t.tensors[id]);
       if (is_persistent(t.tensors[id].kind)) ex.upload(id, nullptr);

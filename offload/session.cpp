@@ -19,7 +19,7 @@
 #include "offload/profile.hpp"
 #include "offload/swap_policy.hpp"
 #include "prefetch/executor.hpp"
-#include "prefetch/tier_backing.hpp"
+#include "prefetch/executor_stack.hpp"
 #include "swap/host_tier.hpp"
 #include "swap/nvme_tier.hpp"
 
@@ -89,26 +89,19 @@ class session_impl {
                          format_bytes(total) + " (" + dev->properties().name + "); give at most " + format_bytes(total));
     }
     budget = cfg.device_budget != 0 ? cfg.device_budget : total;
-    upstream = std::make_unique<device_resource>(*dev);
-    memory = std::make_unique<arena_allocator>(*dev, *upstream, budget);
-    pinned_pool_options po;
-    po.region_size = std::size_t{64} << 20;
-    pool = std::make_unique<pinned_host_pool>(*dev, po);
-    host = std::make_unique<host_tier>(*pool, cfg.host_budget);
+    executor_stack_options so;
+    so.device_budget = budget;
+    so.host_budget = cfg.host_budget;
+    so.timeline = !cfg.chrome_trace.empty();
     if (!cfg.nvme_paths.empty()) {
       nvme_options no;
       no.directories = cfg.nvme_paths;
       no.capacity = cfg.nvme_reserve != 0 ? cfg.nvme_reserve : default_nvme_reserve;
       if (hooks.make_io_queue) no.make_queue = hooks.make_io_queue;
-      nvme = std::make_unique<nvme_tier>(no, pool.get());
+      so.nvme = no;
     }
-    backing = std::make_unique<tier_backing>(*dev, *host, nvme.get());
-    executor_options eo;
-    eo.device_budget = budget;
-    eo.spill_tier = tier::host;
-    eo.timeline = !cfg.chrome_trace.empty();
-    eo.forget_stream = [m = memory.get()](stream s) { m->forget_stream(s); };
-    exec = std::make_unique<executor>(*dev, *memory, *backing, eo);
+    stack = std::make_unique<executor_stack>(*dev, so);
+    exec = &stack->exec();
     if (cfg.link_gbps > 0) {
       link = {cfg.link_gbps * 1e9, cfg.link_gbps * 1e9};
     } else {
@@ -261,7 +254,7 @@ class session_impl {
     hw.host_bytes = cfg.host_budget != 0 ? cfg.host_budget : (std::uint64_t{1} << 50);
     hw.nvme_read_bytes_per_s = 2e9;
     hw.nvme_write_bytes_per_s = 1.5e9;
-    hw.nvme_bytes = nvme ? nvme->stats().capacity_bytes : 0;
+    hw.nvme_bytes = stack->nvme() != nullptr ? stack->nvme()->stats().capacity_bytes : 0;
     offload::planner_options po;
     if (cfg.lms_swapout_threshold) po.swapout_threshold = static_cast<std::uint32_t>(cfg.lms_swapout_threshold);
     if (cfg.lms_swapin_ahead) po.swapin_ahead = static_cast<std::uint32_t>(cfg.lms_swapin_ahead);
@@ -301,13 +294,8 @@ class session_impl {
   std::unique_ptr<Device> dev;
   std::uint64_t budget = 0;
   std::pair<double, double> link{0, 0};
-  std::unique_ptr<device_resource> upstream;
-  std::unique_ptr<arena_allocator> memory;
-  std::unique_ptr<pinned_host_pool> pool;
-  std::unique_ptr<host_tier> host;
-  std::unique_ptr<nvme_tier> nvme;
-  std::unique_ptr<tier_backing> backing;
-  std::unique_ptr<executor> exec;
+  std::unique_ptr<executor_stack> stack;
+  executor* exec = nullptr;
 
   std::vector<tensor_desc> tensors;
   std::unordered_map<std::string, tensor_id> by_name;

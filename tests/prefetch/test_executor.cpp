@@ -7,15 +7,11 @@
 #include <cstring>
 #include <memory>
 
-#include "allocator/arena_allocator.hpp"
-#include "allocator/device_resource.hpp"
-#include "allocator/pinned_host_pool.hpp"
 #include "device/cpu_device.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
 #include "prefetch/executor.hpp"
-#include "prefetch/tier_backing.hpp"
-#include "swap/host_tier.hpp"
+#include "prefetch/executor_stack.hpp"
 
 using namespace spillway;
 using namespace spillway::literals;
@@ -29,14 +25,15 @@ struct rig {
     o.h2d_bytes_per_second = link_bytes_per_s;
     o.d2h_bytes_per_second = link_bytes_per_s;
     dev = std::make_unique<cpu_device>(o);
-    upstream = std::make_unique<device_resource>(*dev);
-    mem = std::make_unique<arena_allocator>(*dev, *upstream, budget);
-    pool = std::make_unique<pinned_host_pool>(*dev);
-    host = std::make_unique<host_tier>(*pool, 0);
-    backing = std::make_unique<tier_backing>(*dev, *host, nullptr);
-    executor_options eo;
-    eo.device_budget = budget;
-    eo.forget_stream = [m = mem.get()](stream s) { m->forget_stream(s); };
+    executor_stack_options so;
+    so.device_budget = budget;
+    stack = std::make_unique<executor_stack>(*dev, so);
+    exec = &stack->exec();
+  }
+  std::unique_ptr<cpu_device> dev;
+  std::unique_ptr<executor_stack> stack;
+  executor* exec = nullptr;
+};
     exec = std::make_unique<executor>(*dev, *mem, *backing, eo);
   }
   ~rig() { exec.reset(); }

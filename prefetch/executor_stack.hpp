@@ -1,0 +1,66 @@
+// executor_stack: an executor with everything it stands on, built in the one right order: the
+// arena over the device's budget, the pinned host pool, the host tier, the optional NVMe tier
+// and the tier backing. Members go in reverse order, the executor (and its streams) first.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "allocator/arena_allocator.hpp"
+#include "allocator/device_resource.hpp"
+#include "allocator/pinned_host_pool.hpp"
+#include "prefetch/executor.hpp"
+#include "prefetch/tier_backing.hpp"
+#include "swap/host_tier.hpp"
+#include "swap/nvme_tier.hpp"
+
+namespace spillway {
+
+struct executor_stack_options {
+  std::uint64_t device_budget = 0;        ///< bytes of the arena and the executor's budget
+  std::uint64_t host_budget = 0;          ///< host tier capacity; 0 = no limit
+  std::optional<nvme_options> nvme;       ///< the NVMe tier, when swap directories are given
+  bool timeline = false;                  ///< record the executor's timeline
+};
+
+class executor_stack {
+ public:
+  executor_stack(Device& device, executor_stack_options options)
+      : upstream_(device),
+        memory_(device, upstream_, options.device_budget),
+        pool_(device, pool_options()),
+        host_(pool_, options.host_budget),
+        nvme_(options.nvme ? std::make_unique<nvme_tier>(*options.nvme, &pool_) : nullptr),
+        backing_(device, host_, nvme_.get()),
+        exec_(device, memory_, backing_, executor_options_for(options)) {}
+
+  [[nodiscard]] executor& exec() noexcept { return exec_; }
+  [[nodiscard]] arena_allocator& memory() noexcept { return memory_; }
+  [[nodiscard]] nvme_tier* nvme() noexcept { return nvme_.get(); }
+
+ private:
+  static pinned_pool_options pool_options() {
+    pinned_pool_options po;
+    po.region_size = std::size_t{64} << 20;
+    return po;
+  }
+  executor_options executor_options_for(const executor_stack_options& o) {
+    executor_options eo;
+    eo.device_budget = o.device_budget;
+    eo.spill_tier = tier::host;
+    eo.timeline = o.timeline;
+    eo.forget_stream = [m = &memory_](stream s) { m->forget_stream(s); };
+    return eo;
+  }
+
+  device_resource upstream_;
+  arena_allocator memory_;
+  pinned_host_pool pool_;
+  host_tier host_;
+  std::unique_ptr<nvme_tier> nvme_;
+  tier_backing backing_;
+  executor exec_;
+};
+
+}  // namespace spillway
