@@ -34,17 +34,6 @@ struct rig {
   std::unique_ptr<executor_stack> stack;
   executor* exec = nullptr;
 };
-    exec = std::make_unique<executor>(*dev, *mem, *backing, eo);
-  }
-  ~rig() { exec.reset(); }
-  std::unique_ptr<cpu_device> dev;
-  std::unique_ptr<device_resource> upstream;
-  std::unique_ptr<arena_allocator> mem;
-  std::unique_ptr<pinned_host_pool> pool;
-  std::unique_ptr<host_tier> host;
-  std::unique_ptr<tier_backing> backing;
-  std::unique_ptr<executor> exec;
-};
 
 void fill(void* p, std::size_t n, unsigned char v) { std::memset(p, v, n); }
 bool holds(const void* p, std::size_t n, unsigned char v) {
