@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <functional>
 #include <queue>
+#include <tuple>
 
 #include "device/units.hpp"
 
@@ -333,6 +334,129 @@ sim_result simulate(const trace& t, const plan& p, const hw_profile& hw, const s
   return replay(t, p, hw, opt).run();
 }
 
+namespace {
+
+// Family (2) of Note [Lower bound]: the order bound around op j, for every j in one sweep.
+class order_bound {
+ public:
+  order_bound(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget)
+      : t_(t), r_(r), hw_(hw), budget_(budget), n_(t.ops.size()) {
+    dur_.resize(n_);
+    before_.assign(n_ + 1, 0);  // before_[k]: compute of ops < k
+    for (std::size_t k = 0; k < n_; ++k) {
+      dur_[k] = hw.op_seconds(t.ops[k]);
+      before_[k + 1] = before_[k] + dur_[k];
+    }
+  }
+
+  // Returns {seconds, op}.
+  std::pair<double, op_index> run() {
+    const std::size_t nt = t_.tensors.size();
+    std::vector<std::size_t> next(nt, 0);  // index of the first use at an op > j (after advancing)
+    std::vector<std::int64_t> last_write(nt, -1);
+    std::vector<char> touched(nt, 0);
+    double best = 0;
+    op_index best_op = 0;
+    for (op_index j = 0; j < n_; ++j) {
+      const auto& op = t_.ops[j];
+      for (tensor_id x : op.reads) touched[x] = 1;
+      for (tensor_id x : op.writes) touched[x] = 1;
+      std::uint64_t needed = r_.working_set_bytes[j], free_d = 0, free_h = 0;
+      d_.clear();
+      h_.clear();
+      for (tensor_id x = 0; x < nt; ++x) {
+        const auto& lt = r_.tensors[x];
+        if (touched[x] || !lt.used()) continue;
+        const std::uint64_t b = t_.tensors[x].bytes;
+        const bool has_next = next[x] < lt.uses.size();
+        const bool is_needed = has_next ? lt.uses[next[x]].reads : lt.crosses_boundary;
+        if (!is_needed) continue;
+        needed += b;
+        if (last_write[x] >= 0)
+          d_.push_back({static_cast<std::size_t>(last_write[x]), b});
+        else
+          free_d += b;
+        if (has_next)
+          h_.push_back({lt.uses[next[x]].op, b});
+        else
+          free_h += b;
+      }
+      if (needed > budget_) {
+        const std::uint64_t off = needed - budget_;
+        const double dmin = d2h_before(off > free_d ? off - free_d : 0);
+        const double hmin = h2d_after(off > free_h ? off - free_h : 0);
+        const double after = before_[n_] - before_[j + 1];
+        const double at_start = std::max(before_[j], dmin) + std::max(dur_[j] + after, hmin);
+        const double at_end = std::max(before_[j + 1], dmin) + std::max(after, hmin);
+        const double v = std::max(at_start, at_end);
+        if (v > best) {
+          best = v;
+          best_op = j;
+        }
+      }
+      for (tensor_id x : op.reads) touched[x] = 0;
+      for (tensor_id x : op.writes) touched[x] = 0;
+      auto advance = [&](tensor_id x) {
+        const auto& uses = r_.tensors[x].uses;
+        while (next[x] < uses.size() && uses[next[x]].op <= j) {
+          if (uses[next[x]].writes) last_write[x] = uses[next[x]].op;
+          ++next[x];
+        }
+      };
+      for (tensor_id x : op.reads) advance(x);
+      for (tensor_id x : op.writes) advance(x);
+    }
+    return {best, best_op};
+  }
+
+ private:
+  struct item {
+    std::size_t op;  // the write before (d_) or the read after (h_)
+    std::uint64_t bytes;
+  };
+
+  // Least time the D2H queue needs to have copied out `need` bytes of values written at the ops
+  // in d_ (each copy starts after its op ends, so after the compute up to it): the earliest
+  // written ones, a part of the last one.
+  double d2h_before(std::uint64_t need) {
+    return least(d_, need, false, hw_.d2h_bytes_per_s, [&](std::size_t w) { return before_[w + 1]; });
+  }
+
+  // Least time from the moment `need` bytes are off to the end of the step when they must come
+  // back before their reads at the ops in h_ (the H2D of what op k reads ends before op k
+  // starts, and ops k.. still run): the ones read latest, a part of the first one.
+  double h2d_after(std::uint64_t need) {
+    return least(h_, need, true, hw_.h2d_bytes_per_s, [&](std::size_t r) { return before_[n_] - before_[r]; });
+  }
+
+  // Takes `need` bytes of `v` in op order (latest first when `latest`), and returns the largest
+  // fixed(op_i) + (bytes taken at i and after)/bw over the items taken.
+  template <class F>
+  static double least(std::vector<item>& v, std::uint64_t need, bool latest, double bw, F fixed) {
+    if (need == 0) return 0;
+    std::sort(v.begin(), v.end(), [latest](const item& a, const item& b) { return latest ? a.op > b.op : a.op < b.op; });
+    std::size_t m = 0;
+    std::uint64_t got = 0;
+    while (m < v.size() && got < need) got += v[m++].bytes;
+    double out = 0, rest = static_cast<double>(std::min(got, need));
+    for (std::size_t i = 0; i < m && rest > 0; ++i) {
+      out = std::max(out, fixed(v[i].op) + rest / bw);
+      rest -= static_cast<double>(v[i].bytes);
+    }
+    return out;
+  }
+
+  const trace& t_;
+  const lifetime_report& r_;
+  const hw_profile& hw_;
+  std::uint64_t budget_;
+  std::size_t n_;
+  std::vector<double> dur_, before_;
+  std::vector<item> d_, h_;
+};
+
+}  // namespace
+
 bounds compute_bounds(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) {
   bounds b;
   for (const auto& op : t.ops) b.ideal_seconds += hw.op_seconds(op);
@@ -350,19 +474,7 @@ bounds compute_bounds(const trace& t, const lifetime_report& r, const hw_profile
   const double link = hw.copy_engines >= 2 ? std::max(h2d, d2h) : h2d + d2h;
   b.volume_bound_seconds = std::max({link, static_cast<double>(b.nvme_read_min_bytes) / hw.nvme_read_bytes_per_s,
                                      static_cast<double>(b.nvme_write_min_bytes) / hw.nvme_write_bytes_per_s});
-  double before = 0;
-  for (op_index j = 0; j < t.ops.size(); ++j) {
-    const double dur = hw.op_seconds(t.ops[j]);
-    const auto held = r.in_iteration_idle_bytes[j] + r.working_set_bytes[j];
-    const double x = static_cast<double>(held > budget ? held - budget : 0);
-    const double after = b.ideal_seconds - before - dur;
-    const double v = std::max(before, x / hw.d2h_bytes_per_s) + dur + std::max(after, x / hw.h2d_bytes_per_s);
-    if (v > b.order_bound_seconds) {
-      b.order_bound_seconds = v;
-      b.order_bound_op = j;
-    }
-    before += dur;
-  }
+  std::tie(b.order_bound_seconds, b.order_bound_op) = order_bound(t, r, hw, budget).run();
   b.lower_bound_seconds = std::max({b.ideal_seconds, b.volume_bound_seconds, b.order_bound_seconds});
   return b;
 }

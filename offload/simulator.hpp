@@ -83,14 +83,33 @@ sim_result simulate(const trace& t, const plan& p, const hw_profile& hw, const s
 ///     on NVMe: NVMe reads >= max_j (N_j - B - host), writes >= max_j (W_j - B - host).
 ///     Time >= max(H2D/h2d_bw, D2H/d2h_bw, NVMe_r/nvme_r_bw, NVMe_w/nvme_w_bw), with the H2D
 ///     and D2H terms added when the profile has one copy engine.
-/// (2) Order around one op. Let V_j be the bytes of tensors op j does not touch whose value
-///     was written earlier in this iteration and is read later in it, and S_j the working set
-///     of op j. During op j the device holds S_j and at most B - S_j of V_j, so at least
-///     X_j = V_j + S_j - B of them are off. Each of those values was written in this iteration
-///     and is needed again, so it cannot be dropped: its copy out must complete before op j
-///     starts (its memory is free during op j) and its copy back starts after op j ends (a
-///     prefetch takes memory when issued). With C_<j and C_>j the compute before and after j:
-///       step >= max(C_<j, X_j/d2h_bw) + dur(j) + max(C_>j, X_j/h2d_bw).
+/// (2) Order around one op. Fix op j, running over [s_j, e_j], and an instant tau in it. The
+///     device holds the working set S_j of op j all that time, and at most B bytes in all, so
+///     at tau at least K_j = N_j - B bytes of needed tensors that op j does not touch are not
+///     allocated ("off"). Take such a tensor x. Its memory was freed before tau; it is taken
+///     again only after tau (a prefetch or an allocation takes memory at one instant, program
+///     order), and its copy in starts after that. So:
+///     (a) if its next use is in this iteration (at op r; it reads x, x being needed), an H2D
+///         of x runs after tau and ends before s_r, after which ops r.. still run: T >= tau +
+///         (bytes of such x with r <= k)/h2d_bw + F_k for every k, with F_k the compute of
+///         ops k..n-1. If its next read is in the next iteration, nothing is owed here (0).
+///     (b) if this iteration wrote x before j (last at op w), that value exists only on the
+///         device until copied out, and it is needed later, so a D2H of it ran after e_w (the
+///         eviction is issued at an op boundary >= e_w) and ended before tau: the D2H queue
+///         starts at 0 and serves one copy at a time, so tau >= E_w' + (bytes of such x with
+///         w >= w')/d2h_bw for every w', with E_w' the compute of ops 0..w'. Otherwise
+///         nothing is owed here (0).
+///     Which tensors are off is the plan's choice; the bound takes for each side separately the
+///     choice of K_j bytes that costs least there (a sum of two minima is at most the minimum
+///     of the sum): for (b), first the ones that owe nothing, then the earliest written; for
+///     (a), first the ones that owe nothing, then the latest read (for a fixed amount these
+///     sets make every term of the max smallest at once; the last one counts in part, which
+///     only lowers the bound). With D_j and H_j those two least values:
+///       tau = s_j:  T >= max(C_<j, D_j) + max(dur(j) + C_>j, H_j)
+///       tau -> e_j: T >= max(C_<=j, D_j) + max(C_>j, H_j)
+///     (C_<j, C_<=j, C_>j: compute before, through and after op j; s_j >= C_<j, e_j >= C_<=j.)
+///     The H2D of (a) may start during op j (an allocation made when op j has already
+///     started), which is why dur(j) is not added to both sides.
 /// Both ignore latency and every other dependency, so no plan beats them. ideal is compute
 /// alone (unlimited memory).
 struct bounds {

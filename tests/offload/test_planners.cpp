@@ -157,6 +157,85 @@ TEST(Planners, RandomTracesAndBudgets) {
   EXPECT_EQ(auto_checked, 150);
 }
 
+// Note [Lower bound] must hold for every plan that keeps the rules, not only for the plans
+// the planners happen to make: vary the hardware (one or two copy engines, links of different
+// speeds each way, a small host tier) and the planners' knobs, and check every feasible plan.
+TEST(Planners, LowerBoundHoldsForEveryFeasiblePlan) {
+  std::mt19937_64 rng(424242);
+  auto uni = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
+  int checked = 0, order_binding = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    const auto t = random_trace(rng);
+    const auto rep = analyze(t);
+    auto hw = test_hw(1ull << 40);
+    hw.h2d_bytes_per_s = uni(2e8, 4e9);
+    hw.d2h_bytes_per_s = uni(2e8, 4e9);
+    hw.copy_engines = iter % 3 == 0 ? 1 : 2;
+    if (iter % 4 == 0) hw.host_bytes = std::max<std::uint64_t>(rep.peak_live_bytes / 6, 1);
+    const std::uint64_t lo = rep.min_budget_bytes, hi = std::max(rep.peak_live_bytes, lo);
+    const auto budget = std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
+    const auto b = compute_bounds(t, rep, hw, budget);
+    if (b.order_bound_seconds >= b.lower_bound_seconds && b.order_bound_seconds > b.ideal_seconds) ++order_binding;
+    std::vector<std::pair<std::string, planner_options>> variants;
+    for (const auto& name : planner_names()) variants.push_back({name, {}});
+    planner_options lms;
+    lms.swapout_threshold = 1 + static_cast<std::uint32_t>(uni(0, 5));
+    lms.swapin_ahead = static_cast<std::uint32_t>(uni(0, 6));
+    lms.swapin_groupby = static_cast<std::uint32_t>(uni(0, 4));
+    variants.push_back({"lms", lms});
+    planner_options au;
+    au.auto_headrooms = {uni(0, 1)};
+    variants.push_back({"auto", au});
+    for (const auto& [name, opt] : variants) {
+      SCOPED_TRACE(name + " iteration " + std::to_string(iter) + " budget " + std::to_string(budget));
+      const auto p = make_planner(name, opt)->make_plan(t, rep, hw, budget);
+      const auto s = simulate(t, p, hw);
+      if (!s.feasible()) continue;
+      ++checked;
+      EXPECT_GE(s.step_seconds, b.lower_bound_seconds * (1 - 1e-9));
+      EXPECT_GE(s.step_seconds, b.order_bound_seconds * (1 - 1e-9));
+      EXPECT_GE(s.step_seconds, b.volume_bound_seconds * (1 - 1e-9));
+    }
+  }
+  EXPECT_GT(checked, 600);
+  EXPECT_GT(order_binding, 20);  // the order family is what binds in many of these cases
+}
+
+// Part (a) of the order bound: an optimizer state that only the last op touches, off while a
+// workspace fills the device, owes its H2D after that op even though no D2H precedes it.
+TEST(Planners, OrderBoundCountsTheCopyInOfStateReadLater) {
+  trace t;
+  auto op1s = [](std::string name, std::vector<tensor_id> r, std::vector<tensor_id> w) {
+    op_desc o;
+    o.name = std::move(name);
+    o.reads = std::move(r);
+    o.writes = std::move(w);
+    o.measured_seconds = 1;
+    return o;
+  };
+  const auto a = t.add_tensor("A", 1000, tensor_kind::activation);
+  const auto ws = t.add_tensor("W", 1000, tensor_kind::workspace);
+  const auto st = t.add_tensor("P", 1000, tensor_kind::optimizer_state);
+  t.add_op(op1s("make", {}, {a}));
+  t.add_op(op1s("scratch", {}, {ws}));
+  t.add_op(op1s("update", {a, st}, {st}));
+  auto hw = test_hw(1 << 20);
+  hw.h2d_bytes_per_s = hw.d2h_bytes_per_s = 1000;
+  const auto rep = analyze(t);
+  const auto b = compute_bounds(t, rep, hw, 2000);
+  // At op1: K = W + A + P - 2000 = 1000 B off. P owes no D2H (D = 0), but whichever of A and
+  // P is off comes back before op2 (1 s): H = 1 + 1. At op1's end: max(2, 0) + max(1, 2) = 4.
+  EXPECT_DOUBLE_EQ(b.ideal_seconds, 3.0);
+  EXPECT_DOUBLE_EQ(b.order_bound_seconds, 4.0);
+  EXPECT_EQ(b.order_bound_op, 1u);
+  EXPECT_DOUBLE_EQ(b.lower_bound_seconds, 4.0);
+  for (const auto& name : planner_names()) {
+    const auto p = make_planner(name)->make_plan(t, rep, hw, 2000);
+    const auto s = simulate(t, p, hw);
+    if (s.feasible()) EXPECT_GE(s.step_seconds, 4.0) << name;
+  }
+}
+
 TEST(Planners, AutoSpillsToNvmeWhenTheHostTierIsSmall) {
   std::mt19937_64 rng(7);
   int spilled = 0;

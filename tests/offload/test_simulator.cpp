@@ -157,11 +157,15 @@ TEST(Simulator, LowerBoundAndAutoOnHandCase) {
   const auto hw = unit_hw();
   const auto rep = analyze(t);
   const auto b = compute_bounds(t, rep, hw, 1000);
-  // Order bound at op1: X = V(1000) + S(1000) - B(1000) = 1000 B: max(1, 1) + 1 + max(1, 1).
+  // Order bound at op1: K = S(1000) + A(1000) - B(1000) = 1000 B, and A is off. Its D2H starts
+  // after op0 (compute 1 s) and takes 1 s: D = 2; its H2D ends before op2, which still runs 1 s:
+  // H = 1 + 1 = 2. At the start of op1: max(1, 2) + max(1 + 1, 2) = 4; at its end:
+  // max(2, 2) + max(1, 2) = 4.
   EXPECT_DOUBLE_EQ(b.ideal_seconds, 3.0);
-  EXPECT_DOUBLE_EQ(b.order_bound_seconds, 3.0);
+  EXPECT_DOUBLE_EQ(b.order_bound_seconds, 4.0);
+  EXPECT_EQ(b.order_bound_op, 1u);
   EXPECT_EQ(b.h2d_min_bytes, 1000u);
-  EXPECT_DOUBLE_EQ(b.lower_bound_seconds, 3.0);
+  EXPECT_DOUBLE_EQ(b.lower_bound_seconds, 4.0);
   const auto p = make_planner("auto")->make_plan(t, rep, hw, 1000);
   const auto r = simulate(t, p, hw);
   ASSERT_TRUE(r.feasible()) << r.violations[0];
