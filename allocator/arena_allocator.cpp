@@ -79,9 +79,36 @@ void* arena_allocator::do_allocate(std::size_t bytes, stream s) {
   }
   it = pick;
   const std::size_t offset = it->second;
-  const std::size_t size = it->first;
   by_size_.erase(it);
-  auto& b = blocks_.at(offset);
+  return take(blocks_.find(offset), offset, need, s);
+}
+
+void* arena_allocator::try_allocate_at(std::size_t offset, std::size_t bytes, stream s) {
+  const std::size_t need = round_up(bytes, granule);
+  SPILLWAY_EXPECTS(offset % granule == 0, "arena allocator: try_allocate_at offset " + std::to_string(offset) +
+                                              " is not a multiple of the " + std::to_string(granule) + "-byte granule");
+  std::lock_guard lock(mutex_);
+  if (need == 0 || offset + need > capacity_) return nullptr;
+  auto it = blocks_.upper_bound(offset);  // the block holding `offset` starts at or before it
+  if (it == blocks_.begin()) return nullptr;
+  --it;
+  if (!it->second.free || it->first + it->second.size < offset + need) return nullptr;
+  unindex_free(it->first, it->second.size);
+  if (it->first < offset) {  // keep the free head as its own block, with the same dependencies
+    const std::size_t head = offset - it->first;
+    blocks_[offset] = block{it->second.size - head, true, it->second.deps};
+    it->second.size = head;
+    index_free(it->first, head);
+    it = blocks_.find(offset);
+  }
+  return take(it, offset, need, s);
+}
+
+// Hands the free block at `it` (already out of the size index) to stream `s`, its first `need`
+// bytes; the tail stays free.
+void* arena_allocator::take(std::map<std::size_t, block>::iterator it, std::size_t offset, std::size_t need, stream s) {
+  auto& b = it->second;
+  const std::size_t size = b.size;
   // Note [Arena handoff]: the new user waits for every earlier user that may not be done.
   prune(b.deps);
   for (auto& d : b.deps) {

@@ -47,6 +47,17 @@ class arena_allocator final : public device_memory_resource {
   /// Granule of every block (and so of the least budget an op's tensors need).
   static constexpr std::size_t granule = 512;
   [[nodiscard]] arena_stats stats() const;
+  /// Bytes of the region.
+  [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
+  /// Allocates exactly [offset, offset + bytes rounded to the granule) of the region for `s` if
+  /// that range lies within one free block (with the same stream handoff as allocate), else
+  /// returns nullptr and changes nothing. For callers that planned the layout themselves
+  /// (prefetch/layout.hpp). `offset` must be a multiple of the granule.
+  [[nodiscard]] void* try_allocate_at(std::size_t offset, std::size_t bytes, stream s);
+  /// Offset in the region of a pointer this arena returned.
+  [[nodiscard]] std::size_t offset_of(const void* p) const noexcept {
+    return static_cast<std::size_t>(static_cast<const std::byte*>(p) - base_);
+  }
   /// Waits for the frees made on `s` so the stream may be destroyed.
   void forget_stream(stream s);
 
@@ -66,6 +77,7 @@ class arena_allocator final : public device_memory_resource {
   void index_free(std::size_t offset, std::size_t size);
   void unindex_free(std::size_t offset, std::size_t size);
   void prune(std::vector<dependency>& deps);
+  void* take(std::map<std::size_t, block>::iterator it, std::size_t offset, std::size_t need, stream s);
 
   Device* device_;
   device_memory_resource* upstream_;

@@ -18,6 +18,7 @@
 #include "offload/planner.hpp"
 #include "offload/profile.hpp"
 #include "offload/swap_policy.hpp"
+#include "prefetch/layout.hpp"
 #include "prefetch/executor.hpp"
 #include "prefetch/executor_stack.hpp"
 #include "swap/host_tier.hpp"
@@ -216,6 +217,10 @@ class session_impl {
     r.peak_device_bytes = st.peak_device_bytes;
     r.on_demand_fetches = st.on_demand_fetches;
     r.on_demand_evictions = st.on_demand_evictions;
+    r.prefetches_deferred = st.prefetches_deferred;
+    r.fragmented_allocations = st.fragmented_allocations;
+    r.layout = st.layout;
+    r.layout_misses = st.layout_misses;
     history.push_back(r);
     if (!followed && !io_failure) {
       replan(st);
@@ -265,6 +270,16 @@ class session_impl {
     std::uint64_t plan_budget = budget - static_cast<std::uint64_t>(headroom * static_cast<double>(budget));
     if (plan_budget < report.min_budget_bytes) plan_budget = budget;
     current = p->make_plan(t, report, hw, plan_budget);
+    // The executor places the plan's allocations at addresses packed ahead (prefetch/layout.hpp)
+    // when the packing fits the budget; packing needs some room above the plan's peak, so
+    // plan lower by what the packing overshot until it fits (else best fit places them).
+    for (int tries = 0; tries < 6; ++tries) {
+      const auto l = make_layout(t, current, exec->release_points(), arena_allocator::granule);
+      if (l.extent <= budget || plan_budget <= report.min_budget_bytes) break;
+      const std::uint64_t over = l.extent - budget + budget / 64;
+      plan_budget = plan_budget > report.min_budget_bytes + over ? plan_budget - over : report.min_budget_bytes;
+      current = p->make_plan(t, report, hw, plan_budget);
+    }
     current.validate(t);
     planned = std::move(t);
     footprint = report.peak_live_bytes;

@@ -61,6 +61,10 @@ struct iteration_report {
   std::uint64_t peak_device_bytes = 0;   ///< device memory in use at the worst moment
   std::uint64_t on_demand_fetches = 0;   ///< tensors fetched because the plan missed them
   std::uint64_t on_demand_evictions = 0; ///< tensors evicted because an allocation would exceed the budget
+  std::uint64_t prefetches_deferred = 0;    ///< planned prefetches that found no room at their op
+  std::uint64_t fragmented_allocations = 0; ///< allocations the allocator refused with budget left (fragments)
+  bool layout = false;                      ///< device addresses came from a packed layout of the plan
+  std::uint64_t layout_misses = 0;          ///< planned addresses found taken
 };
 
 class session_impl;

@@ -57,6 +57,7 @@ executor::executor(Device& device, device_memory_resource& memory, tensor_backin
       d2h_(device, stream_priority::low),
       op_done_(device),
       origin_(std::chrono::steady_clock::now()) {
+  arena_ = dynamic_cast<arena_allocator*>(memory_);
   SPILLWAY_EXPECTS_T(config_error, options_.device_budget > 0, "executor: the device budget must be > 0 bytes");
   SPILLWAY_EXPECTS_T(config_error, options_.spill_tier != tier::device, "executor: the spill tier must be host or nvme");
 }
@@ -208,6 +209,15 @@ void* executor::allocate_for(tensor_id id, stream s, bool may_evict) {
   auto& st = state(id);
   const std::uint64_t bytes = st.desc.bytes;
   bool waited = false;
+  if (layout_ && in_use_ + bytes <= options_.device_budget) {
+    const auto at = layout_->offset(id, alloc_slot_);
+    if (void* p = at ? arena_->try_allocate_at(*at, bytes, s) : nullptr) {
+      in_use_ += bytes;
+      note_memory();
+      return p;
+    }
+    ++stats_.layout_misses;  // no address planned here, or it is taken: the run left the plan
+  }
   for (;;) {
     if (in_use_ + bytes <= options_.device_budget) {
       try {
@@ -217,6 +227,7 @@ void* executor::allocate_for(tensor_id id, stream s, bool may_evict) {
         return p;
       } catch (const out_of_memory&) {
         // Fragmentation, or memory freed on another stream that is not yet done with it.
+        ++stats_.fragmented_allocations;
       }
     }
     if (!may_evict) return nullptr;
@@ -324,7 +335,8 @@ void executor::check_loads(std::span<const tensor_id> ids) {
 void executor::begin_iteration() {
   SPILLWAY_EXPECTS(!in_iteration_, "executor: begin_iteration twice without end_iteration");
   in_iteration_ = true;
-  if (next_plan_ != plan_ || next_trace_ != trace_) {
+  const bool new_plan = next_plan_ != plan_ || next_trace_ != trace_;
+  if (new_plan) {
     plan_ = next_plan_;
     trace_ = next_trace_;
     uses_.assign(tensors_.size(), {});
@@ -351,6 +363,10 @@ void executor::begin_iteration() {
     if (t) t->released = false;
   op_items_.clear();
 
+  if (new_plan) adopt_layout();
+  stats_.layout = layout_.has_value();
+  alloc_slot_ = layout_slot::start_fetch;
+
   // Start where the plan starts: persistent tensors in their initial tier.
   if (plan_ != nullptr) {
     for (tensor_id id = 0; id < tensors_.size() && id < plan_->initial_tier.size(); ++id) {
@@ -365,6 +381,23 @@ void executor::begin_iteration() {
       if (!t->tier_current || in_use_ + t->desc.bytes > options_.device_budget) continue;
       fetch(id, false);
     }
+  }
+}
+
+void executor::adopt_layout() {
+  layout_.reset();
+  if (arena_ == nullptr || plan_ == nullptr || trace_ == nullptr) return;
+  auto l = make_layout(*trace_, *plan_, released_after_, arena_allocator::granule);
+
+  if (l.extent > options_.device_budget || l.extent > arena_->capacity()) return;  // best fit, as without a plan
+  layout_ = std::move(l);
+  // What is on the device now sits where best fit put it. A tensor not at the address the
+  // layout starts it at leaves (a copy-out if its tier copy is stale) and comes back there.
+  for (tensor_id id = 0; id < tensors_.size(); ++id) {
+    auto& t = tensors_[id];
+    if (!t || t->dev == nullptr) continue;
+    const auto at = layout_->offset(id, layout_slot::start_fetch);
+    if (!at || arena_->offset_of(t->dev) != *at) evict(id, options_.spill_tier, false);
   }
 }
 
@@ -384,16 +417,17 @@ void executor::begin_op(op_index k, std::span<const tensor_id> reads, std::span<
 
   // The plan's prefetches for this op (and later ones). Never evict for them: a prefetch that
   // does not fit is left to be fetched on demand.
+  alloc_slot_ = layout_slot::prefetch(k);
   if (plan_ != nullptr && k < plan_->steps.size()) {
     for (const auto& p : plan_->steps[k].prefetches) {
       if (p.tensor >= tensors_.size() || !tensors_[p.tensor]) continue;
       auto& st = *tensors_[p.tensor];
       if (st.dev != nullptr || !st.tier_current || st.released) continue;
-      if (in_use_ + st.desc.bytes > options_.device_budget) continue;
-      fetch(p.tensor, false);
+      if (in_use_ + st.desc.bytes > options_.device_budget || !fetch(p.tensor, false)) ++stats_.prefetches_deferred;
     }
   }
 
+  alloc_slot_ = layout_slot::place(k);
   try {
     place_op_tensors(reads, writes);
   } catch (const out_of_memory&) {
@@ -494,6 +528,10 @@ void executor::release(tensor_id id) {
   SPILLWAY_EXPECTS_T(config_error, !is_persistent(st.desc.kind),
                      "executor: release() of persistent tensor \"" + st.desc.name + "\"; only transients are released");
   drop_device(id);
+  if (in_iteration_) {
+    if (released_after_.size() <= id) released_after_.resize(id + 1, -1);
+    released_after_[id] = static_cast<std::int64_t>(current_op_);
+  }
   if (st.tier_current || st.pending_save.valid()) backing_->discard(id);
   st.pending_save = {};
   st.pending_load = {};

@@ -13,12 +13,15 @@
 #include <functional>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "allocator/arena_allocator.hpp"
 #include "allocator/memory_resource.hpp"
 #include "device/device.hpp"
+#include "prefetch/layout.hpp"
 #include "prefetch/plan.hpp"
 #include "prefetch/tensor_backing.hpp"
 #include "prefetch/trace.hpp"
@@ -67,6 +70,10 @@ struct executor_stats {
   std::uint64_t peak_device_bytes = 0;   ///< most bytes of tensors held on the device at once
   std::uint64_t on_demand_fetches = 0;
   std::uint64_t on_demand_evictions = 0;
+  std::uint64_t prefetches_deferred = 0;     ///< plan prefetches left for later: no room at their op
+  std::uint64_t fragmented_allocations = 0;  ///< allocations refused with room left by the count
+  bool layout = false;                       ///< allocations followed a packed layout (prefetch/layout.hpp)
+  std::uint64_t layout_misses = 0;           ///< allocations with no planned address, or with it taken (the run left the plan)
   std::vector<double> op_ms;             ///< measured duration per op (timed iterations only)
 };
 
@@ -81,6 +88,9 @@ class executor {
   void define(tensor_id id, const tensor_desc& desc);
   /// Sets a persistent tensor's value from host memory (stored in `where`, host by default).
   void upload(tensor_id id, const void* host, tier where = tier::host);
+  /// Per transient, the op after which the program last released it (-1: not seen), for
+  /// make_layout (prefetch/layout.hpp).
+  [[nodiscard]] std::span<const std::int64_t> release_points() const noexcept { return released_after_; }
   /// Copies a tensor's current value to host memory, waiting for the work that writes it.
   void read(tensor_id id, void* host);
 
@@ -132,6 +142,7 @@ class executor {
   void stamp_end(stream s, timeline_item* item);
   void check_loads(std::span<const tensor_id> ids);
   void rethrow_move_errors();
+  void adopt_layout();
 
   Device* device_;
   device_memory_resource* memory_;
@@ -148,6 +159,10 @@ class executor {
   const plan* next_plan_ = nullptr;
   const trace* next_trace_ = nullptr;
   std::vector<std::vector<op_index>> uses_;  // per tensor, the ops (of trace_) that touch it
+  arena_allocator* arena_ = nullptr;         // memory_, when it can place at chosen addresses
+  std::optional<device_layout> layout_;      // for plan_, when it fits the arena and the budget
+  std::uint32_t alloc_slot_ = 0;             // layout_slot of the allocations being made now
+  std::vector<std::int64_t> released_after_; // per transient: op after which release() came (last iteration)
 
   op_index current_op_ = 0;
   std::uint64_t clock_ = 0;  // op counter across iterations, for LRU while recording

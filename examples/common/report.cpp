@@ -60,9 +60,12 @@ std::string format_summary(const run_result& r) {
   s += printf_string("moved         host->device %s, device->host %s, nvme read %s, nvme write %s\n",
                      format_bytes(r.h2d_bytes).c_str(), format_bytes(r.d2h_bytes).c_str(),
                      format_bytes(r.nvme_read_bytes).c_str(), format_bytes(r.nvme_write_bytes).c_str());
-  s += printf_string("on demand     %llu fetches, %llu evictions (the plan missed them)\n",
+  s += printf_string("plan misses   %llu fetches and %llu evictions on demand, %llu prefetches deferred, %llu "
+                     "allocations refused for fragments (planned steps)\n",
                      static_cast<unsigned long long>(r.on_demand_fetches),
-                     static_cast<unsigned long long>(r.on_demand_evictions));
+                     static_cast<unsigned long long>(r.on_demand_evictions),
+                     static_cast<unsigned long long>(r.prefetches_deferred),
+                     static_cast<unsigned long long>(r.fragmented_allocations));
   double total = 0;
   for (double ms : r.step_ms()) total += ms;
   s += printf_string("time          %.1f ms total, median step %.1f ms (without recording), stalls %.1f ms (%.1f%% overhead)\n",
@@ -91,7 +94,11 @@ nlohmann::json report_json(const run_result& r) {
                      {"nvme_write_bytes", it.nvme_write_bytes},
                      {"peak_device_bytes", it.peak_device_bytes},
                      {"on_demand_fetches", it.on_demand_fetches},
-                     {"on_demand_evictions", it.on_demand_evictions}});
+                     {"on_demand_evictions", it.on_demand_evictions},
+                     {"prefetches_deferred", it.prefetches_deferred},
+                     {"fragmented_allocations", it.fragmented_allocations},
+                     {"layout", it.layout},
+                     {"layout_misses", it.layout_misses}});
   }
   return {{"model", r.model},
           {"parameters", r.parameters},
@@ -112,6 +119,8 @@ nlohmann::json report_json(const run_result& r) {
           {"stall_ms", r.stall_ms},
           {"on_demand_fetches", r.on_demand_fetches},
           {"on_demand_evictions", r.on_demand_evictions},
+          {"prefetches_deferred", r.prefetches_deferred},
+          {"fragmented_allocations", r.fragmented_allocations},
           {"chrome_trace", r.chrome_trace},
           {"steps", steps}};
 }

@@ -114,8 +114,12 @@ run_result train(const example_options& o, const model_factory& make, const step
     r.d2h_bytes += rep.d2h_bytes;
     r.nvme_read_bytes += rep.nvme_read_bytes;
     r.nvme_write_bytes += rep.nvme_write_bytes;
-    r.on_demand_fetches += rep.on_demand_fetches;
-    r.on_demand_evictions += rep.on_demand_evictions;
+    if (rep.planned) {  // the recording step runs on demand by design
+      r.on_demand_fetches += rep.on_demand_fetches;
+      r.on_demand_evictions += rep.on_demand_evictions;
+      r.prefetches_deferred += rep.prefetches_deferred;
+      r.fragmented_allocations += rep.fragmented_allocations;
+    }
     r.stall_ms += rep.stall_ms;
     if (step == 0) {
       r.footprint_bytes = s.footprint_bytes();

@@ -50,8 +50,10 @@ struct run_result {
   std::uint64_t d2h_bytes = 0;
   std::uint64_t nvme_read_bytes = 0;
   std::uint64_t nvme_write_bytes = 0;
-  std::uint64_t on_demand_fetches = 0;
-  std::uint64_t on_demand_evictions = 0;
+  std::uint64_t on_demand_fetches = 0;       ///< after the recording step
+  std::uint64_t on_demand_evictions = 0;     ///< after the recording step
+  std::uint64_t prefetches_deferred = 0;     ///< after the recording step
+  std::uint64_t fragmented_allocations = 0;  ///< after the recording step
   double stall_ms = 0;
   bool probed_footprint = false;         ///< a first Session ran one step to learn the footprint
   std::string chrome_trace;              ///< where the Chrome trace was written, if anywhere

@@ -138,3 +138,66 @@ TEST(ArenaAllocator, BadCapacityAndExhaustionAreClearErrors) {
   }
   arena.deallocate(a, 600_KiB, stream{});
 }
+
+// try_allocate_at against a reference model: it succeeds exactly when the rounded range is inside
+// the region and overlaps no live block, and then returns that very address; mixed with best-fit
+// allocations and frees, blocks never overlap and the region merges back into one.
+TEST(ArenaAllocator, AllocateAtTakesExactlyTheRangeAskedForWhenItIsFree) {
+  device_options o;
+  o.cpu_device_memory = 16_MiB;
+  cpu_device dev(o);
+  device_resource up(dev);
+  constexpr std::size_t capacity = 2_MiB;
+  arena_allocator arena(dev, up, capacity);
+  std::map<std::size_t, std::size_t> live;  // offset -> rounded bytes
+  std::map<std::size_t, void*> where;
+  std::mt19937 rng(7);
+  auto overlaps = [&](std::size_t off, std::size_t n) {
+    auto it = live.upper_bound(off);
+    if (it != live.end() && it->first < off + n) return true;
+    if (it != live.begin() && std::prev(it)->first + std::prev(it)->second > off) return true;
+    return false;
+  };
+  int placed = 0, refused = 0;
+  for (int op = 0; op < 20000; ++op) {
+    const unsigned r = rng() % 100;
+    if (r < 40 || live.empty()) {
+      const std::size_t bytes = 1 + rng() % 64_KiB;
+      const std::size_t off = (rng() % (capacity / arena_allocator::granule + 8)) * arena_allocator::granule;
+      const bool free_range = off + round_up(bytes) <= capacity && !overlaps(off, round_up(bytes));
+      void* p = arena.try_allocate_at(off, bytes, stream{});
+      ASSERT_EQ(p != nullptr, free_range) << "offset " << off << ", " << bytes << " bytes";
+      if (p == nullptr) {
+        ++refused;
+        continue;
+      }
+      ++placed;
+      ASSERT_EQ(arena.offset_of(p), off);
+      live[off] = round_up(bytes);
+      where[off] = p;
+    } else if (r < 60) {
+      const std::size_t bytes = 1 + rng() % 64_KiB;
+      void* p = nullptr;
+      try {
+        p = arena.allocate(bytes, stream{});
+      } catch (const out_of_memory&) {
+        continue;
+      }
+      const std::size_t off = arena.offset_of(p);
+      ASSERT_FALSE(overlaps(off, round_up(bytes))) << "best fit handed out a live range";
+      live[off] = round_up(bytes);
+      where[off] = p;
+    } else {
+      auto it = live.begin();
+      std::advance(it, rng() % live.size());
+      arena.deallocate(where.at(it->first), it->second, stream{});
+      where.erase(it->first);
+      live.erase(it);
+    }
+  }
+  EXPECT_GT(placed, 1000);
+  EXPECT_GT(refused, 1000);
+  for (auto& [off, p] : where) arena.deallocate(p, live.at(off), stream{});
+  EXPECT_EQ(arena.stats().allocated_bytes, 0u);
+  EXPECT_EQ(arena.stats().largest_free_bytes, capacity) << "free neighbours were not merged back into one region";
+}

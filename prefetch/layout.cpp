@@ -1,0 +1,227 @@
+// Packs one iteration's device allocations (Note [Layout] in layout.hpp).
+#include "prefetch/layout.hpp"
+
+#include <algorithm>
+#include <array>
+
+namespace spillway {
+namespace {
+
+struct block {
+  tensor_id id = 0;
+  std::size_t bytes = 0;
+  std::array<std::pair<std::uint32_t, std::uint32_t>, 2> spans{};  // [from, to) slots
+  int span_count = 1;
+  std::array<std::uint32_t, 2> keys{};  // slots whose allocation of `id` this block serves
+  int key_count = 1;
+  std::size_t offset = 0;
+
+  [[nodiscard]] std::uint64_t duration() const {
+    std::uint64_t d = 0;
+    for (int i = 0; i < span_count; ++i) d += spans[i].second - spans[i].first;
+    return d;
+  }
+  [[nodiscard]] bool overlaps_in_time(const block& o) const {
+    for (int i = 0; i < span_count; ++i)
+      for (int j = 0; j < o.span_count; ++j)
+        if (spans[i].first < o.spans[j].second && o.spans[j].first < spans[i].second) return true;
+    return false;
+  }
+};
+
+std::uint64_t key_of(tensor_id id, std::uint32_t slot) { return (static_cast<std::uint64_t>(id) << 32) | slot; }
+
+// Which blocks the executor allocates following `p`, mirroring its rules: prefetches before the
+// op, the op's own tensors, evictions and releases after it, the boundary at both ends.
+class residency {
+ public:
+  residency(const trace& t, const plan& p, std::span<const std::int64_t> release_after, std::size_t granule)
+      : t_(t), p_(p), granule_(granule), open_(t.tensors.size(), -1), tier_current_(t.tensors.size(), 0),
+        released_(t.tensors.size(), 0), releases_(t.ops.size()), uses_(t.tensors.size()) {
+    for (op_index k = 0; k < t.ops.size(); ++k) {
+      for (auto x : t.ops[k].reads) uses_[x].push_back({k, true});
+      for (auto x : t.ops[k].writes) uses_[x].push_back({k, false});
+    }
+    for (tensor_id x = 0; x < t.tensors.size(); ++x) {
+      auto& u = uses_[x];
+      std::sort(u.begin(), u.end(), [](auto a, auto b) { return a.first < b.first || (a.first == b.first && a.second && !b.second); });
+      if (is_persistent(t.tensors[x].kind)) continue;
+      std::int64_t at = u.empty() ? -1 : static_cast<std::int64_t>(u.back().first);
+      if (x < release_after.size() && release_after[x] >= 0) at = release_after[x];
+      if (at >= 0 && static_cast<std::size_t>(at) < t.ops.size()) releases_[static_cast<std::size_t>(at)].push_back(x);
+    }
+  }
+
+  std::vector<block> run() {
+    const auto n = static_cast<op_index>(t_.ops.size());
+    const std::uint32_t end = layout_slot::end(n);
+    std::vector<std::int64_t> start_block(t_.tensors.size(), -1);  // persistents resident at the start
+    for (tensor_id x = 0; x < t_.tensors.size(); ++x) {
+      if (!is_persistent(t_.tensors[x].kind) || x >= p_.initial_tier.size() || p_.initial_tier[x] != tier::device) continue;
+      open(x, 0, layout_slot::start_fetch);
+      start_block[x] = open_[x];
+      tier_current_[x] = 1;
+    }
+    for (op_index k = 0; k < n; ++k) {
+      const auto& op = t_.ops[k];
+      if (k < p_.steps.size())
+        for (const auto& pf : p_.steps[k].prefetches)
+          if (pf.tensor < open_.size() && open_[pf.tensor] < 0 && !released_[pf.tensor]) open(pf.tensor, layout_slot::prefetch(k));
+      for (auto x : op.reads)
+        if (open_[x] < 0) open(x, layout_slot::place(k));
+      for (auto x : op.writes)
+        if (open_[x] < 0) open(x, layout_slot::place(k));
+      for (auto x : op.writes) tier_current_[x] = 0;
+      if (k < p_.steps.size()) {
+        for (const auto& e : p_.steps[k].evictions) {
+          const auto x = e.tensor;
+          if (x >= open_.size() || open_[x] < 0) continue;
+          if (e.action == evict_action::drop && !is_persistent(t_.tensors[x].kind) && !tier_current_[x] && !dead_after(x, k))
+            continue;  // the executor keeps a transient whose value is still read until release()
+          if (e.action != evict_action::drop) tier_current_[x] = 1;
+          close(x, layout_slot::after(k));
+        }
+      }
+      for (auto x : releases_[k]) {
+        released_[x] = 1;
+        if (open_[x] >= 0) close(x, layout_slot::after(k));
+      }
+    }
+    for (tensor_id x = 0; x < t_.tensors.size(); ++x) {
+      if (open_[x] < 0) continue;
+      const bool stays = is_persistent(t_.tensors[x].kind) && x < p_.initial_tier.size() && p_.initial_tier[x] == tier::device;
+      if (!stays || start_block[x] < 0) {
+        close(x, end);
+        continue;
+      }
+      auto& last = blocks_[static_cast<std::size_t>(open_[x])];
+      if (open_[x] == start_block[x]) {  // resident all through: one block around the whole timeline
+        last.spans[0] = {0, end};
+        continue;
+      }
+      // Resident at both ends: the block allocated last stays into the next iteration, where it
+      // is the block the iteration starts with. One block, wrapping, serving both slots.
+      auto& first = blocks_[static_cast<std::size_t>(start_block[x])];
+      last.spans[0].second = end;
+      last.spans[1] = {0, first.spans[0].second};
+      last.span_count = 2;
+      last.keys[1] = layout_slot::start_fetch;
+      last.key_count = 2;
+      first.bytes = 0;  // merged away
+      open_[x] = -1;
+    }
+    std::erase_if(blocks_, [](const block& b) { return b.bytes == 0; });
+    return std::move(blocks_);
+  }
+
+ private:
+  void open(tensor_id x, std::uint32_t from, std::uint32_t key) {
+    block b;
+    b.id = x;
+    b.bytes = (t_.tensors[x].bytes + granule_ - 1) / granule_ * granule_;
+    b.spans[0] = {from, from};
+    b.keys[0] = key;
+    open_[x] = static_cast<std::int64_t>(blocks_.size());
+    blocks_.push_back(b);
+  }
+  void open(tensor_id x, std::uint32_t slot) { open(x, slot, slot); }
+  void close(tensor_id x, std::uint32_t slot) {
+    blocks_[static_cast<std::size_t>(open_[x])].spans[0].second = slot;
+    open_[x] = -1;
+  }
+  // The next use after op k overwrites x without reading it, or nothing uses it again.
+  [[nodiscard]] bool dead_after(tensor_id x, op_index k) const {
+    for (const auto& [op, reads] : uses_[x])
+      if (op > k) return !reads;
+    return true;
+  }
+
+  const trace& t_;
+  const plan& p_;
+  std::size_t granule_;
+  std::vector<std::int64_t> open_;  // index of x's open block, -1 when not resident
+  std::vector<char> tier_current_, released_;
+  std::vector<std::vector<tensor_id>> releases_;  // per op: transients released after it
+  std::vector<std::vector<std::pair<op_index, bool>>> uses_;  // (op, reads) in op order, reads first
+  std::vector<block> blocks_;
+};
+
+}  // namespace
+
+std::optional<std::size_t> device_layout::offset(tensor_id id, std::uint32_t slot) const {
+  auto it = offsets.find(key_of(id, slot));
+  if (it == offsets.end()) return std::nullopt;
+  return it->second;
+}
+
+device_layout make_layout(const trace& t, const plan& p, std::span<const std::int64_t> release_after, std::size_t granule) {
+  auto blocks = residency(t, p, release_after, granule).run();
+  device_layout out;
+  out.blocks = blocks.size();
+  const std::uint32_t end = layout_slot::end(t.ops.size());
+  std::vector<std::int64_t> live(end + 2, 0);
+  for (const auto& b : blocks) {
+    for (int i = 0; i < b.span_count; ++i) {
+      live[b.spans[i].first] += static_cast<std::int64_t>(b.bytes);
+      live[b.spans[i].second] -= static_cast<std::int64_t>(b.bytes);
+    }
+  }
+  std::int64_t cur = 0;
+  for (auto d : live) {
+    cur += d;
+    out.peak_live = std::max(out.peak_live, static_cast<std::size_t>(cur));
+  }
+
+  // Several orders, the tightest packing wins: largest first (the usual best), longest-lived
+  // first, and largest area (bytes x time) first.
+  using order_fn = bool (*)(const block&, const block&);
+  const order_fn orders[] = {
+      [](const block& a, const block& b) { return a.bytes != b.bytes ? a.bytes > b.bytes : a.duration() > b.duration(); },
+      [](const block& a, const block& b) { return a.duration() != b.duration() ? a.duration() > b.duration() : a.bytes > b.bytes; },
+      [](const block& a, const block& b) {
+        const double x = static_cast<double>(a.bytes) * static_cast<double>(a.duration());
+        const double y = static_cast<double>(b.bytes) * static_cast<double>(b.duration());
+        return x != y ? x > y : a.bytes > b.bytes;
+      },
+  };
+  std::vector<std::size_t> best_offsets;
+  std::size_t best_extent = 0;
+  std::vector<std::size_t> order(blocks.size());
+  std::vector<std::size_t> placed;
+  std::vector<std::pair<std::size_t, std::size_t>> taken;  // [offset, end) of placed blocks alive with this one
+  for (const auto cmp : orders) {
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return cmp(blocks[a], blocks[b]); });
+    placed.clear();
+    std::size_t extent = 0;
+    for (auto i : order) {
+      auto& b = blocks[i];
+      taken.clear();
+      for (auto j : placed)
+        if (b.overlaps_in_time(blocks[j])) taken.emplace_back(blocks[j].offset, blocks[j].offset + blocks[j].bytes);
+      std::sort(taken.begin(), taken.end());
+      std::size_t at = 0;
+      for (const auto& [lo, hi] : taken) {
+        if (lo >= at + b.bytes) break;
+        at = std::max(at, hi);
+      }
+      b.offset = at;
+      extent = std::max(extent, at + b.bytes);
+      placed.push_back(i);
+    }
+    if (best_offsets.empty() || extent < best_extent) {
+      best_extent = extent;
+      best_offsets.clear();
+      for (const auto& b : blocks) best_offsets.push_back(b.offset);
+    }
+  }
+  out.extent = best_extent;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const auto& b = blocks[i];
+    for (int k = 0; k < b.key_count; ++k) out.offsets[key_of(b.id, b.keys[k])] = best_offsets[i];
+    out.placed.push_back(layout_block{b.id, b.bytes, best_offsets[i], {b.spans.begin(), b.spans.begin() + b.span_count}});
+  }
+  return out;
+}
+
+}  // namespace spillway

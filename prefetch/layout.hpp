@@ -1,0 +1,69 @@
+// Device layout: an address for every device allocation a plan makes in one iteration, packed
+// ahead of time so that following the plan never meets a fragmented arena (Note [Layout]).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "prefetch/plan.hpp"
+#include "prefetch/trace.hpp"
+
+namespace spillway {
+
+// Note [Layout]
+// A plan fixes, op by op, which tensors are on the device: the executor allocates a tensor when
+// a prefetch is issued (before op k), when op k needs it and it is not there, or when
+// begin_iteration brings back a persistent tensor that starts on the device; it frees it after
+// an eviction or a release. Best fit at run time packs these allocations in arrival order and,
+// with budgets filled to the last few percent, leaves free bytes in pieces too small for the
+// next tensor: the plan then misses (an on-demand eviction) although it fits by count. The
+// layout replays the plan's allocations on a timeline of slots (layout_slot), then places them
+// greedily, largest first, each at the lowest address where it overlaps in time no block placed
+// before it (the greedy-by-size heuristic of static memory planners). A persistent tensor still
+// resident when the iteration ends keeps its address into the next iteration: its block wraps
+// around the timeline. The executor asks the layout for the address of each allocation it makes
+// while following the plan and falls back to best fit when the address is taken (the run
+// departed from the plan).
+
+/// The timeline position of an allocation, as the executor makes them.
+struct layout_slot {
+  static constexpr std::uint32_t start_frees = 0;   ///< begin_iteration: tensors leave for their tier
+  static constexpr std::uint32_t start_fetch = 1;   ///< begin_iteration: persistents come back
+  static std::uint32_t prefetch(op_index k) { return 3 * k + 2; }
+  static std::uint32_t place(op_index k) { return 3 * k + 3; }
+  static std::uint32_t after(op_index k) { return 3 * k + 4; }
+  static std::uint32_t end(std::size_t ops) { return static_cast<std::uint32_t>(3 * ops + 2); }
+};
+
+/// One block of the layout: a tensor's stay on the device, as slots [from, to); two spans when it
+/// wraps around the iteration boundary.
+struct layout_block {
+  tensor_id id = 0;
+  std::size_t bytes = 0;   ///< rounded to the granule
+  std::size_t offset = 0;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> spans;
+};
+
+struct device_layout {
+  std::size_t extent = 0;          ///< bytes from address 0 to the end of the highest block
+  std::size_t peak_live = 0;       ///< most bytes allocated at one slot (a floor on extent)
+  std::size_t blocks = 0;
+  /// Address of tensor `id`'s allocation at `slot`, if the plan makes one there.
+  [[nodiscard]] std::optional<std::size_t> offset(tensor_id id, std::uint32_t slot) const;
+
+  std::unordered_map<std::uint64_t, std::size_t> offsets;  ///< key: id << 32 | slot
+  std::vector<layout_block> placed;                        ///< every block, for checks and reports
+};
+
+/// Packs the allocations of one iteration of `t` following `p`. `release_after[x]`, where set
+/// (>= 0), is the op after which the program released transient x (else its last use); `granule`
+/// rounds every block as the allocator does.
+[[nodiscard]] device_layout make_layout(const trace& t, const plan& p, std::span<const std::int64_t> release_after,
+                                        std::size_t granule);
+
+}  // namespace spillway
