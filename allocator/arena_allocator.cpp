@@ -50,6 +50,14 @@ void arena_allocator::prune(std::vector<dependency>& deps) {
   std::erase_if(deps, [&](const dependency& d) { return device_->query_event(event{*static_cast<void**>(d.done.get())}); });
 }
 
+std::vector<arena_allocator::dependency> arena_allocator::within(const std::vector<dependency>& deps, std::size_t lo,
+                                                                 std::size_t hi) {
+  std::vector<dependency> out;
+  for (const auto& d : deps)
+    if (d.lo < hi && lo < d.hi) out.push_back(d);
+  return out;
+}
+
 void* arena_allocator::do_allocate(std::size_t bytes, stream s) {
   const std::size_t need = round_up(bytes, granule);
   std::lock_guard lock(mutex_);
@@ -67,7 +75,8 @@ void* arena_allocator::do_allocate(std::size_t bytes, stream s) {
   auto ready = [&](std::size_t off) {
     auto& deps = blocks_.at(off).deps;
     prune(deps);
-    return std::all_of(deps.begin(), deps.end(), [&](const dependency& d) { return d.stream == s.handle; });
+    return std::all_of(deps.begin(), deps.end(),
+                       [&](const dependency& d) { return d.stream == s.handle || d.hi <= off || off + need <= d.lo; });
   };
   auto pick = it;
   int looked = 0;
@@ -96,7 +105,8 @@ void* arena_allocator::try_allocate_at(std::size_t offset, std::size_t bytes, st
   unindex_free(it->first, it->second.size);
   if (it->first < offset) {  // keep the free head as its own block, with the same dependencies
     const std::size_t head = offset - it->first;
-    blocks_[offset] = block{it->second.size - head, true, it->second.deps};
+    blocks_[offset] = block{it->second.size - head, true, within(it->second.deps, offset, it->first + it->second.size)};
+    it->second.deps = within(it->second.deps, it->first, offset);
     it->second.size = head;
     index_free(it->first, head);
     it = blocks_.find(offset);
@@ -113,11 +123,12 @@ void* arena_allocator::take(std::map<std::size_t, block>::iterator it, std::size
   prune(b.deps);
   for (auto& d : b.deps) {
     if (d.stream == s.handle) continue;  // same stream: stream order covers it
+    if (d.hi <= offset || offset + need <= d.lo) continue;  // other bytes of the merged free block
     device_->stream_wait_event(s, event{*static_cast<void**>(d.done.get())});
     ++stats_.stream_handoffs;
   }
   if (size > need) {  // split: the rest stays free with the same dependencies
-    blocks_[offset + need] = block{size - need, true, b.deps};
+    blocks_[offset + need] = block{size - need, true, within(b.deps, offset + need, offset + size)};
     index_free(offset + need, size - need);
   }
   b.size = need;
@@ -147,7 +158,7 @@ void arena_allocator::do_deallocate(void* ptr, std::size_t /*bytes*/, stream s) 
         dev->destroy_event(event{*h});
         delete h;
       });
-      b.deps.push_back(dependency{s.handle, std::move(holder)});
+      b.deps.push_back(dependency{s.handle, std::move(holder), offset, offset + b.size});
     } catch (...) {
       // No event could be recorded: wait for the stream instead, so the block is safe for all.
       try {

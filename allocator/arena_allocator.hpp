@@ -9,9 +9,11 @@
 // IBM's LMS ran on) fragments far less, and never reserves more than the budget.
 //
 // Streams (Note [Arena handoff]). A freed block remembers the stream that last used it and an
-// event recorded there at the free. Allocating it for another stream makes that stream wait on
-// the event (a device-side wait, no host stall): the block is handed over only after the event
-// shows the first stream is done with it. Merged blocks keep the events of all their parts.
+// event recorded there at the free, with the byte range it covers. Allocating bytes for another
+// stream makes that stream wait on the events whose ranges they overlap (a device-side wait, no
+// host stall): bytes are handed over only after the event shows the first stream is done with
+// them. Merged blocks keep the events of all their parts, each with its range, so carving a
+// block out of a large free one waits only for the earlier users of the bytes it takes.
 #pragma once
 
 #include <cstddef>
@@ -65,6 +67,7 @@ class arena_allocator final : public device_memory_resource {
   struct dependency {
     void* stream;                    // the stream whose work must finish first
     std::shared_ptr<void> done;      // owns an event recorded on it after the free
+    std::size_t lo, hi;              // the bytes [lo, hi) of the region that work may touch
   };
   struct block {
     std::size_t size = 0;
@@ -77,6 +80,7 @@ class arena_allocator final : public device_memory_resource {
   void index_free(std::size_t offset, std::size_t size);
   void unindex_free(std::size_t offset, std::size_t size);
   void prune(std::vector<dependency>& deps);
+  static std::vector<dependency> within(const std::vector<dependency>& deps, std::size_t lo, std::size_t hi);
   void* take(std::map<std::size_t, block>::iterator it, std::size_t offset, std::size_t need, stream s);
 
   Device* device_;

@@ -16,6 +16,7 @@
 #include "device/cpu_device.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
+#include "offload/fit_plan.hpp"
 #include "offload/lifetime.hpp"
 #include "offload/planner.hpp"
 #include "offload/profile.hpp"
@@ -91,15 +92,18 @@ result_row replay_one(const trace& t, const lifetime_report& rep, const hw_profi
   const auto b = compute_bounds(t, rep, hw, row.budget);
   row.lower_bound_ms = b.lower_bound_seconds * 1e3;
   row.ideal_ms = b.ideal_seconds * 1e3;
-  // As the Session does: plan a little under the budget (the caching allocator rounds and
-  // fragments), and plan again with more room while the plan does not fit in practice.
+  // As the Session does: plan a little under the budget, lowered until the packed layout of the
+  // plan's allocations fits (offload/fit_plan.hpp), and plan again with more room while the
+  // plan does not fit in practice.
   double headroom = 1.0 / 32;
   plan p;
+  device_layout layout;
   sim_result sim;
   auto make = [&] {
-    const std::uint64_t plan_budget =
-        std::max(rep.min_budget_bytes, row.budget - static_cast<std::uint64_t>(headroom * static_cast<double>(row.budget)));
-    p = planner->make_plan(t, rep, hw, plan_budget);
+    auto fitted = fit_plan(*planner, t, rep, hw, row.budget, headroom, {}, arena_allocator::granule);
+    const std::uint64_t plan_budget = fitted.plan_budget;
+    p = std::move(fitted.p);
+    layout = std::move(fitted.layout);
     sim = simulate(t, p, hw);
     row.predicted_ms = sim.step_seconds * 1e3;
     row.feasible = sim.violation_count == 0 && sim.peak_device_bytes <= plan_budget;
@@ -127,7 +131,7 @@ result_row replay_one(const trace& t, const lifetime_report& rep, const hw_profi
       const auto& life = rep.tensors[id];
       if (life.used() && !is_persistent(t.tensors[id].kind)) dies_after[life.last_use()].push_back(id);
     }
-    ex.follow(&t, &p);
+    ex.follow(&t, &p, &layout);
     int warmups = 0;
     for (int it = 0; it <= iterations; ++it) {  // iteration 0 reaches the plan's steady state
       ex.begin_iteration();
@@ -144,7 +148,7 @@ result_row replay_one(const trace& t, const lifetime_report& rep, const hw_profi
         headroom = std::min(0.25, headroom * 2);
         ++warmups;
         make();
-        ex.follow(&t, &p);
+        ex.follow(&t, &p, &layout);
         --it;  // warm up again with the new plan
         continue;
       }

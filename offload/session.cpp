@@ -12,13 +12,13 @@
 #include "allocator/pinned_host_pool.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
+#include "offload/fit_plan.hpp"
 #include "offload/session_hooks.hpp"
 #include "offload/session_trace.hpp"
 #include "offload/lifetime.hpp"
 #include "offload/planner.hpp"
 #include "offload/profile.hpp"
 #include "offload/swap_policy.hpp"
-#include "prefetch/layout.hpp"
 #include "prefetch/executor.hpp"
 #include "prefetch/executor_stack.hpp"
 #include "swap/host_tier.hpp"
@@ -265,28 +265,18 @@ class session_impl {
     if (cfg.lms_swapin_ahead) po.swapin_ahead = static_cast<std::uint32_t>(cfg.lms_swapin_ahead);
     if (cfg.lms_swapin_groupby) po.swapin_groupby = static_cast<std::uint32_t>(cfg.lms_swapin_groupby);
     auto p = offload::make_planner(planner_name(cfg), po);
-    // Plan a little under the budget: the arena rounds sizes and its free space fragments, and
-    // the executor's on-demand path covers any op the plan squeezes too tightly.
-    std::uint64_t plan_budget = budget - static_cast<std::uint64_t>(headroom * static_cast<double>(budget));
-    if (plan_budget < report.min_budget_bytes) plan_budget = budget;
-    current = p->make_plan(t, report, hw, plan_budget);
-    // The executor places the plan's allocations at addresses packed ahead (prefetch/layout.hpp)
-    // when the packing fits the budget; packing needs some room above the plan's peak, so
-    // plan lower by what the packing overshot until it fits (else best fit places them).
-    for (int tries = 0; tries < 6; ++tries) {
-      const auto l = make_layout(t, current, exec->release_points(), arena_allocator::granule);
-      if (l.extent <= budget || plan_budget <= report.min_budget_bytes) break;
-      const std::uint64_t over = l.extent - budget + budget / 64;
-      plan_budget = plan_budget > report.min_budget_bytes + over ? plan_budget - over : report.min_budget_bytes;
-      current = p->make_plan(t, report, hw, plan_budget);
-    }
+    // Plan a little under the budget (the headroom) and lower still until the packed layout of
+    // the plan's allocations fits; the executor's on-demand path covers what the plan misses.
+    auto fitted = offload::fit_plan(*p, t, report, hw, budget, headroom, exec->release_points(), arena_allocator::granule);
+    current = std::move(fitted.p);
+    current_layout = std::move(fitted.layout);
     current.validate(t);
     planned = std::move(t);
     footprint = report.peak_live_bytes;
     least = 0;
     for (const auto& op : planned.ops) least = std::max(least, placed_bytes(op));
     have_plan = true;
-    exec->follow(&planned, &current);
+    exec->follow(&planned, &current, &current_layout);
   }
 
   /// Device memory an op's tensors take once placed: each rounded up to the arena's 512-byte
@@ -317,6 +307,7 @@ class session_impl {
   std::vector<op_desc> ops;  // this iteration's, as recorded
   trace planned;             // the trace the plan in force was made from
   plan current;
+  device_layout current_layout;  // where the executor places current's allocations
   bool have_plan = false;
   bool following = false;
   bool in_iteration = false;

@@ -121,9 +121,12 @@ void executor::read(tensor_id id, void* host) {
   backing_->get(id, st.desc.name, host, st.desc.bytes);
 }
 
-void executor::follow(const trace* t, const plan* p) {
+void executor::follow(const trace* t, const plan* p, const device_layout* layout) {
   next_trace_ = t;
   next_plan_ = p;
+  next_layout_.reset();
+  if (layout != nullptr) next_layout_ = *layout;
+  follow_pending_ = true;
 }
 
 double executor::now_us() const {
@@ -335,7 +338,8 @@ void executor::check_loads(std::span<const tensor_id> ids) {
 void executor::begin_iteration() {
   SPILLWAY_EXPECTS(!in_iteration_, "executor: begin_iteration twice without end_iteration");
   in_iteration_ = true;
-  const bool new_plan = next_plan_ != plan_ || next_trace_ != trace_;
+  const bool new_plan = next_plan_ != plan_ || next_trace_ != trace_ || follow_pending_;
+  follow_pending_ = false;
   if (new_plan) {
     plan_ = next_plan_;
     trace_ = next_trace_;
@@ -386,8 +390,10 @@ void executor::begin_iteration() {
 
 void executor::adopt_layout() {
   layout_.reset();
+  std::optional<device_layout> given = std::move(next_layout_);
+  next_layout_.reset();
   if (arena_ == nullptr || plan_ == nullptr || trace_ == nullptr) return;
-  auto l = make_layout(*trace_, *plan_, released_after_, arena_allocator::granule);
+  auto l = given ? std::move(*given) : make_layout(*trace_, *plan_, released_after_, arena_allocator::granule);
 
   if (l.extent > options_.device_budget || l.extent > arena_->capacity()) return;  // best fit, as without a plan
   layout_ = std::move(l);

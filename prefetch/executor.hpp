@@ -95,8 +95,10 @@ class executor {
   void read(tensor_id id, void* host);
 
   /// Follow `p` for trace `t` from the next iteration on; null: run on demand (recording).
-  /// Both must outlive their use; the executor keeps pointers.
-  void follow(const trace* t, const plan* p);
+  /// Both must outlive their use; the executor keeps pointers. `layout`, where given, is the
+  /// packing to place the plan's allocations by (copied); else the executor packs the plan itself
+  /// (make_layout without copy timings). Either is used only when it fits the budget.
+  void follow(const trace* t, const plan* p, const device_layout* layout = nullptr);
   /// Measure every op's duration in the coming iterations (for recording).
   void set_timing(bool on) noexcept { timing_ = on; }
 
@@ -161,6 +163,8 @@ class executor {
   std::vector<std::vector<op_index>> uses_;  // per tensor, the ops (of trace_) that touch it
   arena_allocator* arena_ = nullptr;         // memory_, when it can place at chosen addresses
   std::optional<device_layout> layout_;      // for plan_, when it fits the arena and the budget
+  std::optional<device_layout> next_layout_; // given with next_plan_
+  bool follow_pending_ = false;              // follow() since the last begin_iteration
   std::uint32_t alloc_slot_ = 0;             // layout_slot of the allocations being made now
   std::vector<std::int64_t> released_after_; // per transient: op after which release() came (last iteration)
 

@@ -35,8 +35,9 @@ std::uint64_t key_of(tensor_id id, std::uint32_t slot) { return (static_cast<std
 // op, the op's own tensors, evictions and releases after it, the boundary at both ends.
 class residency {
  public:
-  residency(const trace& t, const plan& p, std::span<const std::int64_t> release_after, std::size_t granule)
-      : t_(t), p_(p), granule_(granule), open_(t.tensors.size(), -1), tier_current_(t.tensors.size(), 0),
+  residency(const trace& t, const plan& p, std::span<const std::int64_t> release_after, std::size_t granule,
+            std::span<const std::vector<late_free>> late)
+      : t_(t), p_(p), granule_(granule), late_(late), open_(t.tensors.size(), -1), tier_current_(t.tensors.size(), 0),
         released_(t.tensors.size(), 0), releases_(t.ops.size()), uses_(t.tensors.size()) {
     for (op_index k = 0; k < t.ops.size(); ++k) {
       for (auto x : t.ops[k].reads) uses_[x].push_back({k, true});
@@ -79,7 +80,7 @@ class residency {
           if (e.action == evict_action::drop && !is_persistent(t_.tensors[x].kind) && !tier_current_[x] && !dead_after(x, k))
             continue;  // the executor keeps a transient whose value is still read until release()
           if (e.action != evict_action::drop) tier_current_[x] = 1;
-          close(x, layout_slot::after(k));
+          close(x, layout_slot::after(copy_end(x, k)));
         }
       }
       for (auto x : releases_[k]) {
@@ -129,6 +130,13 @@ class residency {
     blocks_[static_cast<std::size_t>(open_[x])].spans[0].second = slot;
     open_[x] = -1;
   }
+  // The op during which the copy of x evicted after op k ends (k when not known).
+  [[nodiscard]] op_index copy_end(tensor_id x, op_index k) const {
+    if (k >= late_.size()) return k;
+    for (const auto& l : late_[k])
+      if (l.tensor == x) return std::max(k, std::min<op_index>(l.until, static_cast<op_index>(t_.ops.size() - 1)));
+    return k;
+  }
   // The next use after op k overwrites x without reading it, or nothing uses it again.
   [[nodiscard]] bool dead_after(tensor_id x, op_index k) const {
     for (const auto& [op, reads] : uses_[x])
@@ -139,6 +147,7 @@ class residency {
   const trace& t_;
   const plan& p_;
   std::size_t granule_;
+  std::span<const std::vector<late_free>> late_;
   std::vector<std::int64_t> open_;  // index of x's open block, -1 when not resident
   std::vector<char> tier_current_, released_;
   std::vector<std::vector<tensor_id>> releases_;  // per op: transients released after it
@@ -154,8 +163,9 @@ std::optional<std::size_t> device_layout::offset(tensor_id id, std::uint32_t slo
   return it->second;
 }
 
-device_layout make_layout(const trace& t, const plan& p, std::span<const std::int64_t> release_after, std::size_t granule) {
-  auto blocks = residency(t, p, release_after, granule).run();
+device_layout make_layout(const trace& t, const plan& p, std::span<const std::int64_t> release_after, std::size_t granule,
+                          std::span<const std::vector<late_free>> late) {
+  auto blocks = residency(t, p, release_after, granule, late).run();
   device_layout out;
   out.blocks = blocks.size();
   const std::uint32_t end = layout_slot::end(t.ops.size());

@@ -60,10 +60,19 @@ struct device_layout {
   std::vector<layout_block> placed;                        ///< every block, for checks and reports
 };
 
+/// A tensor evicted with a copy whose device bytes stay busy until the copy ends: during op
+/// `until` (from a timed replay of the plan, the simulator's). Its block is kept to that op so
+/// that nothing placed there waits for the copy.
+struct late_free {
+  tensor_id tensor = 0;
+  op_index until = 0;
+};
+
 /// Packs the allocations of one iteration of `t` following `p`. `release_after[x]`, where set
 /// (>= 0), is the op after which the program released transient x (else its last use); `granule`
-/// rounds every block as the allocator does.
+/// rounds every block as the allocator does; `late[k]`, where given, lists the tensors evicted
+/// after op k whose copies end later.
 [[nodiscard]] device_layout make_layout(const trace& t, const plan& p, std::span<const std::int64_t> release_after,
-                                        std::size_t granule);
+                                        std::size_t granule, std::span<const std::vector<late_free>> late = {});
 
 }  // namespace spillway

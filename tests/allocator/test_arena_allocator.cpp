@@ -201,3 +201,45 @@ TEST(ArenaAllocator, AllocateAtTakesExactlyTheRangeAskedForWhenItIsFree) {
   EXPECT_EQ(arena.stats().allocated_bytes, 0u);
   EXPECT_EQ(arena.stats().largest_free_bytes, capacity) << "free neighbours were not merged back into one region";
 }
+
+// Free neighbours merge, but each keeps the range its last user touched: carving bytes out of the
+// merged block waits only for the earlier users of those bytes, not for a slow stream that used
+// the bytes beside them.
+TEST(ArenaAllocator, CarvedBlockWaitsOnlyForTheEarlierUsersOfItsOwnBytes) {
+  device_options o;
+  o.cpu_device_memory = 16_MiB;
+  cpu_device dev(o);
+  device_resource up(dev);
+  arena_allocator arena(dev, up, 2_MiB);
+  owned_stream slow(dev), fast(dev), third(dev);
+  void* b = arena.try_allocate_at(0, 1_MiB, fast);
+  void* a = arena.try_allocate_at(1_MiB, 1_MiB, slow);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::atomic<bool> slow_done{false};
+  dev.launch_host(slow, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    slow_done = true;
+  });
+  arena.deallocate(a, 1_MiB, slow);
+  arena.deallocate(b, 1_MiB, fast);
+  dev.synchronize_stream(fast);
+  ASSERT_EQ(arena.stats().largest_free_bytes, 2_MiB) << "the two blocks did not merge";
+
+  std::atomic<bool> waited_for_slow{false};
+  void* c = arena.allocate(1_MiB, third);  // best fit carves the head of the merged block: b's bytes
+  ASSERT_EQ(c, b);
+  dev.launch_host(third, [&] { waited_for_slow = slow_done.load(); });
+  dev.synchronize_stream(third);
+  EXPECT_FALSE(waited_for_slow.load()) << "the new block waited for a stream that never touched its bytes";
+
+  std::atomic<bool> early{false};
+  void* d = arena.try_allocate_at(1_MiB, 1_MiB, third);  // a's bytes: must wait for the slow stream
+  ASSERT_EQ(d, a);
+  dev.launch_host(third, [&] { early = !slow_done.load(); });
+  dev.synchronize();
+  EXPECT_FALSE(early.load()) << "the block was reused before the slow stream was done with it";
+  arena.deallocate(c, 1_MiB, third);
+  arena.deallocate(d, 1_MiB, third);
+  for (auto* s : {&slow, &fast, &third}) arena.forget_stream(*s);
+}
