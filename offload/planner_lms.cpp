@@ -68,7 +68,7 @@ class lms_planner final : public planner {
       lms_knobs k = best_knobs;
       k.ahead = ahead;
       plan p = build_plan(t, r, lms_intervals(t, r, k), "lms", budget);
-      const auto s = simulate(t, p, hw);
+      const auto s = simulate(t, r, p, hw);
       best.offer(std::move(p), s);
     }
     return best.take();

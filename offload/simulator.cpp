@@ -32,8 +32,8 @@ struct tensor_state {
 
 class replay {
  public:
-  replay(const trace& t, const plan& p, const hw_profile& hw, const sim_options& opt)
-      : t_(t), p_(p), hw_(hw), opt_(opt), lt_(analyze(t)), st_(t.tensors.size()) {}
+  replay(const trace& t, const lifetime_report& lt, const plan& p, const hw_profile& hw, const sim_options& opt)
+      : t_(t), p_(p), hw_(hw), opt_(opt), lt_(lt), st_(t.tensors.size()) {}
 
   sim_result run() {
     p_.validate(t_);
@@ -69,6 +69,20 @@ class replay {
   std::uint64_t bytes(tensor_id x) const { return t_.tensors[x].bytes; }
   std::string op_label(op_index k) const { return "op " + std::to_string(k) + " ('" + t_.ops[k].name + "')"; }
 
+  // Why device memory is taken; spelled out only for a violation message.
+  struct reason {
+    enum kind_t : std::uint8_t { prefetch, writes, reads } kind;
+    op_index op;
+    tensor_id x;
+  };
+  std::string describe(const reason& w) const {
+    switch (w.kind) {
+      case reason::prefetch: return "prefetch of '" + name(w.x) + "' before " + op_label(w.op);
+      case reason::writes: return op_label(w.op) + " writing '" + name(w.x) + "'";
+      default: return op_label(w.op) + " reads '" + name(w.x) + "'";
+    }
+  }
+
   // True when some later op (or, for tensors crossing the boundary, the next iteration) reads
   // the value the tensor holds after op `k`.
   bool value_needed_after(tensor_id x, op_index k) const {
@@ -100,7 +114,7 @@ class replay {
   }
 
   // Takes `b` device bytes no earlier than `at`, in program order; returns when they are taken.
-  double allocate(std::uint64_t b, double at, const std::string& why) {
+  double allocate(std::uint64_t b, double at, const reason& why) {
     mem_clock_ = std::max(mem_clock_, at);
     release_until(mem_clock_);
     while (device_cur_ + b > p_.budget_bytes && !frees_.empty()) {
@@ -108,7 +122,7 @@ class replay {
       release_until(mem_clock_);
     }
     if (device_cur_ + b > p_.budget_bytes)
-      violation(why + " needs " + format_bytes(b) + " with " + format_bytes(device_cur_) + " in use: over the budget of " +
+      violation(describe(why) + " needs " + format_bytes(b) + " with " + format_bytes(device_cur_) + " in use: over the budget of " +
                 format_bytes(p_.budget_bytes));
     device_cur_ += b;
     r_.peak_device_bytes = std::max(r_.peak_device_bytes, device_cur_);
@@ -216,7 +230,7 @@ class replay {
   }
 
   // Copies the tensor's value from `from` into freshly taken device memory; returns its ready time.
-  double fetch(tensor_id x, tier from, double at, const std::string& why) {
+  double fetch(tensor_id x, tier from, double at, const reason& why) {
     auto& s = st_[x];
     const auto b = bytes(x);
     const double alloc_at = allocate(b, at, why);
@@ -243,14 +257,14 @@ class replay {
 
   void issue_prefetch(const prefetch& pf, op_index k, double at) {
     auto& s = st_[pf.tensor];
-    const std::string why = "prefetch of '" + name(pf.tensor) + "' before " + op_label(k);
+    const reason why{reason::prefetch, k, pf.tensor};
     if (s.on_device) {
-      violation(why + ": already on the device");
+      violation(describe(why) + ": already on the device");
       return;
     }
     const bool has = pf.from == tier::host ? s.host_valid : s.nvme_valid;
     if (!has) {
-      violation(why + ": no valid copy in tier " + std::string(tier_name(pf.from)));
+      violation(describe(why) + ": no valid copy in tier " + std::string(tier_name(pf.from)));
       return;
     }
     fetch(pf.tensor, pf.from, at, why);
@@ -266,19 +280,19 @@ class replay {
         return;
       }
       if (!reads) {
-        start = std::max(start, allocate(bytes(x), boundary, op_label(k) + " writing '" + name(x) + "'"));
+        start = std::max(start, allocate(bytes(x), boundary, reason{reason::writes, k, x}));
         s.on_device = true;
         s.ready = 0;
         return;
       }
-      const std::string why = op_label(k) + " reads '" + name(x) + "'";
+      const reason why{reason::reads, k, x};
       if (!s.host_valid && !s.nvme_valid) {
-        violation(why + ", whose value was lost");
+        violation(describe(why) + ", whose value was lost");
         start = std::max(start, allocate(bytes(x), boundary, why));
         s.on_device = true;
         return;
       }
-      violation(why + ", which is not resident and was not prefetched (fetched on demand)");
+      violation(describe(why) + ", which is not resident and was not prefetched (fetched on demand)");
       ++r_.on_demand_fetches;
       start = std::max(start, fetch(x, s.host_valid ? tier::host : tier::nvme, boundary, why));
     };
@@ -319,7 +333,7 @@ class replay {
   const plan& p_;
   const hw_profile& hw_;
   const sim_options& opt_;
-  lifetime_report lt_;
+  const lifetime_report& lt_;
   std::vector<tensor_state> st_;
   sim_result r_;
   std::priority_queue<free_entry, std::vector<free_entry>, std::greater<>> frees_;
@@ -331,7 +345,13 @@ class replay {
 }  // namespace
 
 sim_result simulate(const trace& t, const plan& p, const hw_profile& hw, const sim_options& opt) {
-  return replay(t, p, hw, opt).run();
+  const auto lt = analyze(t);
+  return replay(t, lt, p, hw, opt).run();
+}
+
+sim_result simulate(const trace& t, const lifetime_report& r, const plan& p, const hw_profile& hw,
+                    const sim_options& opt) {
+  return replay(t, r, p, hw, opt).run();
 }
 
 namespace {

@@ -71,6 +71,10 @@ struct sim_result {
 };
 
 sim_result simulate(const trace& t, const plan& p, const hw_profile& hw, const sim_options& opt = {});
+/// The same with the trace already analyzed (`r` must be analyze(t)): planners that simulate
+/// many candidates skip the analysis each time.
+sim_result simulate(const trace& t, const lifetime_report& r, const plan& p, const hw_profile& hw,
+                    const sim_options& opt = {});
 
 /// Note [Lower bound]
 /// Let B be the budget and, for op j, N_j the needed bytes (Note [Live and needed bytes]) and
