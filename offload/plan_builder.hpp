@@ -24,6 +24,7 @@ struct off_interval {
   op_index issue = 0;
   tier where = tier::host;
   bool wraps = false;
+  bool operator==(const off_interval&) const = default;
 };
 
 /// Builds the plan: initial tiers, evictions (drop when the value is dead or the tier holds an

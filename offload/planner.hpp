@@ -29,6 +29,12 @@ struct planner_options {
   /// auto: fractions of (budget - least budget) held back while choosing what to evict, so
   /// prefetches have room to start early; each is simulated and the fastest feasible kept.
   std::vector<double> auto_headrooms = {0.0, 0.05, 0.15, 0.3};
+  /// auto: how much the sweep shuns evicting a value whose copy out could not finish before
+  /// its memory is needed (0: not at all); one sweep per weight and headroom.
+  std::vector<double> auto_late_weights = {0.0, 4.0, 16.0};
+  /// auto: shares of the values written in the iteration and read by the next that the best
+  /// sweeps try keeping on the device over the boundary (their copy out moves to the start).
+  std::vector<double> auto_keep_shares = {0.25, 0.5, 0.75, 1.0};
 };
 
 class planner {

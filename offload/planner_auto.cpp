@@ -8,6 +8,7 @@
 
 #include "offload/plan_builder.hpp"
 #include "offload/planner.hpp"
+#include "offload/planner_range_max.hpp"
 #include "offload/simulator.hpp"
 
 namespace spillway::offload::detail {
@@ -19,10 +20,28 @@ namespace spillway::offload::detail {
 // memory-time freed per second of link time (a dead value costs nothing and goes first). It
 // is Belady's farthest-next-use rule weighted by what the copy costs. Evictions are placed
 // right after the tensor's previous use, so the D2H copy starts as early as possible.
+// Late copies: a dirty victim used just before frees its memory only when its D2H ends; if
+// the compute since its last use is shorter than that copy, the op that needs the memory
+// waits (typically a gradient evicted right after the op that made it). With a late weight
+// w > 0 the sweep looks at the four farthest dirty candidates and divides each one's score by
+// 1 + w * (uncovered copy seconds / round-trip seconds), so a value whose copy out already
+// had time to run is preferred.
 // Prefetch placement: intervals are taken in order of use; each prefetch moves back from its
 // use while every op in between keeps resident bytes within the budget (earliest issue that
 // memory allows). The sweep runs below the budget by a headroom so prefetches have room to
-// move; several headrooms are simulated and the fastest feasible plan wins.
+// move.
+// Over the boundary: a value written in the iteration and read by the next one (optimizer
+// state, weights) that leaves the device starts the iteration in a tier, so its D2H runs after
+// its last write, in the optimizer at the very end, where there is little compute left to
+// hide it behind. Kept on the device over the boundary instead, it is evicted after the first
+// op of the next iteration and its D2H overlaps that iteration's forward pass, which often
+// leaves the D2H engine idle (its activations are still being made). It costs memory from its
+// last use to the end; keep_over_boundary takes the latest-written values first, up to a
+// share of their bytes, where memory allows.
+// Search: the simulator is the judge. Stage 1 runs one sweep per headroom
+// and late weight (identical sweeps once); stage 2 takes the two fastest and tries each share
+// kept over the boundary. The fastest feasible plan wins. Every candidate is planned and
+// simulated in time linear-logarithmic in the trace (range_max for the placement passes).
 
 namespace {
 
@@ -31,9 +50,13 @@ constexpr std::int64_t not_off = -2, off_from_start = -1;
 class sweep {
  public:
   sweep(const trace& t, const lifetime_report& r, const hw_profile& hw)
-      : t_(t), r_(r), inv_h2d_(1.0 / hw.h2d_bytes_per_s), inv_d2h_(1.0 / hw.d2h_bytes_per_s) {}
+      : t_(t), r_(r), inv_h2d_(1.0 / hw.h2d_bytes_per_s), inv_d2h_(1.0 / hw.d2h_bytes_per_s) {
+    at_.assign(t.ops.size() + 1, 0);
+    for (std::size_t k = 0; k < t.ops.size(); ++k) at_[k + 1] = at_[k] + hw.op_seconds(t.ops[k]);
+  }
 
-  std::vector<off_interval> run(std::uint64_t limit) {
+  std::vector<off_interval> run(std::uint64_t limit, double late_weight) {
+    late_weight_ = late_weight;
     const std::size_t nt = t_.tensors.size();
     const auto n = static_cast<op_index>(t_.ops.size());
     std::vector<off_interval> out;
@@ -156,34 +179,51 @@ class sweep {
   }
   tensor_id pick_victim(op_index j) {
     const double per_byte[3] = {0.0, inv_h2d_, inv_h2d_ + inv_d2h_};
-    int best_c = -1;
     double best_score = -1;
+    entry best{};
+    int best_c = -1;
     for (int c = 0; c < 3; ++c) {
       auto& h = heaps_[c];
-      while (!h.empty() && (!in_r_[h.top().x] || version_[h.top().x] != h.top().version || stamp_[h.top().x] == j))
+      for (int k = 0; k < (late_weight_ > 0 && c == 2 ? 4 : 1); ++k) {
+        while (!h.empty() && (!in_r_[h.top().x] || version_[h.top().x] != h.top().version || stamp_[h.top().x] == j))
+          h.pop();
+        if (h.empty()) break;
+        const entry e = h.top();
         h.pop();
-      if (h.empty()) continue;
-      const double score = c == 0 ? std::numeric_limits<double>::infinity() : (h.top().next_use - j) / per_byte[c];
-      if (score > best_score) {
-        best_score = score;
-        best_c = c;
+        looked_.push_back({e, c});
+        double score = c == 0 ? std::numeric_limits<double>::infinity() : (e.next_use - j) / per_byte[c];
+        if (c == 2 && late_weight_ > 0 && last_[e.x] >= 0) {
+          // The copy out starts after the last use; what of it the compute since then does not
+          // cover delays the op that needs the memory.
+          const double copy = static_cast<double>(bytes(e.x)) * inv_d2h_;
+          const double late = std::max(0.0, copy - (at_[j] - at_[last_[e.x] + 1]));
+          score /= 1.0 + late_weight_ * late / (static_cast<double>(bytes(e.x)) * per_byte[c]);
+        }
+        if (score > best_score) {
+          best_score = score;
+          best = e;
+          best_c = c;
+        }
       }
     }
-    if (best_c < 0) return none_;
-    const auto x = heaps_[best_c].top().x;
-    heaps_[best_c].pop();
-    return x;
+    for (const auto& [e, c] : looked_)
+      if (best_c < 0 || e.x != best.x) heaps_[c].push(e);
+    looked_.clear();
+    return best_c < 0 ? none_ : best.x;
   }
 
   const trace& t_;
   const lifetime_report& r_;
   double inv_h2d_, inv_d2h_;
+  std::vector<double> at_;  // compute seconds before each op
   std::vector<char> in_r_, has_copy_, first_off_;
   std::vector<std::size_t> pos_, next_;
   std::vector<std::int64_t> stamp_, off_, last_;
   std::vector<tensor_id> resident_;
   std::vector<std::uint32_t> version_;
   std::priority_queue<entry> heaps_[3];
+  std::vector<std::pair<entry, int>> looked_;
+  double late_weight_ = 0;
 };
 
 bool reads_at(const tensor_lifetime& lt, op_index op) {
@@ -194,7 +234,7 @@ bool reads_at(const tensor_lifetime& lt, op_index op) {
 
 // Moves each prefetch as early as memory allows (Note [auto]).
 void place_prefetches(const trace& t, const lifetime_report& r, std::vector<off_interval>& ivs, std::uint64_t budget) {
-  auto res = resident_bytes(t, r, ivs);
+  range_max res(resident_bytes(t, r, ivs));
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < ivs.size(); ++i)
     if (r.tensors[ivs[i].x].used() && (ivs[i].wraps ? r.tensors[ivs[i].x].crosses_boundary
@@ -206,10 +246,46 @@ void place_prefetches(const trace& t, const lifetime_report& r, std::vector<off_
     auto& iv = ivs[i];
     const auto b = static_cast<std::int64_t>(t.tensors[iv.x].bytes);
     const op_index lo = iv.wraps ? 0 : iv.after + 1;
-    op_index k = iv.use;
-    while (k > lo && res[k - 1] + b <= cap) --k;
-    for (op_index j = k; j < iv.use; ++j) res[j] += b;
+    if (iv.issue <= lo) continue;
+    // The last op before the issue point that has no room for it; the prefetch goes after it.
+    const auto full = res.last_above(lo, iv.issue, cap - b);
+    const auto k = full < 0 ? lo : static_cast<op_index>(full + 1);
+    res.add(k, iv.issue, b);
     iv.issue = k;
+  }
+}
+
+// Keeps across the iteration boundary the values the iteration writes and the next one reads,
+// when memory allows from their last use to the end and through the first op: their copy out
+// then runs at the start of the next iteration, beside its compute, instead of after the last
+// op (Note [auto]). Latest last use first, up to `share` of their bytes: those copies would
+// end the step latest.
+void keep_over_boundary(const trace& t, const lifetime_report& r, std::vector<off_interval>& ivs,
+                        std::uint64_t budget, double share) {
+  const op_index n = static_cast<op_index>(t.ops.size());
+  if (n < 3) return;
+  range_max res(resident_bytes(t, r, ivs));
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < ivs.size(); ++i) {
+    const auto& iv = ivs[i];
+    const auto& lt = r.tensors[iv.x];
+    if (iv.wraps && lt.used() && lt.written && lt.crosses_boundary && iv.issue > 1) order.push_back(i);
+  }
+  std::sort(order.begin(), order.end(), [&](auto a, auto b) { return ivs[a].after > ivs[b].after; });
+  double left = 0;
+  for (auto i : order) left += static_cast<double>(t.tensors[ivs[i].x].bytes);
+  left *= share;
+  const auto cap = static_cast<std::int64_t>(budget);
+  for (auto i : order) {
+    auto& iv = ivs[i];
+    const auto b = static_cast<std::int64_t>(t.tensors[iv.x].bytes);
+    if (static_cast<double>(b) > left) break;
+    if (std::max(res.max(0, 1), res.max(iv.after + 1, n)) + b > cap) continue;
+    res.add(iv.after + 1, n, b);
+    res.add(0, 1, b);
+    left -= static_cast<double>(b);
+    iv.after = 0;
+    iv.wraps = false;
   }
 }
 
@@ -249,18 +325,41 @@ class auto_planner final : public planner {
  private:
   plan do_make_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) const override {
     if (r.peak_live_bytes <= budget) return build_plan(t, r, {}, "auto", budget);
-    sweep sw(t, r, hw);
     best_plan best;
-    const double room = static_cast<double>(budget - r.min_budget_bytes);
-    for (double h : opt_.auto_headrooms) {
-      const auto limit = r.min_budget_bytes + static_cast<std::uint64_t>(room * (1.0 - std::clamp(h, 0.0, 1.0)));
-      auto ivs = sw.run(limit);
+    auto attempt = [&](std::vector<off_interval> ivs, double keep) {
+      if (keep > 0) keep_over_boundary(t, r, ivs, budget, keep);
       place_prefetches(t, r, ivs, budget);
       assign_tiers(t, r, ivs, hw);
       plan p = build_plan(t, r, std::move(ivs), "auto", budget);
-      const auto s = simulate(t, p, hw);
+      const auto s = simulate(t, r, p, hw);
       best.offer(std::move(p), s);
+      return s;
+    };
+    // Stage 1: one sweep per headroom and late weight (Note [auto], search).
+    struct swept {
+      std::vector<off_interval> ivs;
+      bool ok;
+      double seconds;
+    };
+    std::vector<swept> tried;
+    sweep sw(t, r, hw);
+    const double room = static_cast<double>(budget - r.min_budget_bytes);
+    for (double h : opt_.auto_headrooms) {
+      const auto limit = r.min_budget_bytes + static_cast<std::uint64_t>(room * (1.0 - std::clamp(h, 0.0, 1.0)));
+      for (double w : opt_.auto_late_weights) {
+        auto ivs = sw.run(limit, w);
+        if (std::any_of(tried.begin(), tried.end(), [&](const swept& s) { return s.ivs == ivs; })) continue;
+        const auto s = attempt(ivs, 0);
+        tried.push_back({std::move(ivs), s.feasible(), s.step_seconds});
+      }
     }
+    // Stage 2: the best two sweeps, keeping part of their values over the boundary.
+    std::stable_sort(tried.begin(), tried.end(), [](const swept& a, const swept& b) {
+      return a.ok != b.ok ? a.ok : a.seconds < b.seconds;
+    });
+    for (std::size_t i = 0; i < std::min<std::size_t>(tried.size(), 2); ++i)
+      for (double keep : opt_.auto_keep_shares)
+        if (keep > 0) (void)attempt(tried[i].ivs, keep);
     return best.take();
   }
 

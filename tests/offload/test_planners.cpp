@@ -7,6 +7,7 @@
 
 #include "device/error.hpp"
 #include "offload/planner.hpp"
+#include "offload/planner_range_max.hpp"
 #include "offload/simulator.hpp"
 
 namespace spillway::offload {
@@ -234,6 +235,96 @@ TEST(Planners, OrderBoundCountsTheCopyInOfStateReadLater) {
     const auto s = simulate(t, p, hw);
     if (s.feasible()) EXPECT_GE(s.step_seconds, 4.0) << name;
   }
+}
+
+TEST(Planners, RangeMaxMatchesAPlainArray) {
+  std::mt19937_64 rng(99);
+  for (int iter = 0; iter < 50; ++iter) {
+    const std::size_t n = 1 + rng() % 40;
+    std::vector<std::int64_t> v(n);
+    for (auto& x : v) x = static_cast<std::int64_t>(rng() % 100);
+    detail::range_max tree(v);
+    for (int step = 0; step < 100; ++step) {
+      const std::size_t a = rng() % (n + 1), b = rng() % (n + 1);
+      const std::size_t lo = std::min(a, b), hi = std::max(a, b);
+      if (rng() % 2) {
+        const auto d = static_cast<std::int64_t>(rng() % 41) - 20;
+        tree.add(lo, hi, d);
+        for (std::size_t i = lo; i < hi; ++i) v[i] += d;
+      } else {
+        const auto limit = static_cast<std::int64_t>(rng() % 120) - 10;
+        std::int64_t want = -1;
+        for (std::size_t i = lo; i < hi; ++i)
+          if (v[i] > limit) want = static_cast<std::int64_t>(i);
+        ASSERT_EQ(tree.last_above(lo, hi, limit), want) << lo << ".." << hi << " > " << limit;
+        if (lo < hi) ASSERT_EQ(tree.max(lo, hi), *std::max_element(v.begin() + lo, v.begin() + hi));
+      }
+    }
+  }
+}
+
+// auto's search only adds candidates to the ones it tried before (the headrooms, no late
+// weight, nothing kept over the boundary), and keeps the fastest feasible: it is never slower.
+TEST(Planners, AutoSearchNeverLosesToItsPlainSweep) {
+  std::mt19937_64 rng(5150);
+  const auto hw = test_hw(1ull << 40);
+  planner_options plain;
+  plain.auto_late_weights = {0.0};
+  plain.auto_keep_shares = {};
+  int better = 0;
+  for (int iter = 0; iter < 120; ++iter) {
+    const auto t = random_trace(rng);
+    const auto rep = analyze(t);
+    const std::uint64_t lo = rep.min_budget_bytes, hi = std::max(rep.peak_live_bytes, lo);
+    const auto budget = std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
+    const auto full = simulate(t, make_planner("auto")->make_plan(t, rep, hw, budget), hw);
+    const auto base = simulate(t, make_planner("auto", plain)->make_plan(t, rep, hw, budget), hw);
+    ASSERT_TRUE(full.feasible()) << full.violations[0];
+    if (base.feasible()) EXPECT_LE(full.step_seconds, base.step_seconds * (1 + 1e-12)) << "iteration " << iter;
+    if (full.step_seconds < base.step_seconds * (1 - 1e-6)) ++better;
+  }
+  EXPECT_GT(better, 0);  // the extra candidates win somewhere
+}
+
+// Optimizer state written by the last op: evicted after that op, its copy out would end the
+// step; kept on the device over the boundary, it leaves after the first op of the next
+// iteration while the D2H engine is otherwise idle. auto must find the second plan.
+TEST(Planners, AutoKeepsLateStateOverTheBoundary) {
+  trace t;
+  auto op = [](std::string name, std::vector<tensor_id> r, std::vector<tensor_id> w) {
+    op_desc o;
+    o.name = std::move(name);
+    o.reads = std::move(r);
+    o.writes = std::move(w);
+    o.measured_seconds = 1;
+    return o;
+  };
+  const auto m = t.add_tensor("m", 1000, tensor_kind::optimizer_state);
+  const auto a = t.add_tensor("a", 1000, tensor_kind::activation);
+  const auto b = t.add_tensor("b", 1000, tensor_kind::activation);
+  t.add_op(op("first", {}, {a}));
+  t.add_op(op("look", {a}, {}));
+  t.add_op(op("second", {a}, {b}));
+  t.add_op(op("third", {b}, {}));
+  t.add_op(op("update", {m}, {m}));
+  auto hw = test_hw(1 << 20);
+  hw.h2d_bytes_per_s = hw.d2h_bytes_per_s = 1000;  // 1 s per tensor each way
+  const auto rep = analyze(t);
+  // 2000 B: op2 holds a and b, so m cannot stay resident all the iteration.
+  const auto p = make_planner("auto")->make_plan(t, rep, hw, 2000);
+  const auto s = simulate(t, p, hw);
+  ASSERT_TRUE(s.feasible()) << s.violations[0];
+  EXPECT_EQ(logical_check(t, p), "");
+  EXPECT_EQ(p.initial_tier[m], tier::device);
+  ASSERT_EQ(p.steps[0].evictions.size(), 1u);
+  EXPECT_EQ(p.steps[0].evictions[0].tensor, m);
+  EXPECT_EQ(p.steps[0].evictions[0].action, evict_action::evict_to_host);
+  // m's D2H [1,2] beside op1; op2 [2,3]; a dropped, m's H2D [3,4] beside op3; update [4,5].
+  EXPECT_DOUBLE_EQ(s.step_seconds, 5.0);
+  planner_options plain;
+  plain.auto_keep_shares = {};
+  const auto q = simulate(t, make_planner("auto", plain)->make_plan(t, rep, hw, 2000), hw);
+  EXPECT_DOUBLE_EQ(q.step_seconds, 6.0);  // m's D2H after the update ends the step
 }
 
 TEST(Planners, AutoSpillsToNvmeWhenTheHostTierIsSmall) {
