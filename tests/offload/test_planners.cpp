@@ -29,6 +29,22 @@ hw_profile test_hw(std::uint64_t host_bytes) {
   return hw;
 }
 
+// Hand cases: ops of 1 s, links of 1000 B/s each way (1 s per 1000-byte tensor).
+op_desc op1s(std::string name, std::vector<tensor_id> r, std::vector<tensor_id> w) {
+  op_desc o;
+  o.name = std::move(name);
+  o.reads = std::move(r);
+  o.writes = std::move(w);
+  o.measured_seconds = 1;
+  return o;
+}
+
+hw_profile unit_hw() {
+  auto hw = test_hw(1 << 20);
+  hw.h2d_bytes_per_s = hw.d2h_bytes_per_s = 1000;
+  return hw;
+}
+
 trace random_trace(std::mt19937_64& rng) {
   trace t;
   auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng); };
@@ -206,22 +222,13 @@ TEST(Planners, LowerBoundHoldsForEveryFeasiblePlan) {
 // workspace fills the device, owes its H2D after that op even though no D2H precedes it.
 TEST(Planners, OrderBoundCountsTheCopyInOfStateReadLater) {
   trace t;
-  auto op1s = [](std::string name, std::vector<tensor_id> r, std::vector<tensor_id> w) {
-    op_desc o;
-    o.name = std::move(name);
-    o.reads = std::move(r);
-    o.writes = std::move(w);
-    o.measured_seconds = 1;
-    return o;
-  };
   const auto a = t.add_tensor("A", 1000, tensor_kind::activation);
   const auto ws = t.add_tensor("W", 1000, tensor_kind::workspace);
   const auto st = t.add_tensor("P", 1000, tensor_kind::optimizer_state);
   t.add_op(op1s("make", {}, {a}));
   t.add_op(op1s("scratch", {}, {ws}));
   t.add_op(op1s("update", {a, st}, {st}));
-  auto hw = test_hw(1 << 20);
-  hw.h2d_bytes_per_s = hw.d2h_bytes_per_s = 1000;
+  const auto hw = unit_hw();
   const auto rep = analyze(t);
   const auto b = compute_bounds(t, rep, hw, 2000);
   // At op1: K = W + A + P - 2000 = 1000 B off. P owes no D2H (D = 0), but whichever of A and
@@ -291,24 +298,15 @@ TEST(Planners, AutoSearchNeverLosesToItsPlainSweep) {
 // iteration while the D2H engine is otherwise idle. auto must find the second plan.
 TEST(Planners, AutoKeepsLateStateOverTheBoundary) {
   trace t;
-  auto op = [](std::string name, std::vector<tensor_id> r, std::vector<tensor_id> w) {
-    op_desc o;
-    o.name = std::move(name);
-    o.reads = std::move(r);
-    o.writes = std::move(w);
-    o.measured_seconds = 1;
-    return o;
-  };
   const auto m = t.add_tensor("m", 1000, tensor_kind::optimizer_state);
   const auto a = t.add_tensor("a", 1000, tensor_kind::activation);
   const auto b = t.add_tensor("b", 1000, tensor_kind::activation);
-  t.add_op(op("first", {}, {a}));
-  t.add_op(op("look", {a}, {}));
-  t.add_op(op("second", {a}, {b}));
-  t.add_op(op("third", {b}, {}));
-  t.add_op(op("update", {m}, {m}));
-  auto hw = test_hw(1 << 20);
-  hw.h2d_bytes_per_s = hw.d2h_bytes_per_s = 1000;  // 1 s per tensor each way
+  t.add_op(op1s("first", {}, {a}));
+  t.add_op(op1s("look", {a}, {}));
+  t.add_op(op1s("second", {a}, {b}));
+  t.add_op(op1s("third", {b}, {}));
+  t.add_op(op1s("update", {m}, {m}));
+  const auto hw = unit_hw();
   const auto rep = analyze(t);
   // 2000 B: op2 holds a and b, so m cannot stay resident all the iteration.
   const auto p = make_planner("auto")->make_plan(t, rep, hw, 2000);
