@@ -1,5 +1,7 @@
-// spillway-bench train: trains an example (gpt, mlp, cnn) with everything resident, then under
-// each policy and budget ratio, and compares step time, bytes moved, stalls and losses.
+// spillway-bench train: trains an example (gpt, mlp, cnn) with everything resident and under
+// each policy and budget ratio, and compares step time, bytes moved, stalls and losses. The runs
+// are interleaved step by step (Note [Interleaved runs]).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -57,10 +59,24 @@ bool same_losses(const run_result& a, const run_result& b) {
   return true;
 }
 
-run_result run_example(const std::string& example, const example_options& o) {
-  if (example == "gpt") return examples::run_gpt(o);
-  if (example == "mlp") return examples::run_mlp(o);
-  return examples::run_cnn(o);
+// Note [Interleaved runs]
+// This bench runs on shared, noisy machines, where the load can change between one run and the
+// next. All runs stay open at once and take turns a step at a time: the everything-resident
+// step, then each setting's step of the same index. A setting's ratio is the median, over its
+// planned steps, of its step time over the resident step taken just before it, so a change of
+// load moves both sides of each ratio alike.
+
+examples::model_factory factory_for(const std::string& example, const example_options& o) {
+  if (example == "gpt") return [o] { return examples::make_gpt(o); };
+  if (example == "mlp") return [o] { return examples::make_mlp(o); };
+  return [o] { return examples::make_cnn(o); };
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 std::string fmt(const char* f, auto... args) {
@@ -123,46 +139,80 @@ int run(const train_args& a) {
   }
   if (a.steps < 2) throw config_error("--steps: " + std::to_string(a.steps) + " leaves no step after the recording one");
 
-  const run_result resident = run_example(a.example, base);
+  const auto make = factory_for(a.example, base);
+  examples::training_run resident_run(base, make);
+  resident_run.step();  // the first step learns the footprint the budgets are fractions of
+  const std::uint64_t footprint = resident_run.result().footprint_bytes;
+  const std::uint64_t least = resident_run.result().min_budget_bytes;
+
+  struct setting {
+    row w;
+    std::unique_ptr<examples::training_run> run;
+    std::vector<double> ratios;  // per planned step: its time over the resident step before it
+  };
+  std::vector<setting> settings;
+  for (double ratio : a.ratios) {
+    for (const auto& policy : a.policies) {
+      setting st;
+      st.w.policy = policy;
+      st.w.budget_ratio = ratio;
+      example_options o = base;
+      o.policy = policy;
+      o.device_budget = static_cast<std::uint64_t>(std::llround(ratio * static_cast<double>(footprint)));
+      if (o.device_budget < least) {
+        st.w.skipped = true;
+      } else {
+        st.run = std::make_unique<examples::training_run>(o, make);
+        st.run->step();  // its recording step
+      }
+      settings.push_back(std::move(st));
+    }
+  }
+  for (int step = 1; step < a.steps; ++step) {
+    resident_run.step();
+    const double base_ms = resident_run.result().iterations.back().step_ms;
+    for (auto& st : settings) {
+      if (!st.run) continue;
+      st.run->step();
+      const auto& it = st.run->result().iterations.back();
+      if (it.planned && base_ms > 0) st.ratios.push_back(it.step_ms / base_ms);
+    }
+  }
+  const run_result resident = resident_run.finish();
+
   const bool cpu = resident.backend == "cpu";
   std::cout << "train " << a.example << ": " << resident.model << "\n"
             << "backend " << resident.backend;
   if (cpu)
     std::cout << ", link " << (a.link_gbps > 0 ? fmt("%.1f GB/s each way (PCIe-like)", a.link_gbps) : std::string("unlimited"));
   std::cout << ", " << a.steps << " steps (median without the recording step), footprint "
-            << format_bytes(resident.footprint_bytes) << ", least budget " << format_bytes(resident.min_budget_bytes)
-            << "\n\n";
+            << format_bytes(footprint) << ", least budget " << format_bytes(least) << "\n"
+            << "runs interleaved step by step; ratio = median over planned steps of step time / the resident "
+               "step just before it\n\n";
   std::cout << fmt("%-8s %-16s %9s %7s %11s %11s %11s %11s %9s %6s", "policy", "budget", "step ms", "ratio", "h2d", "d2h",
                    "nvme", "peak dev", "stall ms", "losses")
             << "\n";
   std::cout << table_line("resident", "all", resident, 1.0, "ref") << std::endl;
 
   std::vector<row> rows;
-  for (double ratio : a.ratios) {
-    for (const auto& policy : a.policies) {
-      example_options o = base;
-      o.policy = policy;
-      o.device_budget = static_cast<std::uint64_t>(std::llround(ratio * static_cast<double>(resident.footprint_bytes)));
-      row w;
-      w.policy = policy;
-      w.budget_ratio = ratio;
-      if (o.device_budget < resident.min_budget_bytes) {
-        std::cout << fmt("%-8s %-16s skipped: below the least budget any plan needs (%s)", policy.c_str(),
-                         fmt("%.3g (%s)", ratio, format_bytes(o.device_budget).c_str()).c_str(),
-                         format_bytes(resident.min_budget_bytes).c_str())
-                  << std::endl;
-        w.skipped = true;
-        rows.push_back(std::move(w));
-        continue;
-      }
-      w.result = run_example(a.example, o);
-      w.ratio = resident.median_step_ms() > 0 ? w.result.median_step_ms() / resident.median_step_ms() : 0;
-      w.losses_match = same_losses(w.result, resident);
-      std::cout << table_line(policy, fmt("%.3g (%s)", ratio, format_bytes(o.device_budget).c_str()), w.result, w.ratio,
-                              w.losses_match ? "same" : "DIFF")
+  for (auto& st : settings) {
+    row w = std::move(st.w);
+    const std::uint64_t budget = static_cast<std::uint64_t>(std::llround(w.budget_ratio * static_cast<double>(footprint)));
+    if (w.skipped) {
+      std::cout << fmt("%-8s %-16s skipped: below the least budget any plan needs (%s)", w.policy.c_str(),
+                       fmt("%.3g (%s)", w.budget_ratio, format_bytes(budget).c_str()).c_str(), format_bytes(least).c_str())
                 << std::endl;
       rows.push_back(std::move(w));
+      continue;
     }
+    w.result = st.run->finish();
+    st.run.reset();
+    w.ratio = median_of(st.ratios);
+    w.losses_match = same_losses(w.result, resident);
+    std::cout << table_line(w.policy, fmt("%.3g (%s)", w.budget_ratio, format_bytes(budget).c_str()), w.result, w.ratio,
+                            w.losses_match ? "same" : "DIFF")
+              << std::endl;
+    rows.push_back(std::move(w));
   }
 
   int exit_code = 0;

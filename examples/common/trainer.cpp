@@ -35,6 +35,8 @@ std::string format_ratio(double r) {
   return buf;
 }
 
+}  // namespace
+
 // Waits for the device's queued work when it leaves scope, so that a model never dies while
 // its kernels and uploads still read its host buffers (an exception mid-step leaves work queued).
 class drain_on_exit {
@@ -52,6 +54,8 @@ class drain_on_exit {
  private:
   Session& s_;
 };
+
+namespace {
 
 struct probe_result {
   std::uint64_t footprint = 0;
@@ -74,64 +78,76 @@ probe_result probe_footprint(const example_options& o, const model_factory& make
 
 }  // namespace
 
-run_result train(const example_options& o, const model_factory& make, const step_observer& on_step,
-                 const start_observer& on_start) {
-  o.validate();
-  run_result r;
-  std::uint64_t budget = o.device_budget;
-  if (o.budget_ratio > 0) {
-    const probe_result p = probe_footprint(o, make);
-    r.footprint_bytes = p.footprint;
-    r.min_budget_bytes = p.least;
-    r.probed_footprint = true;
-    budget = static_cast<std::uint64_t>(std::llround(o.budget_ratio * static_cast<double>(r.footprint_bytes)));
+training_run::training_run(const example_options& o, const model_factory& make, const start_observer& on_start) : o_(o) {
+  o_.validate();
+  std::uint64_t budget = o_.device_budget;
+  if (o_.budget_ratio > 0) {
+    const probe_result p = probe_footprint(o_, make);
+    r_.footprint_bytes = p.footprint;
+    r_.min_budget_bytes = p.least;
+    r_.probed_footprint = true;
+    budget = static_cast<std::uint64_t>(std::llround(o_.budget_ratio * static_cast<double>(r_.footprint_bytes)));
     if (budget < p.least)
-      throw config_error("--budget-ratio " + format_ratio(o.budget_ratio) + " gives a device budget of " +
+      throw config_error("--budget-ratio " + format_ratio(o_.budget_ratio) + " gives a device budget of " +
                          format_bytes(budget) + " (of a " + format_bytes(p.footprint) +
                          " footprint), below the least any plan needs: " + format_bytes(p.least) +
                          " (the largest single op's working set)");
   }
-  Session s(make_session_config(o, budget));
-  auto m = make();
-  drain_on_exit drain(s);
-  m->build(s);
-  r.model = m->describe();
-  r.parameters = m->parameter_count();
-  r.backend = to_string(s.device().properties().backend);
-  r.policy = o.policy;
-  r.device_budget_bytes = s.device_budget();
-  r.device_memory_bytes = s.device().properties().total_memory;
-  if (on_start) on_start(r);
+  s_ = std::make_unique<Session>(make_session_config(o_, budget));
+  m_ = make();
+  drain_ = std::make_unique<drain_on_exit>(*s_);
+  m_->build(*s_);
+  r_.model = m_->describe();
+  r_.parameters = m_->parameter_count();
+  r_.backend = to_string(s_->device().properties().backend);
+  r_.policy = o_.policy;
+  r_.device_budget_bytes = s_->device_budget();
+  r_.device_memory_bytes = s_->device().properties().total_memory;
+  if (on_start) on_start(r_);
+}
 
-  for (int step = 0; step < o.steps; ++step) {
-    s.begin_iteration();
-    const float loss = m->train_step(s, step);
-    const iteration_report rep = s.end_iteration();
-    r.losses.push_back(loss);
-    r.iterations.push_back(rep);
-    r.peak_device_bytes = std::max(r.peak_device_bytes, rep.peak_device_bytes);
-    r.h2d_bytes += rep.h2d_bytes;
-    r.d2h_bytes += rep.d2h_bytes;
-    r.nvme_read_bytes += rep.nvme_read_bytes;
-    r.nvme_write_bytes += rep.nvme_write_bytes;
-    if (rep.planned) {  // the recording step runs on demand by design
-      r.on_demand_fetches += rep.on_demand_fetches;
-      r.on_demand_evictions += rep.on_demand_evictions;
-      r.prefetches_deferred += rep.prefetches_deferred;
-      r.fragmented_allocations += rep.fragmented_allocations;
-    }
-    r.stall_ms += rep.stall_ms;
-    if (step == 0) {
-      r.footprint_bytes = s.footprint_bytes();
-      r.min_budget_bytes = s.least_budget_bytes();
-    }
-    if (on_step) on_step(step, loss, rep);
+training_run::~training_run() = default;
+
+float training_run::step(const step_observer& on_step) {
+  const int step = steps_done();
+  s_->begin_iteration();
+  const float loss = m_->train_step(*s_, step);
+  const iteration_report rep = s_->end_iteration();
+  r_.losses.push_back(loss);
+  r_.iterations.push_back(rep);
+  r_.peak_device_bytes = std::max(r_.peak_device_bytes, rep.peak_device_bytes);
+  r_.h2d_bytes += rep.h2d_bytes;
+  r_.d2h_bytes += rep.d2h_bytes;
+  r_.nvme_read_bytes += rep.nvme_read_bytes;
+  r_.nvme_write_bytes += rep.nvme_write_bytes;
+  if (rep.planned) {  // the recording step runs on demand by design
+    r_.on_demand_fetches += rep.on_demand_fetches;
+    r_.on_demand_evictions += rep.on_demand_evictions;
+    r_.prefetches_deferred += rep.prefetches_deferred;
+    r_.fragmented_allocations += rep.fragmented_allocations;
   }
-  if (!o.chrome_trace.empty()) {
-    s.write_chrome_trace(o.chrome_trace);
-    r.chrome_trace = o.chrome_trace;
+  r_.stall_ms += rep.stall_ms;
+  if (step == 0) {
+    r_.footprint_bytes = s_->footprint_bytes();
+    r_.min_budget_bytes = s_->least_budget_bytes();
   }
-  return r;
+  if (on_step) on_step(step, loss, rep);
+  return loss;
+}
+
+run_result training_run::finish() {
+  if (!o_.chrome_trace.empty()) {
+    s_->write_chrome_trace(o_.chrome_trace);
+    r_.chrome_trace = o_.chrome_trace;
+  }
+  return r_;
+}
+
+run_result train(const example_options& o, const model_factory& make, const step_observer& on_step,
+                 const start_observer& on_start) {
+  training_run run(o, make, on_start);
+  for (int step = 0; step < o.steps; ++step) run.step(on_step);
+  return run.finish();
 }
 
 }  // namespace spillway::examples

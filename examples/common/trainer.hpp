@@ -70,6 +70,35 @@ using step_observer = std::function<void(int step, float loss, const iteration_r
 /// only if a probe learned it).
 using start_observer = std::function<void(const run_result& so_far)>;
 
+class drain_on_exit;
+
+/// One training run, stepped by the caller: what train() does, a step at a time, so that runs
+/// can be interleaved (the train bench alternates each setting with the everything-resident run
+/// step by step, so both see the same machine load).
+class training_run {
+ public:
+  /// Validates `o`, learns the footprint first when o.budget_ratio > 0, opens the Session and
+  /// builds the model. Throws config_error for bad options before any work.
+  training_run(const example_options& o, const model_factory& make, const start_observer& on_start = {});
+  ~training_run();
+  training_run(const training_run&) = delete;
+  training_run& operator=(const training_run&) = delete;
+
+  /// Runs the next step and returns its loss.
+  float step(const step_observer& on_step = {});
+  [[nodiscard]] int steps_done() const noexcept { return static_cast<int>(r_.losses.size()); }
+  /// Writes the Chrome trace if o.chrome_trace asks for one; the result of the steps run.
+  run_result finish();
+  [[nodiscard]] const run_result& result() const noexcept { return r_; }
+
+ private:
+  example_options o_;
+  run_result r_;
+  std::unique_ptr<Session> s_;
+  std::unique_ptr<model> m_;
+  std::unique_ptr<drain_on_exit> drain_;  // first to go: waits for queued work that reads the model
+};
+
 /// Trains a model made by `make` for o.steps steps. With o.budget_ratio > 0 a first Session
 /// runs one step under o's other settings to learn the footprint; the real run then uses
 /// budget_ratio x footprint. Throws config_error for bad options before any work.
