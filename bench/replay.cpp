@@ -77,8 +77,10 @@ trace scaled(const trace& in, const hw_profile& hw, double shrink, double scale)
 }
 
 double median(std::vector<double> v) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 result_row replay_one(const trace& t, const lifetime_report& rep, const hw_profile& hw, const std::string& policy,
