@@ -11,6 +11,7 @@
 #include "allocator/pinned_host_pool.hpp"
 #include "device/error.hpp"
 #include "device/log.hpp"
+#include "swap/huge_pages.hpp"
 
 namespace spillway::detail {
 
@@ -30,8 +31,9 @@ constexpr std::size_t max_fixed_buffer = std::size_t{1} << 30;  // io_uring's li
 }
 
 io_ring::io_ring(std::unique_ptr<io_queue> queue, pinned_host_pool* pool, ring_counters& counters,
-                 unsigned max_retries)
-    : queue_(std::move(queue)), pool_(pool), counters_(counters), max_retries_(max_retries) {
+                 unsigned max_retries, bool huge_pages)
+    : queue_(std::move(queue)), pool_(pool), counters_(counters), max_retries_(max_retries), huge_pages_(huge_pages) {
+  refresh_buffers();  // pinning is slow: pay for the regions that exist now here, not on the first move
   thread_ = std::thread([this] { run(); });
 }
 
@@ -70,6 +72,15 @@ void io_ring::refresh_buffers() {
                       return a.base == b.base && a.bytes == b.bytes;
                     });
   if (same) return;
+  if (huge_pages_) {
+    for (const auto& w : want) {
+      const bool seen = std::any_of(registered_.begin(), registered_.end(),
+                                    [&](const registered& r) { return r.base == w.base && r.bytes == w.bytes; });
+      if (!seen)  // its pages are not pinned by this ring yet, so they can still move
+        counters_.huge_page_bytes.fetch_add(back_with_huge_pages(reinterpret_cast<void*>(w.base), w.bytes).advised,
+                                            std::memory_order_relaxed);
+    }
+  }
   registered_.clear();
   const int rc = queue_->register_buffers(iov);
   if (rc < 0) {

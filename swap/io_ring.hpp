@@ -52,13 +52,17 @@ struct ring_counters {
   std::atomic<std::uint64_t> fixed_ops{0};        ///< COUNT of submissions on registered buffers
   std::atomic<std::uint64_t> eagain_retries{0};   ///< COUNT of -EAGAIN resubmissions
   std::atomic<std::uint64_t> short_transfers{0};  ///< COUNT of short reads/writes continued
+  std::atomic<std::uint64_t> huge_page_bytes{0};  ///< SUM of registered bytes marked for huge pages
 };
 
 class io_ring {
  public:
-  /// `pool` (may be null): its regions are registered as fixed buffers whenever the ring is
-  /// idle and they have changed. `max_retries`: -EAGAIN resubmissions per block before it fails.
-  io_ring(std::unique_ptr<io_queue> queue, pinned_host_pool* pool, ring_counters& counters, unsigned max_retries);
+  /// `pool` (may be null): its regions are registered as fixed buffers now and again whenever
+  /// the ring is idle and they have changed; with `huge_pages`, each region is first backed by
+  /// huge pages (Note [Huge pages for registered buffers]). `max_retries`: -EAGAIN
+  /// resubmissions per block before it fails.
+  io_ring(std::unique_ptr<io_queue> queue, pinned_host_pool* pool, ring_counters& counters, unsigned max_retries,
+          bool huge_pages);
   ~io_ring();  // finishes everything posted, then stops
   io_ring(const io_ring&) = delete;
   io_ring& operator=(const io_ring&) = delete;
@@ -83,6 +87,7 @@ class io_ring {
   pinned_host_pool* pool_;
   ring_counters& counters_;
   unsigned max_retries_;
+  bool huge_pages_;
   std::vector<registered> registered_;  // sorted by base; only touched by the ring's thread
   bool registration_failed_ = false;
   std::vector<std::pair<block_io*, int>> finished_;  // done, not yet handed to owners

@@ -195,7 +195,8 @@ nvme_tier::nvme_tier(nvme_options options, pinned_host_pool* pool)
                        " is not a multiple of the swap files' O_DIRECT alignment " + std::to_string(alignment_));
   auto make = options_.make_queue ? options_.make_queue : [](unsigned d) { return make_uring_queue(d); };
   for (unsigned r = 0; r < options_.rings; ++r)
-    rings_.push_back(std::make_unique<detail::io_ring>(make(options_.queue_depth), pool_, *counters_, options_.max_retries));
+    rings_.push_back(std::make_unique<detail::io_ring>(make(options_.queue_depth), pool_, *counters_, options_.max_retries,
+                                                          options_.huge_pages));
 }
 
 nvme_tier::~nvme_tier() {
@@ -399,6 +400,7 @@ nvme_stats nvme_tier::stats() const {
   s.fixed_buffer_ops = counters_->fixed_ops.load(std::memory_order_relaxed);
   s.eagain_retries = counters_->eagain_retries.load(std::memory_order_relaxed);
   s.short_transfers = counters_->short_transfers.load(std::memory_order_relaxed);
+  s.huge_page_bytes = counters_->huge_page_bytes.load(std::memory_order_relaxed);
   return s;
 }
 

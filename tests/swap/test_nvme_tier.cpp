@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -206,5 +209,89 @@ TEST(NvmeTier, TooSmallDiskIsAnErrorAtStart) {
     FAIL() << "no error";
   } catch (const out_of_memory& e) {
     EXPECT_NE(std::string(e.what()).find(dir.path()), std::string::npos) << e.what();
+  }
+}
+
+namespace {
+
+// Counts registrations and submissions in the order they happen, around the real queue.
+struct call_log {
+  std::mutex m;
+  std::vector<std::string> calls;
+  std::vector<iovec> last_registered;
+  void add(std::string c) {
+    std::lock_guard lock(m);
+    calls.push_back(std::move(c));
+  }
+};
+
+class recording_queue final : public io_queue {
+ public:
+  recording_queue(std::unique_ptr<io_queue> inner, std::shared_ptr<call_log> log)
+      : inner_(std::move(inner)), log_(std::move(log)) {}
+  [[nodiscard]] unsigned depth() const noexcept override { return inner_->depth(); }
+  int register_buffers(std::span<const iovec> b) override {
+    {
+      std::lock_guard lock(log_->m);
+      log_->calls.push_back("register");
+      log_->last_registered.assign(b.begin(), b.end());
+    }
+    return inner_->register_buffers(b);
+  }
+  void unregister_buffers() noexcept override { inner_->unregister_buffers(); }
+  void submit(std::span<io_op* const> ops) override {
+    log_->add("submit");
+    inner_->submit(ops);
+  }
+  std::size_t reap(std::span<io_completion> out, std::chrono::microseconds timeout) override {
+    return inner_->reap(out, timeout);
+  }
+
+ private:
+  std::unique_ptr<io_queue> inner_;
+  std::shared_ptr<call_log> log_;
+};
+
+}  // namespace
+
+TEST(NvmeTier, RegistersThePoolsRegionsWhenMadeAndBacksThemWithHugePages) {
+  for (const bool huge : {true, false}) {
+    test::temp_dir dir;
+    cpu_device dev;
+    pinned_host_pool pool(dev, {.capacity = 0, .region_size = 16_MiB, .alignment = 4096});
+    auto* buf = static_cast<unsigned char*>(pool.allocate(8_MiB));
+    const auto data = test::random_bytes(8_MiB, 31);
+    std::memcpy(buf, data.data(), data.size());
+    auto log = std::make_shared<call_log>();
+    auto o = options_for({dir.path()}, 16_MiB);
+    o.huge_pages = huge;
+    o.make_queue = [log](unsigned d) -> std::unique_ptr<io_queue> {
+      return std::make_unique<recording_queue>(make_uring_queue(d), log);
+    };
+    nvme_tier tier(o, &pool);
+    {
+      std::lock_guard lock(log->m);
+      ASSERT_EQ(log->calls, std::vector<std::string>{"register"}) << "registered before any move";
+      ASSERT_EQ(log->last_registered.size(), 1u);
+      EXPECT_EQ(log->last_registered[0].iov_len, pool.regions().at(0).bytes);
+    }
+    // The contents survived the move to huge pages, and the round trip uses fixed buffers only.
+    EXPECT_EQ(std::memcmp(buf, data.data(), data.size()), 0);
+    tier.write("t", buf, data.size(), data.size()).wait();
+    std::memset(buf, 0, data.size());
+    tier.read("t", buf, data.size()).wait();
+    EXPECT_EQ(std::memcmp(buf, data.data(), data.size()), 0);
+    const auto s = tier.stats();
+    EXPECT_EQ(s.fixed_buffer_ops, s.ops);
+    const std::size_t region = pool.regions().at(0).bytes;
+    if (huge)
+      EXPECT_GE(s.huge_page_bytes, region - 4_MiB) << "all of the region but its ragged ends";
+    else
+      EXPECT_EQ(s.huge_page_bytes, 0u);
+    {
+      std::lock_guard lock(log->m);
+      EXPECT_EQ(std::count(log->calls.begin(), log->calls.end(), "register"), 1) << "no second registration";
+    }
+    pool.deallocate(buf, 8_MiB);
   }
 }
