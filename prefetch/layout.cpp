@@ -197,8 +197,7 @@ device_layout make_layout(const trace& t, const plan& p, std::span<const std::in
   std::vector<std::size_t> best_offsets;
   std::size_t best_extent = 0;
   std::vector<std::size_t> order(blocks.size());
-  std::vector<std::size_t> placed;
-  std::vector<std::pair<std::size_t, std::size_t>> taken;  // [offset, end) of placed blocks alive with this one
+  std::vector<std::size_t> placed;  // blocks placed so far, by offset
   for (const auto cmp : orders) {
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return cmp(blocks[a], blocks[b]); });
@@ -206,18 +205,18 @@ device_layout make_layout(const trace& t, const plan& p, std::span<const std::in
     std::size_t extent = 0;
     for (auto i : order) {
       auto& b = blocks[i];
-      taken.clear();
-      for (auto j : placed)
-        if (b.overlaps_in_time(blocks[j])) taken.emplace_back(blocks[j].offset, blocks[j].offset + blocks[j].bytes);
-      std::sort(taken.begin(), taken.end());
+      // First fit from address 0 among the blocks alive with this one, lowest offsets first.
       std::size_t at = 0;
-      for (const auto& [lo, hi] : taken) {
-        if (lo >= at + b.bytes) break;
-        at = std::max(at, hi);
+      for (auto j : placed) {
+        const auto& o = blocks[j];
+        if (o.offset >= at + b.bytes) break;
+        if (b.overlaps_in_time(o)) at = std::max(at, o.offset + o.bytes);
       }
       b.offset = at;
       extent = std::max(extent, at + b.bytes);
-      placed.push_back(i);
+      placed.insert(std::upper_bound(placed.begin(), placed.end(), at,
+                                     [&](std::size_t off, std::size_t j) { return off < blocks[j].offset; }),
+                    i);
     }
     if (best_offsets.empty() || extent < best_extent) {
       best_extent = extent;
