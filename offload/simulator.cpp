@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <queue>
 #include <tuple>
 
@@ -373,7 +374,10 @@ class order_bound {
   std::pair<double, op_index> run() {
     const std::size_t nt = t_.tensors.size();
     std::vector<std::size_t> next(nt, 0);  // index of the first use at an op > j (after advancing)
-    std::vector<std::int64_t> last_write(nt, -1);
+    std::vector<std::int64_t> last_write(nt, -1), final_write(nt, -1);
+    for (tensor_id x = 0; x < nt; ++x)
+      for (const auto& u : r_.tensors[x].uses)
+        if (u.writes) final_write[x] = u.op;
     std::vector<char> touched(nt, 0);
     double best = 0;
     op_index best_op = 0;
@@ -384,6 +388,8 @@ class order_bound {
       std::uint64_t needed = r_.working_set_bytes[j], free_d = 0, free_h = 0;
       d_.clear();
       h_.clear();
+      l_.clear();
+      std::uint64_t late_total = 0;
       for (tensor_id x = 0; x < nt; ++x) {
         const auto& lt = r_.tensors[x];
         if (touched[x] || !lt.used()) continue;
@@ -392,10 +398,15 @@ class order_bound {
         const bool is_needed = has_next ? lt.uses[next[x]].reads : lt.crosses_boundary;
         if (!is_needed) continue;
         needed += b;
-        if (last_write[x] >= 0)
+        if (last_write[x] >= 0) {
           d_.push_back({static_cast<std::size_t>(last_write[x]), b});
-        else
+        } else {
           free_d += b;
+          if (lt.crosses_boundary && final_write[x] > static_cast<std::int64_t>(j)) {
+            l_.push_back({static_cast<std::size_t>(final_write[x]), b});
+            late_total += b;
+          }
+        }
         if (has_next)
           h_.push_back({lt.uses[next[x]].op, b});
         else
@@ -408,7 +419,7 @@ class order_bound {
         const double after = before_[n_] - before_[j + 1];
         const double at_start = std::max(before_[j], dmin) + std::max(dur_[j] + after, hmin);
         const double at_end = std::max(before_[j + 1], dmin) + std::max(after, hmin);
-        const double v = std::max(at_start, at_end);
+        const double v = std::max({at_start, at_end, late_chain(j, off, free_d - late_total, free_h, late_total)});
         if (v > best) {
           best = v;
           best_op = j;
@@ -449,6 +460,79 @@ class order_bound {
     return least(h_, need, true, hw_.h2d_bytes_per_s, [&](std::size_t r) { return before_[n_] - before_[r]; });
   }
 
+  // Part (c) of the order bound at the start of op j: `off` bytes are off, `free` of them may
+  // owe no copy out at all, and up to `late` bytes (l_) are values of the previous iteration
+  // that the iteration writes again and the next one reads: each either copied out before op j
+  // (with the values of d_) or copied out after its last write. Takes the least over how many
+  // bytes go late, on a grid: the pre side falls and the late side grows with them.
+  double late_chain(op_index j, std::uint64_t off, std::uint64_t free, std::uint64_t free_h, std::uint64_t late) {
+    if (late == 0) return 0;
+    std::sort(d_.begin(), d_.end(), [](const item& a, const item& b) { return a.op < b.op; });
+    std::sort(h_.begin(), h_.end(), [](const item& a, const item& b) { return a.op < b.op; });
+    std::sort(l_.begin(), l_.end(), [](const item& a, const item& b) { return a.op < b.op; });
+    const double after = before_[n_] - before_[j + 1];
+    constexpr int grid = 8;
+    double best = std::numeric_limits<double>::infinity();
+    double h_prev = h2d_with_late(off, free_h, 0);
+    for (int i = 0; i < grid; ++i) {
+      const double lam_hi = static_cast<double>(late) * (i + 1) / grid;
+      const double d = d2h_with_pre(static_cast<double>(off) - static_cast<double>(free) - lam_hi,
+                                    static_cast<double>(late) - lam_hi);
+      const double at_start = std::max(before_[j], d) + std::max(dur_[j] + after, h_prev);
+      const double at_end = std::max(before_[j + 1], d) + std::max(after, h_prev);
+      best = std::min(best, std::max(at_start, at_end));
+      h_prev = h2d_with_late(off, free_h, lam_hi);
+    }
+    return best;
+  }
+
+  // Least D2H time before the instant when `need` bytes must have been copied out: up to `pre`
+  // of them held since before the iteration (ready once op 0 ends: an eviction follows an op),
+  // the rest values in d_ (sorted by the op that wrote them), earliest written first.
+  double d2h_with_pre(double need, double pre) const {
+    if (need <= 0) return 0;
+    const double bw = hw_.d2h_bytes_per_s;
+    double rest = need - std::min(pre, need), out = before_[1] + need / bw;  // copies out follow op 0
+    double taken = 0;
+    std::vector<double> take;
+    for (const auto& it : d_) {
+      if (taken >= rest) break;
+      take.push_back(std::min(static_cast<double>(it.bytes), rest - taken));
+      taken += take.back();
+    }
+    double suffix = taken;
+    for (std::size_t i = 0; i < take.size(); ++i) {
+      out = std::max(out, before_[d_[i].op + 1] + suffix / bw);
+      suffix -= take[i];
+    }
+    return out;
+  }
+
+  // Least time from the instant to the end of the step when the `off` bytes (less `free_h`
+  // that need no copy in) come back before their reads (h_, latest read first) and `lam`
+  // bytes of l_ (earliest last write first) are copied out after their last write: for every
+  // op k, the copies in of what ops <= k read end before op k starts; after that start the
+  // compute from k still runs, and so do op k and then the copies out of what ops >= k last
+  // write (those copies start when their writing op ends, at or after the end of op k).
+  double h2d_with_late(std::uint64_t off, std::uint64_t free_h, double lam) const {
+    const double need = off > free_h ? static_cast<double>(off - free_h) : 0.0;
+    double avail_after = 0;  // bytes of h_ read after k
+    for (const auto& it : h_) avail_after += static_cast<double>(it.bytes);
+    double late_before = 0;  // bytes of l_ last written before k
+    double out = 0;
+    std::size_t hi = 0, li = 0;
+    while (hi < h_.size() || li < l_.size()) {
+      const std::size_t k = li >= l_.size() || (hi < h_.size() && h_[hi].op <= l_[li].op) ? h_[hi].op : l_[li].op;
+      while (hi < h_.size() && h_[hi].op <= k) avail_after -= static_cast<double>(h_[hi++].bytes);
+      const double in = std::max(0.0, need - avail_after);
+      const double late_here = std::max(0.0, lam - late_before);
+      out = std::max(out, in / hw_.h2d_bytes_per_s +
+                              std::max(before_[n_] - before_[k], dur_[k] + late_here / hw_.d2h_bytes_per_s));
+      while (li < l_.size() && l_[li].op <= k) late_before += static_cast<double>(l_[li++].bytes);
+    }
+    return out;
+  }
+
   // Takes `need` bytes of `v` in op order (latest first when `latest`), and returns the largest
   // fixed(op_i) + (bytes taken at i and after)/bw over the items taken.
   template <class F>
@@ -472,7 +556,7 @@ class order_bound {
   std::uint64_t budget_;
   std::size_t n_;
   std::vector<double> dur_, before_;
-  std::vector<item> d_, h_;
+  std::vector<item> d_, h_, l_;
 };
 
 }  // namespace

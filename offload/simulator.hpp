@@ -114,6 +114,22 @@ sim_result simulate(const trace& t, const lifetime_report& r, const plan& p, con
 ///     (C_<j, C_<=j, C_>j: compute before, through and after op j; s_j >= C_<j, e_j >= C_<=j.)
 ///     The H2D of (a) may start during op j (an allocation made when op j has already
 ///     started), which is why dur(j) is not added to both sides.
+///     (c) Late copies out. Among the tensors (b) lets off for free, take those the iteration
+///         writes again after op j (last at op w_x) and the next iteration reads. If such an x
+///         is off at tau and no D2H of it ran before tau in this iteration, it did not start
+///         the iteration on the device (freeing it there needs a copy out: no tier holds its
+///         value), so it started in a tier and must end there with its final value: a D2H
+///         after e_{w_x}. So each is either "pre" (a D2H before tau, which starts after op 0
+///         ends, as every eviction follows an op) or "late". With L the late bytes, for every
+///         op k after j: T >= tau + (bytes off at tau read at ops <= k)/h2d_bw +
+///         max(F_k, dur(k) + (late bytes with w_x >= k)/d2h_bw), their copies out starting
+///         after e_{w_x} >= e_k = s_k + dur(k). For a given amount L the least pre side
+///         D(L) (the untouched tensors that owe nothing first, then pre bytes, then the
+///         earliest written of (b)) falls as L grows and the least late side H'(L) (latest
+///         read first for the copies in, earliest last write first for the late ones) grows;
+///         on a grid L_0 = 0 < ... < L_G = all such bytes, every L in [L_i, L_i+1] gives at
+///         least max(C_<j, D(L_i+1)) + max(dur(j) + C_>j, H'(L_i)) (and the form at e_j), so
+///         the least of these over i is a bound.
 /// Both ignore latency and every other dependency, so no plan beats them. ideal is compute
 /// alone (unlimited memory).
 struct bounds {
