@@ -60,6 +60,7 @@ executor::executor(Device& device, device_memory_resource& memory, tensor_backin
   arena_ = dynamic_cast<arena_allocator*>(memory_);
   SPILLWAY_EXPECTS_T(config_error, options_.device_budget > 0, "executor: the device budget must be > 0 bytes");
   SPILLWAY_EXPECTS_T(config_error, options_.spill_tier != tier::device, "executor: the spill tier must be host or nvme");
+  if (options_.timeline) backing_->keep_io_spans(true);
 }
 
 executor::~executor() {
@@ -593,7 +594,15 @@ executor_stats executor::end_iteration() {
   stats_.nvme_read_bytes = c.nvme_read_bytes - counters_at_start_.nvme_read_bytes;
   stats_.nvme_write_bytes = c.nvme_write_bytes - counters_at_start_.nvme_write_bytes;
   stats_.peak_device_bytes = peak_;
-  if (!options_.timeline) timeline_.clear();
+  if (options_.timeline) {
+    for (auto& io : backing_->take_io_spans()) {
+      auto us = [&](std::chrono::steady_clock::time_point t) { return std::chrono::duration<double, std::micro>(t - origin_).count(); };
+      timeline_.push_back(timeline_item{io.write ? timeline_item::track::nvme_write : timeline_item::track::nvme_read,
+                                        std::move(io.name), us(io.start), us(io.end)});
+    }
+  } else {
+    timeline_.clear();
+  }
   rethrow_move_errors();
   return stats_;
 }

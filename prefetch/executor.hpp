@@ -46,7 +46,7 @@ struct executor_options {
 
 /// One item of the timeline: an op on the compute track or a copy on a copy track.
 struct timeline_item {
-  enum class track : std::uint8_t { compute, h2d, d2h, stall };
+  enum class track : std::uint8_t { compute, h2d, d2h, stall, nvme_read, nvme_write };
   track where = track::compute;
   std::string name;
   double start_us = 0;  ///< since the executor was made

@@ -3,15 +3,24 @@
 // The swap-tier implementation lives in prefetch/tier_backing.*; tests wrap it to inject faults.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "device/device.hpp"
 #include "prefetch/plan.hpp"
 #include "swap/move_handle.hpp"
 
 namespace spillway {
+
+/// One NVMe transfer of a tensor's copy, for timelines.
+struct io_span {
+  bool write = false;  ///< to the NVMe tier (else from it)
+  std::string name;
+  std::chrono::steady_clock::time_point start, end;
+};
 
 struct backing_counters {
   std::uint64_t h2d_bytes = 0;         ///< SUM of bytes copied host -> device
@@ -47,6 +56,10 @@ class tensor_backing {
   /// Waits for every move in flight.
   virtual void drain() = 0;
   [[nodiscard]] virtual backing_counters counters() const = 0;
+  /// Starts or stops keeping each NVMe transfer's start and end (off by default).
+  virtual void keep_io_spans(bool on) { (void)on; }
+  /// The NVMe transfers that ended since the last call, while keep_io_spans was on.
+  [[nodiscard]] virtual std::vector<io_span> take_io_spans() { return {}; }
 };
 
 }  // namespace spillway

@@ -2,6 +2,8 @@
 // To NVMe the bytes go through a pinned staging block; a failed write keeps them there.
 #include "prefetch/tier_backing.hpp"
 
+#include <utility>
+
 #include <cstring>
 
 #include "allocator/pinned_host_pool.hpp"
@@ -123,7 +125,9 @@ move_handle tier_backing::save(tensor_id id, const std::string& name, const void
       }
     };
     try {
-      nvme_->write(file_name, staging, bytes, capacity_of(bytes), [this, staging, bytes, state, keep_on_host](std::exception_ptr err) {
+      const auto t0 = std::chrono::steady_clock::now();
+      nvme_->write(file_name, staging, bytes, capacity_of(bytes), [this, name, t0, staging, bytes, state, keep_on_host](std::exception_ptr err) {
+        note_io(true, name, t0);
         if (err) {
           keep_on_host(err);
         } else {
@@ -144,6 +148,18 @@ move_handle tier_backing::save(tensor_id id, const std::string& name, const void
     }
   });
   return handle;
+}
+
+void tier_backing::note_io(bool write, const std::string& name, std::chrono::steady_clock::time_point start) {
+  if (!keep_spans_) return;
+  const auto end = std::chrono::steady_clock::now();
+  std::lock_guard lock(spans_mutex_);
+  spans_.push_back(io_span{write, name, start, end});
+}
+
+std::vector<io_span> tier_backing::take_io_spans() {
+  std::lock_guard lock(spans_mutex_);
+  return std::exchange(spans_, {});
 }
 
 move_handle tier_backing::load(tensor_id id, const std::string& name, void* dst, std::uint64_t bytes, stream s) {
@@ -179,7 +195,8 @@ move_handle tier_backing::load(tensor_id id, const std::string& name, void* dst,
   void* staging = staging_block(bytes);
   move_handle read;
   try {
-    read = nvme_->read(file_name, staging, capacity_of(bytes));
+    const auto t0 = std::chrono::steady_clock::now();
+    read = nvme_->read(file_name, staging, capacity_of(bytes), [this, name, t0](std::exception_ptr) { note_io(false, name, t0); });
   } catch (...) {
     free_staging(staging, bytes);
     throw;

@@ -25,6 +25,8 @@ class tier_backing final : public tensor_backing {
   void put(tensor_id id, const std::string& name, const void* host, std::uint64_t bytes, tier to) override;
   void get(tensor_id id, const std::string& name, void* host, std::uint64_t bytes) override;
   [[nodiscard]] std::optional<tier> where(tensor_id id) const override;
+  void keep_io_spans(bool on) override { keep_spans_ = on; }
+  [[nodiscard]] std::vector<io_span> take_io_spans() override;
   void discard(tensor_id id) override;
   void drain() override;
   [[nodiscard]] backing_counters counters() const override;
@@ -43,12 +45,16 @@ class tier_backing final : public tensor_backing {
   void free_copy(copy& c);                     // under mutex_
   void* staging_block(std::uint64_t bytes);
   void free_staging(void* p, std::uint64_t bytes) noexcept;
+  void note_io(bool write, const std::string& name, std::chrono::steady_clock::time_point start);
   [[nodiscard]] std::size_t capacity_of(std::uint64_t bytes) const noexcept;
 
   Device& device_;
   host_tier& host_;
   nvme_tier* nvme_;
   mutable std::mutex mutex_;
+  std::atomic<bool> keep_spans_{false};
+  std::mutex spans_mutex_;
+  std::vector<io_span> spans_;
   std::vector<copy> copies_;
   backing_counters counters_;
   std::uint64_t generation_ = 0;
