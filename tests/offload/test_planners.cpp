@@ -342,7 +342,9 @@ TEST(Planners, OrderBoundCountsTheCopyInOfStateReadLater) {
   for (const auto& name : planner_names()) {
     const auto p = make_planner(name)->make_plan(t, rep, hw, 2000);
     const auto s = simulate(t, p, hw);
-    if (s.feasible()) EXPECT_GE(s.step_seconds, 4.0) << name;
+    if (s.feasible()) {
+      EXPECT_GE(s.step_seconds, 4.0) << name;
+    }
   }
 }
 
@@ -366,7 +368,9 @@ TEST(Planners, RangeMaxMatchesAPlainArray) {
         for (std::size_t i = lo; i < hi; ++i)
           if (v[i] > limit) want = static_cast<std::int64_t>(i);
         ASSERT_EQ(tree.last_above(lo, hi, limit), want) << lo << ".." << hi << " > " << limit;
-        if (lo < hi) ASSERT_EQ(tree.max(lo, hi), *std::max_element(v.begin() + lo, v.begin() + hi));
+        if (lo < hi) {
+          ASSERT_EQ(tree.max(lo, hi), *std::max_element(v.begin() + lo, v.begin() + hi));
+        }
       }
     }
   }
@@ -413,7 +417,9 @@ TEST(Planners, AutoSearchNeverLosesToItsPlainSweep) {
     const auto full = simulate(t, make_planner("auto")->make_plan(t, rep, hw, budget), hw);
     const auto base = simulate(t, make_planner("auto", plain)->make_plan(t, rep, hw, budget), hw);
     ASSERT_TRUE(full.feasible()) << full.violations[0];
-    if (base.feasible()) EXPECT_LE(full.step_seconds, base.step_seconds * (1 + 1e-12)) << "iteration " << iter;
+    if (base.feasible()) {
+      EXPECT_LE(full.step_seconds, base.step_seconds * (1 + 1e-12)) << "iteration " << iter;
+    }
     if (full.step_seconds < base.step_seconds * (1 - 1e-6)) ++better;
   }
   EXPECT_GT(better, 0);  // the extra candidates win somewhere
