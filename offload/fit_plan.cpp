@@ -5,37 +5,54 @@
 #include "offload/simulator.hpp"
 
 namespace spillway::offload {
+namespace {
 
-std::vector<std::vector<late_free>> late_frees_from_simulation(const trace& t, const plan& p, const hw_profile& hw) {
+// The op of `ops` (ascending) whose boundary time, boundary(k), is the latest not after `at`:
+// the move that a copy starting at `at` belongs to.
+template <class Boundary>
+std::optional<op_index> latest_issue(const std::vector<op_index>& ops, double at, Boundary boundary) {
+  auto it = std::upper_bound(ops.begin(), ops.end(), at, [&](double s, op_index k) { return s < boundary(k) - 1e-12; });
+  if (it == ops.begin()) return std::nullopt;
+  return *std::prev(it);
+}
+
+}  // namespace
+
+plan_timing timing_from_simulation(const trace& t, const plan& p, const hw_profile& hw) {
   sim_options so;
   so.record_timeline = true;
   const auto sim = simulate(t, p, hw, so);
   const std::size_t n = t.ops.size();
-  std::vector<double> op_start(n, 0), op_end(n, 0);
+  plan_timing out;
+  out.op_start.assign(n, 0);
+  out.op_end.assign(n, 0);
+  out.step = sim.step_seconds;
   for (const auto& e : sim.timeline) {
     if (e.track != sim_track::compute || e.id >= n) continue;
-    op_start[e.id] = e.start;
-    op_end[e.id] = e.end;
+    out.op_start[e.id] = e.start;
+    out.op_end[e.id] = e.end;
   }
-  // Each tensor's evictions in op order; a D2H copy belongs to the latest eviction of its tensor
-  // issued (at the end of its op) no later than the copy starts.
-  std::vector<std::vector<op_index>> evicted_after(t.tensors.size());
-  for (op_index k = 0; k < p.steps.size() && k < n; ++k)
+  // Prefetches are issued at the boundary before their op (when the op before it ends),
+  // evictions at the end of their op; each copy belongs to the latest such move of its tensor.
+  std::vector<std::vector<op_index>> prefetched_before(t.tensors.size()), evicted_after(t.tensors.size());
+  for (op_index k = 0; k < p.steps.size() && k < n; ++k) {
+    for (const auto& f : p.steps[k].prefetches)
+      if (f.tensor < t.tensors.size()) prefetched_before[f.tensor].push_back(k);
     for (const auto& e : p.steps[k].evictions)
       if (e.action != evict_action::drop && e.tensor < t.tensors.size()) evicted_after[e.tensor].push_back(k);
-  std::vector<std::vector<late_free>> late(n);
-  for (const auto& e : sim.timeline) {
-    if (e.track != sim_track::d2h || e.id >= t.tensors.size()) continue;
-    const auto& ks = evicted_after[e.id];
-    auto it = std::upper_bound(ks.begin(), ks.end(), e.start, [&](double s, op_index k) { return s < op_end[k] - 1e-12; });
-    if (it == ks.begin()) continue;
-    const op_index k = *std::prev(it);
-    // The last op that starts before the copy ends: the bytes are busy through it.
-    auto m = std::lower_bound(op_start.begin(), op_start.end(), e.end);
-    const auto until = static_cast<op_index>(m == op_start.begin() ? 0 : (m - op_start.begin()) - 1);
-    if (until > k) late[k].push_back(late_free{static_cast<tensor_id>(e.id), until});
   }
-  return late;
+  auto boundary_before = [&](op_index k) { return k == 0 ? 0.0 : out.op_end[k - 1]; };
+  auto end_of = [&](op_index k) { return out.op_end[k]; };
+  for (const auto& e : sim.timeline) {
+    if (e.id >= t.tensors.size()) continue;
+    if (e.track == sim_track::h2d) {
+      if (auto k = latest_issue(prefetched_before[e.id], e.start, boundary_before))
+        out.load_start.emplace(plan_timing::key(e.id, *k), e.start);
+    } else if (e.track == sim_track::d2h) {
+      if (auto k = latest_issue(evicted_after[e.id], e.start, end_of)) out.save_end[plan_timing::key(e.id, *k)] = e.end;
+    }
+  }
+  return out;
 }
 
 fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r, const hw_profile& hw,
@@ -48,8 +65,8 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
   for (int i = 0;; ++i) {
     out.p = pl.make_plan(t, r, hw, b);
     out.plan_budget = b;
-    const auto late = late_frees_from_simulation(t, out.p, hw);
-    out.layout = make_layout(t, out.p, release_points, granule, late);
+    const auto timing = timing_from_simulation(t, out.p, hw);
+    out.layout = make_layout(t, out.p, release_points, granule, &timing);
     out.layout_extent = out.layout.extent;
     out.fits = out.layout_extent <= device_budget;
     if (out.fits || i >= tries || b <= least) return out;

@@ -17,7 +17,7 @@ namespace spillway::offload {
 
 struct fitted_plan {
   plan p;
-  device_layout layout;           ///< the packing, with copies' real ends (late_frees_from_simulation)
+  device_layout layout;           ///< the packing, timed by the simulator (timing_from_simulation)
   std::uint64_t plan_budget = 0;  ///< the budget the planner was given
   std::size_t layout_extent = 0;  ///< bytes the packed layout spans
   bool fits = false;              ///< layout_extent <= the device budget
@@ -30,9 +30,8 @@ struct fitted_plan {
                                    std::uint64_t device_budget, double headroom,
                                    std::span<const std::int64_t> release_points, std::size_t granule, int tries = 6);
 
-/// Per op k, the tensors evicted with a copy after k whose copy, in the simulator's timeline of
-/// `p` on `hw`, ends during a later op (make_layout keeps their bytes until then).
-[[nodiscard]] std::vector<std::vector<late_free>> late_frees_from_simulation(const trace& t, const plan& p,
-                                                                            const hw_profile& hw);
+/// When `p`'s ops run and its copies start and end, in the simulator's timeline of `p` on `hw`,
+/// for make_layout.
+[[nodiscard]] plan_timing timing_from_simulation(const trace& t, const plan& p, const hw_profile& hw);
 
 }  // namespace spillway::offload

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 
 namespace spillway {
 namespace {
@@ -15,16 +16,23 @@ struct block {
   std::array<std::uint32_t, 2> keys{};  // slots whose allocation of `id` this block serves
   int key_count = 1;
   std::size_t offset = 0;
+  std::array<std::pair<double, double>, 2> times{};  // [from, to) device time, when timed
+  int time_count = 0;
 
   [[nodiscard]] std::uint64_t duration() const {
     std::uint64_t d = 0;
     for (int i = 0; i < span_count; ++i) d += spans[i].second - spans[i].first;
     return d;
   }
+  // Alive together in the executor's order (the host's view of the arena), or, when timed, on
+  // the device.
   [[nodiscard]] bool overlaps_in_time(const block& o) const {
     for (int i = 0; i < span_count; ++i)
       for (int j = 0; j < o.span_count; ++j)
         if (spans[i].first < o.spans[j].second && o.spans[j].first < spans[i].second) return true;
+    for (int i = 0; i < time_count; ++i)
+      for (int j = 0; j < o.time_count; ++j)
+        if (times[i].first < o.times[j].second && o.times[j].first < times[i].second) return true;
     return false;
   }
 };
@@ -36,8 +44,8 @@ std::uint64_t key_of(tensor_id id, std::uint32_t slot) { return (static_cast<std
 class residency {
  public:
   residency(const trace& t, const plan& p, std::span<const std::int64_t> release_after, std::size_t granule,
-            std::span<const std::vector<late_free>> late)
-      : t_(t), p_(p), granule_(granule), late_(late), open_(t.tensors.size(), -1), tier_current_(t.tensors.size(), 0),
+            const plan_timing* timing)
+      : t_(t), p_(p), granule_(granule), timing_(timing), open_(t.tensors.size(), -1), tier_current_(t.tensors.size(), 0),
         released_(t.tensors.size(), 0), releases_(t.ops.size()), uses_(t.tensors.size()) {
     for (op_index k = 0; k < t.ops.size(); ++k) {
       for (auto x : t.ops[k].reads) uses_[x].push_back({k, true});
@@ -59,7 +67,7 @@ class residency {
     std::vector<std::int64_t> start_block(t_.tensors.size(), -1);  // persistents resident at the start
     for (tensor_id x = 0; x < t_.tensors.size(); ++x) {
       if (!is_persistent(t_.tensors[x].kind) || x >= p_.initial_tier.size() || p_.initial_tier[x] != tier::device) continue;
-      open(x, 0, layout_slot::start_fetch);
+      open(x, 0, layout_slot::start_fetch, 0.0);
       start_block[x] = open_[x];
       tier_current_[x] = 1;
     }
@@ -67,11 +75,12 @@ class residency {
       const auto& op = t_.ops[k];
       if (k < p_.steps.size())
         for (const auto& pf : p_.steps[k].prefetches)
-          if (pf.tensor < open_.size() && open_[pf.tensor] < 0 && !released_[pf.tensor]) open(pf.tensor, layout_slot::prefetch(k));
+          if (pf.tensor < open_.size() && open_[pf.tensor] < 0 && !released_[pf.tensor])
+            open(pf.tensor, layout_slot::prefetch(k), layout_slot::prefetch(k), time_of(timing_ ? &timing_->load_start : nullptr, pf.tensor, k, op_start(k)));
       for (auto x : op.reads)
-        if (open_[x] < 0) open(x, layout_slot::place(k));
+        if (open_[x] < 0) open(x, layout_slot::place(k), layout_slot::place(k), op_start(k));
       for (auto x : op.writes)
-        if (open_[x] < 0) open(x, layout_slot::place(k));
+        if (open_[x] < 0) open(x, layout_slot::place(k), layout_slot::place(k), op_start(k));
       for (auto x : op.writes) tier_current_[x] = 0;
       if (k < p_.steps.size()) {
         for (const auto& e : p_.steps[k].evictions) {
@@ -79,25 +88,27 @@ class residency {
           if (x >= open_.size() || open_[x] < 0) continue;
           if (e.action == evict_action::drop && !is_persistent(t_.tensors[x].kind) && !tier_current_[x] && !dead_after(x, k))
             continue;  // the executor keeps a transient whose value is still read until release()
+          const double freed = e.action == evict_action::drop ? op_end(k) : time_of(timing_ ? &timing_->save_end : nullptr, x, k, op_end(k));
           if (e.action != evict_action::drop) tier_current_[x] = 1;
-          close(x, layout_slot::after(copy_end(x, k)));
+          close(x, layout_slot::after(k), freed);
         }
       }
       for (auto x : releases_[k]) {
         released_[x] = 1;
-        if (open_[x] >= 0) close(x, layout_slot::after(k));
+        if (open_[x] >= 0) close(x, layout_slot::after(k), op_end(k));
       }
     }
     for (tensor_id x = 0; x < t_.tensors.size(); ++x) {
       if (open_[x] < 0) continue;
       const bool stays = is_persistent(t_.tensors[x].kind) && x < p_.initial_tier.size() && p_.initial_tier[x] == tier::device;
       if (!stays || start_block[x] < 0) {
-        close(x, end);
+        close(x, end, step());
         continue;
       }
       auto& last = blocks_[static_cast<std::size_t>(open_[x])];
       if (open_[x] == start_block[x]) {  // resident all through: one block around the whole timeline
         last.spans[0] = {0, end};
+        last.times[0] = {0.0, step()};
         continue;
       }
       // Resident at both ends: the block allocated last stays into the next iteration, where it
@@ -106,6 +117,11 @@ class residency {
       last.spans[0].second = end;
       last.spans[1] = {0, first.spans[0].second};
       last.span_count = 2;
+      if (timing_ != nullptr) {
+        last.times[0].second = step();
+        last.times[1] = {0.0, first.times[0].second};
+        last.time_count = 2;
+      }
       last.keys[1] = layout_slot::start_fetch;
       last.key_count = 2;
       first.bytes = 0;  // merged away
@@ -116,26 +132,36 @@ class residency {
   }
 
  private:
-  void open(tensor_id x, std::uint32_t from, std::uint32_t key) {
+  void open(tensor_id x, std::uint32_t from, std::uint32_t key, double at) {
     block b;
     b.id = x;
     b.bytes = (t_.tensors[x].bytes + granule_ - 1) / granule_ * granule_;
     b.spans[0] = {from, from};
     b.keys[0] = key;
+    if (timing_ != nullptr) {
+      b.times[0] = {at, at};
+      b.time_count = 1;
+    }
     open_[x] = static_cast<std::int64_t>(blocks_.size());
     blocks_.push_back(b);
   }
-  void open(tensor_id x, std::uint32_t slot) { open(x, slot, slot); }
-  void close(tensor_id x, std::uint32_t slot) {
-    blocks_[static_cast<std::size_t>(open_[x])].spans[0].second = slot;
+  void close(tensor_id x, std::uint32_t slot, double at) {
+    auto& b = blocks_[static_cast<std::size_t>(open_[x])];
+    b.spans[0].second = slot;
+    b.times[0].second = std::max(b.times[0].first, at);
     open_[x] = -1;
   }
-  // The op during which the copy of x evicted after op k ends (k when not known).
-  [[nodiscard]] op_index copy_end(tensor_id x, op_index k) const {
-    if (k >= late_.size()) return k;
-    for (const auto& l : late_[k])
-      if (l.tensor == x) return std::max(k, std::min<op_index>(l.until, static_cast<op_index>(t_.ops.size() - 1)));
-    return k;
+  [[nodiscard]] double op_start(op_index k) const {
+    return timing_ != nullptr && k < timing_->op_start.size() ? timing_->op_start[k] : 0.0;
+  }
+  [[nodiscard]] double op_end(op_index k) const {
+    return timing_ != nullptr && k < timing_->op_end.size() ? timing_->op_end[k] : 0.0;
+  }
+  [[nodiscard]] double step() const { return timing_ != nullptr ? timing_->step : 0.0; }
+  static double time_of(const std::unordered_map<std::uint64_t, double>* m, tensor_id x, op_index k, double otherwise) {
+    if (m == nullptr) return otherwise;
+    auto it = m->find(plan_timing::key(x, k));
+    return it == m->end() ? otherwise : it->second;
   }
   // The next use after op k overwrites x without reading it, or nothing uses it again.
   [[nodiscard]] bool dead_after(tensor_id x, op_index k) const {
@@ -147,7 +173,7 @@ class residency {
   const trace& t_;
   const plan& p_;
   std::size_t granule_;
-  std::span<const std::vector<late_free>> late_;
+  const plan_timing* timing_;
   std::vector<std::int64_t> open_;  // index of x's open block, -1 when not resident
   std::vector<char> tier_current_, released_;
   std::vector<std::vector<tensor_id>> releases_;  // per op: transients released after it
@@ -164,8 +190,8 @@ std::optional<std::size_t> device_layout::offset(tensor_id id, std::uint32_t slo
 }
 
 device_layout make_layout(const trace& t, const plan& p, std::span<const std::int64_t> release_after, std::size_t granule,
-                          std::span<const std::vector<late_free>> late) {
-  auto blocks = residency(t, p, release_after, granule, late).run();
+                          const plan_timing* timing) {
+  auto blocks = residency(t, p, release_after, granule, timing).run();
   device_layout out;
   out.blocks = blocks.size();
   const std::uint32_t end = layout_slot::end(t.ops.size());
@@ -182,8 +208,9 @@ device_layout make_layout(const trace& t, const plan& p, std::span<const std::in
     out.peak_live = std::max(out.peak_live, static_cast<std::size_t>(cur));
   }
 
-  // Several orders, the tightest packing wins: largest first (the usual best), longest-lived
-  // first, and largest area (bytes x time) first.
+  // Several orders, each with first-fit and smallest-fitting gaps; the tightest packing wins:
+  // largest first (ties: longest-lived, or earliest), longest-lived first, largest area
+  // (bytes x time) first.
   using order_fn = bool (*)(const block&, const block&);
   const order_fn orders[] = {
       [](const block& a, const block& b) { return a.bytes != b.bytes ? a.bytes > b.bytes : a.duration() > b.duration(); },
@@ -193,11 +220,13 @@ device_layout make_layout(const trace& t, const plan& p, std::span<const std::in
         const double y = static_cast<double>(b.bytes) * static_cast<double>(b.duration());
         return x != y ? x > y : a.bytes > b.bytes;
       },
+      [](const block& a, const block& b) { return a.bytes != b.bytes ? a.bytes > b.bytes : a.spans[0].first < b.spans[0].first; },
   };
   std::vector<std::size_t> best_offsets;
   std::size_t best_extent = 0;
   std::vector<std::size_t> order(blocks.size());
   std::vector<std::size_t> placed;  // blocks placed so far, by offset
+  for (const bool best_gap : {false, true}) {
   for (const auto cmp : orders) {
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return cmp(blocks[a], blocks[b]); });
@@ -205,13 +234,20 @@ device_layout make_layout(const trace& t, const plan& p, std::span<const std::in
     std::size_t extent = 0;
     for (auto i : order) {
       auto& b = blocks[i];
-      // First fit from address 0 among the blocks alive with this one, lowest offsets first.
-      std::size_t at = 0;
+      // Among the gaps between the blocks alive with this one (lowest offsets first): the first
+      // that fits, or the smallest that fits; else above them all.
+      std::size_t at = 0, best = SIZE_MAX, best_size = SIZE_MAX;
       for (auto j : placed) {
         const auto& o = blocks[j];
-        if (o.offset >= at + b.bytes) break;
-        if (b.overlaps_in_time(o)) at = std::max(at, o.offset + o.bytes);
+        if (!best_gap && o.offset >= at + b.bytes) break;
+        if (!b.overlaps_in_time(o)) continue;
+        if (o.offset >= at + b.bytes && o.offset - at < best_size) {
+          best = at;
+          best_size = o.offset - at;
+        }
+        at = std::max(at, o.offset + o.bytes);
       }
+      if (best_gap && best != SIZE_MAX) at = best;
       b.offset = at;
       extent = std::max(extent, at + b.bytes);
       placed.insert(std::upper_bound(placed.begin(), placed.end(), at,
@@ -223,6 +259,7 @@ device_layout make_layout(const trace& t, const plan& p, std::span<const std::in
       best_offsets.clear();
       for (const auto& b : blocks) best_offsets.push_back(b.offset);
     }
+  }
   }
   out.extent = best_extent;
   for (std::size_t i = 0; i < blocks.size(); ++i) {

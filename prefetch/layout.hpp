@@ -24,9 +24,12 @@ namespace spillway {
 // next tensor: the plan then misses (an on-demand eviction) although it fits by count. The
 // layout replays the plan's allocations on a timeline of slots (layout_slot), then places them
 // greedily, largest first, each at the lowest address where it overlaps in time no block placed
-// before it (the greedy-by-size heuristic of static memory planners). A persistent tensor still
-// resident when the iteration ends keeps its address into the next iteration: its block wraps
-// around the timeline. The executor asks the layout for the address of each allocation it makes
+// before it (the greedy-by-size heuristic of static memory planners; a few orders are tried and
+// the tightest kept). Given the plan's timing (plan_timing, from the simulator), blocks must
+// also be apart in device time: bytes whose copy out is still running are not given to a
+// prefetch that starts meanwhile, so no copy in waits on a copy out the plan did not expect. A
+// persistent tensor still resident when the iteration ends keeps its address into the next
+// iteration: its block wraps around the timeline. The executor asks the layout for the address of each allocation it makes
 // while following the plan and falls back to best fit when the address is taken (the run
 // departed from the plan).
 
@@ -60,19 +63,24 @@ struct device_layout {
   std::vector<layout_block> placed;                        ///< every block, for checks and reports
 };
 
-/// A tensor evicted with a copy whose device bytes stay busy until the copy ends: during op
-/// `until` (from a timed replay of the plan, the simulator's). Its block is kept to that op so
-/// that nothing placed there waits for the copy.
-struct late_free {
-  tensor_id tensor = 0;
-  op_index until = 0;
+/// When a plan's allocations are first and last used on the device, in the time of a timed
+/// replay of the plan (the simulator's). With it, make_layout also keeps apart blocks whose
+/// device use overlaps in time: bytes are not handed to a prefetch before the copy out of their
+/// last tensor has ended, so no allocation waits for a copy the replay did not wait for.
+struct plan_timing {
+  std::vector<double> op_start, op_end;  ///< per op, seconds from the iteration's start
+  double step = 0;                       ///< the iteration's length
+  /// At key(x, k): when the copy in of the prefetch of x issued before op k starts.
+  std::unordered_map<std::uint64_t, double> load_start;
+  /// At key(x, k): when the copy out of x evicted after op k ends.
+  std::unordered_map<std::uint64_t, double> save_end;
+  static std::uint64_t key(tensor_id x, op_index k) { return (static_cast<std::uint64_t>(x) << 32) | k; }
 };
 
 /// Packs the allocations of one iteration of `t` following `p`. `release_after[x]`, where set
 /// (>= 0), is the op after which the program released transient x (else its last use); `granule`
-/// rounds every block as the allocator does; `late[k]`, where given, lists the tensors evicted
-/// after op k whose copies end later.
+/// rounds every block as the allocator does; `timing`, where given, adds the device-time rule.
 [[nodiscard]] device_layout make_layout(const trace& t, const plan& p, std::span<const std::int64_t> release_after,
-                                        std::size_t granule, std::span<const std::vector<late_free>> late = {});
+                                        std::size_t granule, const plan_timing* timing = nullptr);
 
 }  // namespace spillway

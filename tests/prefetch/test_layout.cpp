@@ -101,6 +101,40 @@ TEST(Layout, TensorsApartInTimeShareAnAddressAndAResidentParameterWraps) {
   EXPECT_FALSE(l.offset(w, layout_slot::place(0)).has_value());
 }
 
+// Timed, a block whose copy out is still running keeps its bytes from a prefetch that starts
+// meanwhile, though in the executor's order the one is freed before the other is allocated.
+TEST(Layout, TimedLayoutKeepsBytesBusyUntilTheirCopyOutEnds) {
+  trace t;
+  const auto a = t.add_tensor("a", 4 * g, tensor_kind::activation);
+  const auto b = t.add_tensor("b", 4 * g, tensor_kind::parameter);
+  t.add_op(make_op("op0", {}, {a}));
+  t.add_op(make_op("op1", {b}, {}));
+  t.add_op(make_op("op2", {a}, {}));
+  t.validate();
+  plan p = plan::empty_for(t, "test", 8 * g);
+  p.initial_tier[b] = tier::host;
+  p.steps[0].evictions.push_back({a, evict_action::evict_to_host});
+  p.steps[1].prefetches.push_back({b, tier::host, 1});
+  p.steps[2].prefetches.push_back({a, tier::host, 2});
+
+  const auto untimed = make_layout(t, p, {}, g);
+  expect_disjoint(untimed);
+  EXPECT_EQ(*untimed.offset(a, layout_slot::place(0)), *untimed.offset(b, layout_slot::prefetch(1)))
+      << "apart in the executor's order, the two can share bytes";
+
+  plan_timing timing;
+  timing.op_start = {0, 1, 2};
+  timing.op_end = {1, 2, 3};
+  timing.step = 6;
+  timing.save_end[plan_timing::key(a, 0)] = 5.0;   // a's copy out ends late...
+  timing.load_start[plan_timing::key(b, 1)] = 1.0;  // ...after b's copy in has started
+  timing.load_start[plan_timing::key(a, 2)] = 5.0;
+  const auto timed = make_layout(t, p, {}, g, &timing);
+  expect_disjoint(timed);
+  EXPECT_NE(*timed.offset(a, layout_slot::place(0)), *timed.offset(b, layout_slot::prefetch(1)))
+      << "b's copy in would wait for a's copy out";
+}
+
 TEST(Layout, RandomPlansPackDisjointlyAndTheExecutorFindsEveryAddressFree) {
   std::mt19937_64 rng(2024);
   device_options o;
