@@ -1,5 +1,6 @@
 // A model's trainable parameters as Session tensors: each parameter brings its gradient and its
-// Adam moments (m, v), all persistent; one Adam op per parameter updates them.
+// Adam moments (m, v), all persistent. The moments of a large parameter are kept in chunks, one
+// Adam op per chunk (Note [Chunked moments]).
 #pragma once
 
 #include <cstddef>
@@ -13,22 +14,35 @@
 
 namespace spillway::examples {
 
+// Note [Chunked moments]
+// Adam reads a parameter, its gradient and both moments and writes three of them: four times the
+// parameter's bytes on the device at once, and the largest working set of many models. Under a
+// budget of a few such sets, the next parameter's state cannot come in while the current one is
+// updated, and the optimizer step waits on the link. With the moments in chunks of at most
+// moment_chunk elements, each Adam op holds the parameter and gradient plus one chunk of each
+// moment: the chunks stream through while the parameter stays, and the next parameter's state
+// fits beside it. The update of every element is the same arithmetic, so results do not change.
 struct parameter {
   std::string name;
   std::size_t count = 0;  ///< float elements
   tensor_handle value;
   tensor_handle grad;
-  tensor_handle m;
-  tensor_handle v;
+  std::vector<tensor_handle> m;  ///< Adam moments, chunk by chunk
+  std::vector<tensor_handle> v;
 };
+
+/// Elements per chunk of the Adam moments (4 MiB of floats).
+inline constexpr std::size_t moment_chunk = std::size_t{1} << 20;
 
 class parameter_set {
  public:
   /// Registers `name` (with `initial.size()` floats), its gradient "<name>.grad" and its Adam
-  /// state "<name>.adam_m", "<name>.adam_v" (zeros) with the session.
+  /// state "<name>.adam_m", "<name>.adam_v" (zeros; with ".<chunk>" appended when chunked) with
+  /// the session.
   parameter add(Session& s, const std::string& name, const std::vector<float>& initial);
 
-  /// One Adam step over every parameter, one op each ("<name>.adam"), in registration order.
+  /// One Adam step over every parameter, one op per moment chunk ("<name>.adam", or
+  /// "<name>.adam.<chunk>" when chunked), in registration order.
   void adam_step(Session& s, kernels::kernel_context& ctx, const kernels::adam_config& config,
                  std::int64_t step) const;
 
