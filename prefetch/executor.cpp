@@ -15,8 +15,9 @@ namespace spillway {
 // compute: the ops, in program order; frees of tensors whose last use is an op.
 // h2d: copies tier -> device (prefetches and on-demand fetches); allocations for them are made
 //      on h2d, and an op that reads the tensor waits on the tensor's `ready` event recorded there.
-// d2h: copies device -> tier (swap-outs), each after the op_done event of the latest op, and
-//      the free of the device memory right behind the copy, in stream order.
+// d2h: copies device -> tier (swap-outs), each after the op_done event (recorded on compute
+//      when an op's first swap-out needs it, so it covers every op enqueued before), and the
+//      free of the device memory right behind the copy, in stream order.
 // The memory resource hands a block freed on one stream to another only after an event shows
 // the first stream is done with it, so these frees never race the copies.
 //
@@ -113,6 +114,7 @@ void executor::read(tensor_id id, void* host) {
   if (st.dev != nullptr && st.dev_valid) {
     if (st.ready_pending) device_->stream_wait_event(compute_, *st.ready);
     device_->copy_async(host, st.dev, st.desc.bytes, copy_kind::device_to_host, compute_);
+    op_done_current_ = false;
     device_->synchronize_stream(compute_);
     return;
   }
@@ -304,7 +306,17 @@ void executor::evict(tensor_id id, tier to, bool on_demand) {
     drop_device(id);
     return;
   }
-  device_->stream_wait_event(d2h_, op_done_);  // after the latest op, which covers its last use
+  // After the work enqueued on compute so far, which covers the tensor's last use: one event
+  // per op at most, recorded when the op's first eviction needs it (Note [Stream roles]).
+  if (!op_done_current_) {
+    device_->record_event(op_done_, compute_);
+    op_done_current_ = true;
+    d2h_waits_op_done_ = false;
+  }
+  if (!d2h_waits_op_done_) {
+    device_->stream_wait_event(d2h_, op_done_);
+    d2h_waits_op_done_ = true;
+  }
   timeline_item* item = options_.timeline ? stamp_start(d2h_, timeline_item::track::d2h, st.desc.name) : nullptr;
   st.pending_save = backing_->save(id, st.desc.name, st.dev, st.desc.bytes, to, d2h_);
   stamp_end(d2h_, item);
@@ -500,7 +512,7 @@ void executor::end_op(op_index k) {
   stamp_end(compute_, open_op_);
   if (open_op_ != nullptr) op_items_.push_back(open_op_);
   open_op_ = nullptr;
-  device_->record_event(op_done_, compute_);
+  op_done_current_ = false;  // the op's work is enqueued: op_done_ no longer covers it
   // What the op wrote is now only on the device: its tier copy, if any, is stale.
   for (auto id : writes_) {
     auto& st = state(id);

@@ -154,6 +154,8 @@ class executor {
   owned_stream h2d_;
   owned_stream d2h_;
   owned_event op_done_;
+  bool op_done_current_ = false;    // op_done_ was recorded after the last work enqueued on compute
+  bool d2h_waits_op_done_ = false;  // d2h already waits on that recording
 
   std::vector<std::unique_ptr<tensor_state>> tensors_;
   const trace* trace_ = nullptr;
