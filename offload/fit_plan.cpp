@@ -58,21 +58,37 @@ plan_timing timing_from_simulation(const trace& t, const plan& p, const hw_profi
 fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r, const hw_profile& hw,
                      std::uint64_t device_budget, double headroom, std::span<const std::int64_t> release_points,
                      std::size_t granule, int tries) {
-  fitted_plan out;
   const auto least = r.min_budget_bytes;
-  std::uint64_t b = device_budget - static_cast<std::uint64_t>(std::clamp(headroom, 0.0, 1.0) * static_cast<double>(device_budget));
-  if (b < least) b = std::min(device_budget, least);
-  for (int i = 0;; ++i) {
-    out.p = pl.make_plan(t, r, hw, b);
-    out.plan_budget = b;
-    const auto timing = timing_from_simulation(t, out.p, hw);
-    out.layout = make_layout(t, out.p, release_points, granule, &timing);
-    out.layout_extent = out.layout.extent;
-    out.fits = out.layout_extent <= device_budget;
-    if (out.fits || i >= tries || b <= least) return out;
-    const std::uint64_t over = out.layout_extent - device_budget + device_budget / 64;
-    b = b > least + over ? b - over : least;
+  auto attempt = [&](std::uint64_t b) {
+    fitted_plan f;
+    f.p = pl.make_plan(t, r, hw, b);
+    f.plan_budget = b;
+    const auto timing = timing_from_simulation(t, f.p, hw);
+    f.layout = make_layout(t, f.p, release_points, granule, &timing);
+    f.layout_extent = f.layout.extent;
+    f.fits = f.layout_extent <= device_budget;
+    return f;
+  };
+  std::uint64_t hi = device_budget - static_cast<std::uint64_t>(std::clamp(headroom, 0.0, 1.0) * static_cast<double>(device_budget));
+  if (hi < least) hi = std::min(device_budget, least);
+  fitted_plan top = attempt(hi);
+  if (top.fits || hi <= least || tries <= 0) return top;
+  // The packing overshoots the budget: find about the highest planning budget whose packing
+  // fits, by bisection between the least any plan needs and the budget that did not fit.
+  fitted_plan best = attempt(least);
+  if (!best.fits) return best;  // nothing fits: the executor places by best fit
+  std::uint64_t lo = least;
+  for (int i = 1; i < tries && hi - lo > device_budget / 256; ++i) {
+    const std::uint64_t mid = lo + (hi - lo) / 2;
+    fitted_plan f = attempt(mid);
+    if (f.fits) {
+      lo = mid;
+      best = std::move(f);
+    } else {
+      hi = mid;
+    }
   }
+  return best;
 }
 
 }  // namespace spillway::offload

@@ -23,9 +23,10 @@ struct fitted_plan {
   bool fits = false;              ///< layout_extent <= the device budget
 };
 
-/// Plans `t` for `device_budget` less `headroom` (a share of it), then lowers the planner's budget
-/// by the packing's overshoot (at most `tries` times, never below the least any plan needs) until
-/// the packed layout fits `device_budget`. `release_points` and `granule` as make_layout takes them.
+/// Plans `t` for `device_budget` less `headroom` (a share of it); when the packed layout of that
+/// plan does not fit `device_budget`, searches (bisection, `tries` plans at most, never below the
+/// least any plan needs) for about the highest planning budget whose packing fits.
+/// `release_points` and `granule` as make_layout takes them.
 [[nodiscard]] fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r, const hw_profile& hw,
                                    std::uint64_t device_budget, double headroom,
                                    std::span<const std::int64_t> release_points, std::size_t granule, int tries = 6);
