@@ -18,6 +18,7 @@ struct block {
   std::size_t offset = 0;
   std::array<std::pair<double, double>, 2> times{};  // [from, to) device time, when timed
   int time_count = 0;
+  std::size_t breadth = 0;  // most bytes alive at one slot of its life
 
   [[nodiscard]] std::uint64_t duration() const {
     std::uint64_t d = 0;
@@ -203,14 +204,32 @@ device_layout make_layout(const trace& t, const plan& p, std::span<const std::in
     }
   }
   std::int64_t cur = 0;
-  for (auto d : live) {
-    cur += d;
-    out.peak_live = std::max(out.peak_live, static_cast<std::size_t>(cur));
+  std::vector<std::size_t> level(live.size(), 0);  // bytes alive at each slot
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    cur += live[i];
+    level[i] = static_cast<std::size_t>(cur);
+    out.peak_live = std::max(out.peak_live, level[i]);
   }
+  // Each block's breadth: the most bytes alive at a slot of its life (a sparse table of maxima).
+  std::vector<std::vector<std::size_t>> table{level};
+  for (std::size_t w = 1; 2 * w <= level.size(); w *= 2) {
+    const auto& prev = table.back();
+    std::vector<std::size_t> next(prev.size() - w);
+    for (std::size_t i = 0; i < next.size(); ++i) next[i] = std::max(prev[i], prev[i + w]);
+    table.push_back(std::move(next));
+  }
+  auto range_max = [&](std::size_t a, std::size_t b) -> std::size_t {  // max of level[a, b)
+    if (b <= a) return 0;
+    std::size_t k = 0;
+    while ((std::size_t{2} << k) <= b - a) ++k;
+    return std::max(table[k][a], table[k][b - (std::size_t{1} << k)]);
+  };
+  for (auto& b : blocks)
+    for (int i = 0; i < b.span_count; ++i) b.breadth = std::max(b.breadth, range_max(b.spans[i].first, b.spans[i].second));
 
   // Several orders, each with first-fit and smallest-fitting gaps; the tightest packing wins:
   // largest first (ties: longest-lived, or earliest), longest-lived first, largest area
-  // (bytes x time) first.
+  // (bytes x time) first, and those alive at the busiest slots first (largest first among them).
   using order_fn = bool (*)(const block&, const block&);
   const order_fn orders[] = {
       [](const block& a, const block& b) { return a.bytes != b.bytes ? a.bytes > b.bytes : a.duration() > b.duration(); },
@@ -221,6 +240,7 @@ device_layout make_layout(const trace& t, const plan& p, std::span<const std::in
         return x != y ? x > y : a.bytes > b.bytes;
       },
       [](const block& a, const block& b) { return a.bytes != b.bytes ? a.bytes > b.bytes : a.spans[0].first < b.spans[0].first; },
+      [](const block& a, const block& b) { return a.breadth != b.breadth ? a.breadth > b.breadth : a.bytes > b.bytes; },
   };
   std::vector<std::size_t> best_offsets;
   std::size_t best_extent = 0;
