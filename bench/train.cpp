@@ -140,7 +140,11 @@ int run(const train_args& a) {
   if (a.steps < 2) throw config_error("--steps: " + std::to_string(a.steps) + " leaves no step after the recording one");
 
   const auto make = factory_for(a.example, base);
-  examples::training_run resident_run(base, make);
+  // On a GPU the runs share one device: the everything-resident run takes its footprint and a
+  // tenth more (learned by a probe step), not all the free memory, so the others fit beside it.
+  example_options resident_options = base;
+  if (a.backend != "cpu") resident_options.budget_ratio = 1.1;
+  examples::training_run resident_run(resident_options, make);
   resident_run.step();  // the first step learns the footprint the budgets are fractions of
   const std::uint64_t footprint = resident_run.result().footprint_bytes;
   const std::uint64_t least = resident_run.result().min_budget_bytes;

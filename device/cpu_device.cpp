@@ -122,6 +122,11 @@ std::size_t cpu_device::used_memory() const {
   return used_;
 }
 
+std::size_t cpu_device::free_memory() const {
+  std::lock_guard lock(memory_mutex_);
+  return capacity_ - used_;
+}
+
 void* cpu_device::allocate_pinned(std::size_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = ::mmap(nullptr, round_up(bytes, page), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -30,6 +30,7 @@ class cpu_device final : public Device {
   [[nodiscard]] void* allocate(std::size_t bytes) override;
   void deallocate(void* ptr, std::size_t bytes) noexcept override;
   [[nodiscard]] std::size_t used_memory() const override;
+  [[nodiscard]] std::size_t free_memory() const override;
 
   [[nodiscard]] void* allocate_pinned(std::size_t bytes) override;
   void deallocate_pinned(void* ptr, std::size_t bytes) noexcept override;

@@ -79,6 +79,12 @@ class cuda_device final : public Device {
       sizes_.erase(it);
     }
   }
+  std::size_t free_memory() const override {
+    SPILLWAY_CUDA_TRY(cudaSetDevice(ordinal_));
+    std::size_t free = 0, total = 0;
+    SPILLWAY_CUDA_TRY(cudaMemGetInfo(&free, &total));
+    return free;
+  }
   std::size_t used_memory() const override {
     std::lock_guard lock(m_);
     return used_;

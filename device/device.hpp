@@ -87,6 +87,9 @@ class Device {
   /// Bytes of device memory currently handed out by allocate() (cpu backend: exact; cuda:
   /// total minus free as the runtime reports it).
   [[nodiscard]] virtual std::size_t used_memory() const = 0;
+  /// Bytes of device memory that allocate() can still hand out now (cpu backend: capacity less
+  /// used; cuda: the free memory the runtime reports, which other processes also take from).
+  [[nodiscard]] virtual std::size_t free_memory() const = 0;
 
   // Pinned host memory.
   [[nodiscard]] virtual void* allocate_pinned(std::size_t bytes) = 0;

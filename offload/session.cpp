@@ -89,7 +89,15 @@ class session_impl {
       throw config_error("device budget " + format_bytes(cfg.device_budget) + " is larger than the device's " +
                          format_bytes(total) + " (" + dev->properties().name + "); give at most " + format_bytes(total));
     }
-    budget = cfg.device_budget != 0 ? cfg.device_budget : total;
+    // No budget given: what the device has free now, less a share for what works beside the
+    // Session (library workspaces, the CUDA context's own growth, other Sessions). On the cpu
+    // backend the device is the Session's own and all of it is free.
+    budget = cfg.device_budget;
+    if (budget == 0) {
+      const std::uint64_t free = dev->free_memory();
+      budget = dev->properties().backend == backend::cpu ? free : free - free / 16;
+      budget = budget / arena_allocator::granule * arena_allocator::granule;
+    }
     executor_stack_options so;
     so.device_budget = budget;
     so.host_budget = cfg.host_budget;

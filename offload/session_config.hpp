@@ -16,7 +16,7 @@ struct session_config {
   double link_gbps = 0;                   ///< cpu backend link, GB/s each way; 0 = unlimited  SPILLWAY_LINK_GBPS
 
   // How much of each tier to use.
-  std::uint64_t device_budget = 0;        ///< 0 = the device's memory       SPILLWAY_DEVICE_BUDGET
+  std::uint64_t device_budget = 0;        ///< 0 = what is free (GPU: less 1/16) SPILLWAY_DEVICE_BUDGET
   std::uint64_t host_budget = 0;          ///< 0 = no limit on the host tier SPILLWAY_HOST_BUDGET
   std::vector<std::string> nvme_paths;    ///< swap directories; striped     SPILLWAY_NVME_PATHS (comma-separated)
   std::uint64_t nvme_reserve = 0;         ///< swap space reserved up front; 0 = as needed by the plan  SPILLWAY_NVME_RESERVE

@@ -9,7 +9,7 @@ namespace spillway::examples {
 void add_common_flags(CLI::App& app, flag_values& v, bool with_data) {
   app.add_option("--backend", v.backend, "auto (cuda when a GPU answers), cpu or cuda")->capture_default_str();
   app.add_option("--device-memory", v.device_memory, "cpu backend: emulated device memory, e.g. 1GiB (default 1 GiB)");
-  app.add_option("--device-budget", v.device_budget, "device memory Spillway may use, e.g. 256MiB (default: all)");
+  app.add_option("--device-budget", v.device_budget, "device memory Spillway may use, e.g. 256MiB (default: what is free)");
   app.add_option("--budget-ratio", v.budget_ratio,
                  "device budget as a fraction of the model's footprint (learned by a first one-step run)");
   app.add_option("--host-budget", v.host_budget, "pinned host tier capacity, e.g. 512MiB (default: no limit)");

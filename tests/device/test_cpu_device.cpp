@@ -34,6 +34,7 @@ TEST(CpuDevice, CapacityIsHardAndExactlyAccounted) {
   std::vector<void*> blocks;
   for (int i = 0; i < 4; ++i) blocks.push_back(dev.allocate(256_KiB));
   EXPECT_EQ(dev.used_memory(), 1_MiB);
+  EXPECT_EQ(dev.free_memory(), 0u);
   try {
     (void)dev.allocate(1);
     FAIL() << "allocation past capacity succeeded";
@@ -43,9 +44,11 @@ TEST(CpuDevice, CapacityIsHardAndExactlyAccounted) {
   dev.deallocate(blocks.back(), 256_KiB);
   blocks.pop_back();
   EXPECT_EQ(dev.used_memory(), 768_KiB);
+  EXPECT_EQ(dev.free_memory(), 256_KiB);
   blocks.push_back(dev.allocate(200_KiB));  // fits again
   for (auto* b : blocks) dev.deallocate(b, 0);
   EXPECT_EQ(dev.used_memory(), 0u);
+  EXPECT_EQ(dev.free_memory(), 1_MiB);
 }
 
 TEST(CpuDevice, LinkBandwidthHoldsACopyToSizeOverBandwidth) {

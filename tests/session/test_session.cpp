@@ -181,6 +181,7 @@ TEST(Session, EverythingResidentRunGivesCorrectData) {
   const auto m = make_model(rng, 6, 30);
   const auto r = run(m, base_config("none", 0), 3);
   EXPECT_EQ(r.bad_reads, 0);
+  EXPECT_EQ(r.budget, 64_MiB) << "no budget given: the cpu device's memory, all free";
   EXPECT_TRUE(r.planned_later);
   EXPECT_GT(r.footprint, 0u);
   EXPECT_LE(r.least, r.footprint);
