@@ -10,12 +10,14 @@
 //  * reap() waits up to timeout for the first completion, then collects what is already there
 //    without waiting (wait then peek).
 //  * Fixed buffers: after register_buffers(iov), an op with buffer_index >= 0 must lie inside
-//    iov[buffer_index]. Registration may fail (returns -errno); ops then use buffer_index -1.
+//    iov[buffer_index] (after update_buffer(i, b), inside b for index i). Registration may fail
+//    (returns -errno); ops then use buffer_index -1.
 //  * A queue is used by one thread at a time (its ring's I/O thread).
 #pragma once
 
 #include <sys/uio.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -54,6 +56,19 @@ class io_queue {
   /// Registers fixed buffers (replacing any registered before); 0 or -errno.
   virtual int register_buffers(std::span<const iovec> buffers) = 0;
   virtual void unregister_buffers() noexcept = 0;
+  /// Registers an empty table of `slots` fixed buffers (replacing any registered before), to be
+  /// filled one slot at a time with update_buffer, so that a new buffer costs one pin and not a
+  /// re-registration of all; 0 or -errno (this default: -EOPNOTSUPP, use register_buffers).
+  virtual int reserve_buffer_slots(unsigned slots) {
+    (void)slots;
+    return -EOPNOTSUPP;
+  }
+  /// Puts `buffer` in slot `index` of the table reserve_buffer_slots made; 0 or -errno.
+  virtual int update_buffer(unsigned index, const iovec& buffer) {
+    (void)index;
+    (void)buffer;
+    return -EOPNOTSUPP;
+  }
   /// Starts `ops` (at most depth() minus those in flight). Throws io_error when the kernel
   /// refuses the submission itself (not when an op fails: that comes back from reap()).
   virtual void submit(std::span<io_op* const> ops) = 0;

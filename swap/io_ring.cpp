@@ -81,8 +81,43 @@ void io_ring::refresh_buffers() {
                                             std::memory_order_relaxed);
     }
   }
+  // Note [Registering one region at a time]
+  // The pool grows a region at a time while tensors arrive. Registering the whole list again
+  // would pin every region again on each growth, a cost that grows with the square of the region
+  // count; with a sparse table (a fixed number of empty slots, Linux 5.13 and later) each new
+  // region is pinned once, into the next slot. A region that left the pool, a full table or a
+  // queue without slots falls back to registering the whole list.
+  const bool any_gone = std::any_of(registered_.begin(), registered_.end(), [&](const registered& r) {
+    return !std::any_of(want.begin(), want.end(), [&](const registered& w) { return w.base == r.base && w.bytes == r.bytes; });
+  });
+  if (slots_ != slot_table::unsupported) {
+    if (slots_ == slot_table::untried || any_gone) {
+      registered_.clear();
+      next_slot_ = 0;
+      slots_ = queue_->reserve_buffer_slots(max_slots) == 0 ? slot_table::on : slot_table::unsupported;
+    }
+    bool ok = slots_ == slot_table::on;
+    for (const auto& w : want) {
+      if (!ok) break;
+      const bool seen = std::any_of(registered_.begin(), registered_.end(),
+                                    [&](const registered& r) { return r.base == w.base && r.bytes == w.bytes; });
+      if (seen) continue;
+      if (next_slot_ >= max_slots || queue_->update_buffer(next_slot_, iovec{reinterpret_cast<void*>(w.base), w.bytes}) != 0) {
+        ok = false;
+        break;
+      }
+      registered_.push_back({w.base, w.bytes, static_cast<int>(next_slot_++)});
+      counters_.region_pins.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (ok) {
+      std::sort(registered_.begin(), registered_.end(), [](const auto& a, const auto& b) { return a.base < b.base; });
+      return;
+    }
+    slots_ = slot_table::unsupported;
+  }
   registered_.clear();
   const int rc = queue_->register_buffers(iov);
+  if (rc == 0) counters_.region_pins.fetch_add(iov.size(), std::memory_order_relaxed);
   if (rc < 0) {
     registration_failed_ = true;
     log(log_level::warning, std::string("nvme tier: cannot register pinned buffers with io_uring (") +

@@ -53,6 +53,7 @@ struct ring_counters {
   std::atomic<std::uint64_t> eagain_retries{0};   ///< COUNT of -EAGAIN resubmissions
   std::atomic<std::uint64_t> short_transfers{0};  ///< COUNT of short reads/writes continued
   std::atomic<std::uint64_t> huge_page_bytes{0};  ///< SUM of registered bytes marked for huge pages
+  std::atomic<std::uint64_t> region_pins{0};      ///< COUNT of pool regions registered (each time)
 };
 
 class io_ring {
@@ -90,6 +91,10 @@ class io_ring {
   bool huge_pages_;
   std::vector<registered> registered_;  // sorted by base; only touched by the ring's thread
   bool registration_failed_ = false;
+  enum class slot_table : std::uint8_t { untried, on, unsupported };
+  slot_table slots_ = slot_table::untried;  // Note [Registering one region at a time]
+  unsigned next_slot_ = 0;
+  static constexpr unsigned max_slots = 4096;
   std::vector<std::pair<block_io*, int>> finished_;  // done, not yet handed to owners
 
   std::mutex m_;

@@ -401,6 +401,7 @@ nvme_stats nvme_tier::stats() const {
   s.eagain_retries = counters_->eagain_retries.load(std::memory_order_relaxed);
   s.short_transfers = counters_->short_transfers.load(std::memory_order_relaxed);
   s.huge_page_bytes = counters_->huge_page_bytes.load(std::memory_order_relaxed);
+  s.region_pins = counters_->region_pins.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -71,6 +71,7 @@ struct nvme_stats {
   std::uint64_t eagain_retries = 0;   ///< COUNT of -EAGAIN resubmissions
   std::uint64_t short_transfers = 0;  ///< COUNT of short reads/writes continued
   std::uint64_t huge_page_bytes = 0;  ///< SUM of registered pool bytes marked for huge pages
+  std::uint64_t region_pins = 0;      ///< COUNT of pool regions registered as fixed buffers, each time
   std::uint64_t failed_moves = 0;     ///< COUNT of reads or writes that ended in an error
   std::vector<std::uint64_t> free_bytes_per_file;  ///< free bytes of each swap file, in options order
 };

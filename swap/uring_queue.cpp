@@ -43,6 +43,20 @@ class uring_queue final : public io_queue {
     return rc;
   }
 
+  int reserve_buffer_slots(unsigned slots) override {
+    unregister_buffers();
+    const int rc = io_uring_register_buffers_sparse(&ring_, slots);
+    registered_ = rc == 0;
+    return rc;
+  }
+
+  int update_buffer(unsigned index, const iovec& buffer) override {
+    if (!registered_) return -EINVAL;
+    __u64 tag = 0;
+    const int rc = io_uring_register_buffers_update_tag(&ring_, index, &buffer, &tag, 1);
+    return rc < 0 ? rc : 0;
+  }
+
   void unregister_buffers() noexcept override {
     if (registered_) io_uring_unregister_buffers(&ring_);
     registered_ = false;

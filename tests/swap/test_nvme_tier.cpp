@@ -295,3 +295,41 @@ TEST(NvmeTier, RegistersThePoolsRegionsWhenMadeAndBacksThemWithHugePages) {
     pool.deallocate(buf, 8_MiB);
   }
 }
+
+// As the pool grows a region at a time, each new region is pinned once (into the next slot of a
+// sparse table), not with every region before it again; data round-trips on fixed buffers only.
+// A queue without slots falls back to registering the whole list, and still works.
+TEST(NvmeTier, PinsEachNewPoolRegionOnceAsThePoolGrows) {
+  for (const bool slots : {true, false}) {
+    test::temp_dir dir;
+    cpu_device dev;
+    pinned_host_pool pool(dev, {.capacity = 0, .region_size = 4_MiB, .alignment = 4096});
+    auto o = options_for({dir.path()}, 64_MiB);
+    auto log = std::make_shared<call_log>();
+    if (!slots)  // the recording queue has no slot table: whole-list registration
+      o.make_queue = [log](unsigned d) -> std::unique_ptr<io_queue> {
+        return std::make_unique<recording_queue>(make_uring_queue(d), log);
+      };
+    nvme_tier tier(o, &pool);
+    constexpr int regions = 6;
+    std::vector<unsigned char*> bufs;
+    for (int i = 0; i < regions; ++i) {
+      auto* b = static_cast<unsigned char*>(pool.allocate(3_MiB));  // too big for the last region's rest
+      bufs.push_back(b);
+      const auto data = test::random_bytes(3_MiB, 40 + static_cast<unsigned>(i));
+      std::memcpy(b, data.data(), data.size());
+      tier.write("t" + std::to_string(i), b, data.size(), data.size()).wait();
+      std::memset(b, 0, data.size());
+      tier.read("t" + std::to_string(i), b, data.size()).wait();
+      EXPECT_EQ(std::memcmp(b, data.data(), data.size()), 0) << "tensor " << i;
+    }
+    ASSERT_EQ(pool.regions().size(), static_cast<std::size_t>(regions));
+    const auto s = tier.stats();
+    EXPECT_EQ(s.fixed_buffer_ops, s.ops) << "every op on a registered buffer";
+    if (slots)
+      EXPECT_EQ(s.region_pins, static_cast<std::uint64_t>(regions)) << "each region pinned once";
+    else
+      EXPECT_EQ(s.region_pins, static_cast<std::uint64_t>(regions * (regions + 1) / 2)) << "the whole list each time";
+    for (auto* b : bufs) pool.deallocate(b, 3_MiB);
+  }
+}
