@@ -44,6 +44,14 @@ op_index trace::add_op(op_desc op) {
   return static_cast<op_index>(ops.size() - 1);
 }
 
+op_index trace::add_op(std::string name, std::vector<tensor_id> reads, std::vector<tensor_id> writes) {
+  op_desc d;
+  d.name = std::move(name);
+  d.reads = std::move(reads);
+  d.writes = std::move(writes);
+  return add_op(std::move(d));
+}
+
 std::optional<tensor_id> trace::find_tensor(std::string_view name) const {
   for (std::size_t i = 0; i < tensors.size(); ++i)
     if (tensors[i].name == name) return static_cast<tensor_id>(i);

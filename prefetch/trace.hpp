@@ -59,6 +59,8 @@ struct trace {
 
   tensor_id add_tensor(std::string name, std::uint64_t bytes, tensor_kind kind);
   op_index add_op(op_desc op);
+  /// An op that reads `reads` and writes `writes`, the rest of op_desc at its defaults.
+  op_index add_op(std::string name, std::vector<tensor_id> reads, std::vector<tensor_id> writes);
   /// Id of the tensor called `name`, if any (linear search; for tests and tools).
   [[nodiscard]] std::optional<tensor_id> find_tensor(std::string_view name) const;
   /// Throws config_error naming the op (index and name) and the field at fault.

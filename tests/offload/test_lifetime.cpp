@@ -7,14 +7,6 @@
 namespace spillway::offload {
 namespace {
 
-op_desc make_op(std::string name, std::vector<tensor_id> r, std::vector<tensor_id> w) {
-  op_desc o;
-  o.name = std::move(name);
-  o.reads = std::move(r);
-  o.writes = std::move(w);
-  return o;
-}
-
 // w (param, 100 B), g (grad, 100 B), a (act, 10 B), b (act, 20 B), ws (workspace, 5 B)
 // op0 fwd1: r{w}     w{a}
 // op1 fwd2: r{a}     w{b, ws}
@@ -29,10 +21,10 @@ struct fixture : ::testing::Test {
     a = t.add_tensor("a", 10, tensor_kind::activation);
     b = t.add_tensor("b", 20, tensor_kind::activation);
     ws = t.add_tensor("ws", 5, tensor_kind::workspace);
-    t.add_op(make_op("fwd1", {w}, {a}));
-    t.add_op(make_op("fwd2", {a}, {b, ws}));
-    t.add_op(make_op("bwd", {b, w}, {g}));
-    t.add_op(make_op("step", {w, g}, {w}));
+    t.add_op("fwd1", {w}, {a});
+    t.add_op("fwd2", {a}, {b, ws});
+    t.add_op("bwd", {b, w}, {g});
+    t.add_op("step", {w, g}, {w});
   }
 };
 
@@ -85,10 +77,10 @@ TEST(Lifetime, InIterationIdleBytes) {
   trace t;
   const auto x = t.add_tensor("x", 8, tensor_kind::activation);
   const auto y = t.add_tensor("y", 4, tensor_kind::activation);
-  t.add_op(make_op("p", {}, {x}));
-  t.add_op(make_op("q", {x}, {y}));
-  t.add_op(make_op("r", {y}, {}));
-  t.add_op(make_op("s", {x}, {}));
+  t.add_op("p", {}, {x});
+  t.add_op("q", {x}, {y});
+  t.add_op("r", {y}, {});
+  t.add_op("s", {x}, {});
   const auto r = analyze(t);
   // x written at 0, idle at 2, read at 3.
   EXPECT_EQ(r.in_iteration_idle_bytes, (std::vector<std::uint64_t>{0, 0, 8, 0}));
@@ -99,7 +91,7 @@ TEST(Lifetime, UnusedPersistentIsLiveButNotNeeded) {
   trace t;
   t.add_tensor("frozen", 50, tensor_kind::parameter);
   const auto x = t.add_tensor("x", 8, tensor_kind::activation);
-  t.add_op(make_op("p", {}, {x}));
+  t.add_op("p", {}, {x});
   const auto r = analyze(t);
   EXPECT_EQ(r.live_bytes_during[0], 58u);
   EXPECT_EQ(r.needed_bytes_during[0], 8u);

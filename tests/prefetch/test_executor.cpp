@@ -53,16 +53,9 @@ TEST(Executor, WrongPlanStillGivesCorrectDataAndCountsTheMisses) {
   const auto p2 = t.add_tensor("p2", n, tensor_kind::optimizer_state);
   const auto t0 = t.add_tensor("t0", n, tensor_kind::activation);
   const auto t1 = t.add_tensor("t1", n, tensor_kind::activation);
-  auto op = [](std::string name, std::vector<tensor_id> reads, std::vector<tensor_id> writes) {
-    op_desc d;
-    d.name = std::move(name);
-    d.reads = std::move(reads);
-    d.writes = std::move(writes);
-    return d;
-  };
-  t.add_op(op("op0", {p0}, {t0}));
-  t.add_op(op("op1", {p1, t0}, {t1}));
-  t.add_op(op("op2", {p2, t1}, {p2}));
+  t.add_op("op0", {p0}, {t0});
+  t.add_op("op1", {p1, t0}, {t1});
+  t.add_op("op2", {p2, t1}, {p2});
   t.validate();
 
   plan bad = plan::empty_for(t, "wrong on purpose", 3 * n);

@@ -21,14 +21,6 @@ namespace {
 
 constexpr std::size_t g = arena_allocator::granule;
 
-op_desc make_op(std::string name, std::vector<tensor_id> reads, std::vector<tensor_id> writes) {
-  op_desc d;
-  d.name = std::move(name);
-  d.reads = std::move(reads);
-  d.writes = std::move(writes);
-  return d;
-}
-
 bool overlap_in_time(const layout_block& a, const layout_block& b) {
   for (const auto& [a0, a1] : a.spans)
     for (const auto& [b0, b1] : b.spans)
@@ -69,7 +61,7 @@ trace random_trace(std::mt19937_64& rng) {
         readable.push_back(x);
       }
     }
-    t.add_op(make_op("op" + std::to_string(t.ops.size()), {r.begin(), r.end()}, {w.begin(), w.end()}));
+    t.add_op("op" + std::to_string(t.ops.size()), {r.begin(), r.end()}, {w.begin(), w.end()});
   }
   t.validate();
   return t;
@@ -83,10 +75,10 @@ TEST(Layout, TensorsApartInTimeShareAnAddressAndAResidentParameterWraps) {
   const auto a = t.add_tensor("a", 4 * g, tensor_kind::activation);
   const auto b = t.add_tensor("b", 4 * g - 100, tensor_kind::activation);
   const auto c = t.add_tensor("c", 2 * g, tensor_kind::activation);
-  t.add_op(make_op("op0", {w}, {a}));
-  t.add_op(make_op("op1", {a}, {c}));
-  t.add_op(make_op("op2", {c, w}, {b}));  // a is dead after op1: b can take its bytes
-  t.add_op(make_op("op3", {b}, {w}));
+  t.add_op("op0", {w}, {a});
+  t.add_op("op1", {a}, {c});
+  t.add_op("op2", {c, w}, {b});  // a is dead after op1: b can take its bytes
+  t.add_op("op3", {b}, {w});
   t.validate();
   plan p = plan::empty_for(t, "test", 16 * g);
   const auto l = make_layout(t, p, {}, g);
@@ -107,9 +99,9 @@ TEST(Layout, TimedLayoutKeepsBytesBusyUntilTheirCopyOutEnds) {
   trace t;
   const auto a = t.add_tensor("a", 4 * g, tensor_kind::activation);
   const auto b = t.add_tensor("b", 4 * g, tensor_kind::parameter);
-  t.add_op(make_op("op0", {}, {a}));
-  t.add_op(make_op("op1", {b}, {}));
-  t.add_op(make_op("op2", {a}, {}));
+  t.add_op("op0", {}, {a});
+  t.add_op("op1", {b}, {});
+  t.add_op("op2", {a}, {});
   t.validate();
   plan p = plan::empty_for(t, "test", 8 * g);
   p.initial_tier[b] = tier::host;
