@@ -29,7 +29,8 @@ struct cpu_device::event_impl {
 
 struct cpu_device::stream_impl {
   std::mutex m;
-  std::condition_variable cv;       // signals new work and the queue draining
+  std::condition_variable work;     // signals new work (or stopping) to the stream's thread
+  std::condition_variable drained;  // signals pending reaching 0 to synchronize_stream
   std::deque<std::function<void()>> queue;
   std::size_t pending = 0;          // enqueued and not yet finished
   bool stopping = false;
@@ -83,7 +84,7 @@ cpu_device::~cpu_device() {
       std::lock_guard lock(q.m);
       q.stopping = true;
     }
-    q.cv.notify_all();
+    q.work.notify_all();
     q.worker.join();
   }
   for (auto& [p, n] : device_blocks_) std::free(p);
@@ -158,7 +159,7 @@ void cpu_device::serve(stream_impl& q) {
     std::chrono::nanoseconds delay{};
     {
       std::unique_lock lock(q.m);
-      q.cv.wait(lock, [&] { return q.stopping || !q.queue.empty(); });
+      q.work.wait(lock, [&] { return q.stopping || !q.queue.empty(); });
       if (q.queue.empty()) return;  // stopping and drained
       work = std::move(q.queue.front());
       q.queue.pop_front();
@@ -172,12 +173,15 @@ void cpu_device::serve(stream_impl& q) {
       failure = std::current_exception();
     }
     if (delay.count() > 0) wait_until(start + delay);
+    bool drained = false;
     {
       std::lock_guard lock(q.m);
       if (failure && !q.error) q.error = failure;
-      --q.pending;
+      drained = --q.pending == 0;
     }
-    q.cv.notify_all();
+    // Only a drained queue is news to synchronize_stream: waking it after every item would cost
+    // a context switch per item while the host waits for a long queue.
+    if (drained) q.drained.notify_all();
   }
 }
 
@@ -201,7 +205,7 @@ void cpu_device::destroy_stream(stream s) noexcept {
     std::lock_guard lock(target->m);
     target->stopping = true;
   }
-  target->cv.notify_all();
+  target->work.notify_all();
   target->worker.join();  // drains queued work first, as cudaStreamDestroy lets it finish
   std::lock_guard lock(streams_mutex_);
   streams_.remove_if([&](const stream_impl& q) { return &q == target; });
@@ -215,7 +219,7 @@ void cpu_device::enqueue(stream s, std::function<void()> work) {
     q.queue.push_back(std::move(work));
     ++q.pending;
   }
-  q.cv.notify_all();
+  q.work.notify_one();  // only the stream's own thread waits for work
 }
 
 void cpu_device::synchronize_stream(stream s) {
@@ -223,7 +227,7 @@ void cpu_device::synchronize_stream(stream s) {
   std::exception_ptr failure;
   {
     std::unique_lock lock(q.m);
-    q.cv.wait(lock, [&] { return q.pending == 0; });
+    q.drained.wait(lock, [&] { return q.pending == 0; });
     std::swap(failure, q.error);
   }
   if (failure) std::rethrow_exception(failure);
