@@ -321,8 +321,13 @@ void cpu_device::stream_wait_event(stream s, event e) {
 // while an H2D and a D2H copy run at once, and both overlap kernels. The cpu backend keeps that
 // shape: the copy runs on its stream's thread (so stream order holds) while holding the mutex
 // of its direction's engine, and, when a link bandwidth is set, keeps the engine busy until
-// bytes / bandwidth has passed since the copy started.
+// bytes / bandwidth has passed since the copy started. A copy that follows another on the engine
+// at once starts when that one was due to end, not when its thread woke: the engine then sleeps
+// to each deadline without spinning (a sleep's overshoot is made up by the next copy), and a
+// burst of copies moves at the link's rate. Only the last copy of a burst ends late, by one
+// sleep's overshoot.
 void cpu_device::run_copy(void* dst, const void* src, std::size_t bytes, copy_kind kind) {
+  using namespace std::chrono;
   copied_[static_cast<std::size_t>(kind)].fetch_add(bytes, std::memory_order_relaxed);
   if (kind != copy_kind::host_to_device && kind != copy_kind::device_to_host) {
     std::memmove(dst, src, bytes);
@@ -330,12 +335,14 @@ void cpu_device::run_copy(void* dst, const void* src, std::size_t bytes, copy_ki
   }
   auto& engine = engines_[kind == copy_kind::host_to_device ? 0 : 1];
   std::lock_guard busy(engine.busy);
-  const auto start = std::chrono::steady_clock::now();
+  const auto now = steady_clock::now();
   std::memcpy(dst, src, bytes);
   const double bw = engine.bytes_per_second.load(std::memory_order_relaxed);
   if (bw > 0) {
-    const auto hold = std::chrono::duration<double>(static_cast<double>(bytes) / bw);
-    wait_until(start + std::chrono::duration_cast<std::chrono::nanoseconds>(hold));
+    constexpr auto back_to_back = microseconds(200);  // more than a sleep overshoots
+    const auto start = now - engine.due < back_to_back ? engine.due : now;
+    engine.due = start + duration_cast<nanoseconds>(duration<double>(static_cast<double>(bytes) / bw));
+    std::this_thread::sleep_until(engine.due);
   }
 }
 

@@ -67,6 +67,7 @@ class cpu_device final : public Device {
   struct copy_engine {
     std::mutex busy;                 // one copy at a time per direction, as on a DMA engine
     std::atomic<double> bytes_per_second{0};
+    std::chrono::steady_clock::time_point due{};  // when the last copy was due to end (under busy)
   };
 
   stream_impl& impl(stream s) const;
