@@ -2,6 +2,7 @@
 // To NVMe the bytes go through a pinned staging block; a failed write keeps them there.
 #include "prefetch/tier_backing.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include <cstring>
@@ -59,6 +60,51 @@ void tier_backing::free_copy(copy& c) {
   c.where.reset();
 }
 
+// Note [Retired copies]
+// A tensor's tier copy is superseded when the tensor is saved again or released, but a move
+// enqueued earlier may still use it: the load that brought the tensor to the device reads it,
+// an earlier save may still be writing it. The host runs ahead of the device, so waiting here
+// for those moves would hold the host back to the device's pace, op by op. Instead the old copy
+// is retired: kept, with the moves that use it, and freed once they have all ended (checked at
+// the next save or release, and at drain). Only when the host tier is out of room does a save
+// wait for retired copies to free theirs.
+
+void tier_backing::retire(copy& c) {
+  const bool busy = std::any_of(c.in_flight.begin(), c.in_flight.end(), [](const move_handle& h) { return !h.ready(); });
+  if (busy && (c.host != nullptr || !c.nvme_name.empty())) {
+    retired_.push_back(std::move(c));
+    c = copy{};
+    return;
+  }
+  c.in_flight.clear();
+  free_copy(c);
+}
+
+void tier_backing::free_settled() {
+  std::erase_if(retired_, [&](copy& c) {
+    if (std::any_of(c.in_flight.begin(), c.in_flight.end(), [](const move_handle& h) { return !h.ready(); })) return false;
+    free_copy(c);
+    return true;
+  });
+}
+
+void* tier_backing::allocate_host(const std::string& name, std::uint64_t bytes, std::unique_lock<std::mutex>& lock) {
+  try {
+    return host_.allocate(name, bytes);
+  } catch (const out_of_memory&) {
+    if (retired_.empty()) throw;
+  }
+  // Out of room while retired copies hold some: wait for their moves, free them, try again.
+  std::vector<move_handle> pending;
+  for (auto& c : retired_)
+    for (auto& h : c.in_flight) pending.push_back(h);
+  lock.unlock();
+  for (auto& h : pending) wait_quietly(h);
+  lock.lock();
+  free_settled();
+  return host_.allocate(name, bytes);
+}
+
 void tier_backing::settle(tensor_id id) {
   std::vector<move_handle> pending;
   {
@@ -70,18 +116,16 @@ void tier_backing::settle(tensor_id id) {
 
 move_handle tier_backing::save(tensor_id id, const std::string& name, const void* src, std::uint64_t bytes, tier to,
                                stream s) {
-  settle(id);
   std::unique_lock lock(mutex_);
-  auto& c = slot(id);
-  free_copy(c);
-  c.bytes = bytes;
+  free_settled();
+  retire(slot(id));
   auto state = new_state();
   move_handle handle(state);
 
   void* block = nullptr;
   if (to == tier::host || nvme_ == nullptr) {
     try {
-      block = host_.allocate(name, bytes);
+      block = allocate_host(name, bytes, lock);
     } catch (const out_of_memory& e) {
       if (nvme_ == nullptr) {
         throw out_of_memory(std::string(e.what()) + "; tensor \"" + name +
@@ -89,6 +133,8 @@ move_handle tier_backing::save(tensor_id id, const std::string& name, const void
       }
     }
   }
+  auto& c = slot(id);  // after allocate_host, which may have let go of the lock
+  c.bytes = bytes;
   if (block != nullptr) {  // device -> host tier
     c.where = tier::host;
     c.host = block;
@@ -297,9 +343,9 @@ std::optional<tier> tier_backing::where(tensor_id id) const {
 }
 
 void tier_backing::discard(tensor_id id) {
-  settle(id);
   std::lock_guard lock(mutex_);
-  free_copy(slot(id));
+  free_settled();
+  retire(slot(id));
 }
 
 void tier_backing::drain() {
@@ -310,8 +356,12 @@ void tier_backing::drain() {
       for (auto& h : c.in_flight) pending.push_back(h);
       c.in_flight.clear();
     }
+    for (auto& c : retired_)
+      for (auto& h : c.in_flight) pending.push_back(h);
   }
   for (auto& h : pending) wait_quietly(h);
+  std::lock_guard lock(mutex_);
+  free_settled();
 }
 
 backing_counters tier_backing::counters() const {

@@ -43,6 +43,9 @@ class tier_backing final : public tensor_backing {
   copy& slot(tensor_id id);                    // under mutex_
   void settle(tensor_id id);                   // waits for id's moves; not under mutex_
   void free_copy(copy& c);                     // under mutex_
+  void retire(copy& c);                        // under mutex_: frees c's copy, or keeps it until its moves end
+  void free_settled();                         // under mutex_: frees the retired copies no move uses now
+  void* allocate_host(const std::string& name, std::uint64_t bytes, std::unique_lock<std::mutex>& lock);
   void* staging_block(std::uint64_t bytes);
   void free_staging(void* p, std::uint64_t bytes) noexcept;
   void note_io(bool write, const std::string& name, std::chrono::steady_clock::time_point start);
@@ -56,6 +59,7 @@ class tier_backing final : public tensor_backing {
   std::mutex spans_mutex_;
   std::vector<io_span> spans_;
   std::vector<copy> copies_;
+  std::vector<copy> retired_;  // superseded copies that moves still read or write (Note [Retired copies])
   backing_counters counters_;
   std::uint64_t generation_ = 0;
 };

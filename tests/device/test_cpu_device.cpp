@@ -66,10 +66,11 @@ TEST(CpuDevice, LinkBandwidthHoldsACopyToSizeOverBandwidth) {
   dev.deallocate(d, h.size());
 }
 
-TEST(CpuDevice, BurstOfCopiesMovesAtTheLinkRate) {
+TEST(CpuDevice, BurstOfCopiesIsNeverFasterThanTheLink) {
   // 40 copies of 256 KiB back to back at 2 GB/s: 5.24 ms of link time. Each copy's deadline
-  // follows the previous one's, so the burst is never faster than the link (less the 200 us a
-  // burst may start early by), and sleep overshoots do not add up copy by copy.
+  // follows the previous one's, so the burst is never faster than the link, less the 200 us a
+  // burst may start early by. (How much slower it may be depends on the machine's load; the
+  // replay bench measures that against the simulator.)
   device_options o;
   o.h2d_bytes_per_second = 2e9;
   cpu_device dev(o);
@@ -82,8 +83,7 @@ TEST(CpuDevice, BurstOfCopiesMovesAtTheLinkRate) {
   for (int i = 0; i < copies; ++i) dev.copy_async(d, h.data(), h.size(), copy_kind::host_to_device, s);
   dev.synchronize_stream(s);
   const double us = std::chrono::duration<double, std::micro>(clk::now() - t0).count();
-  EXPECT_GE(us, ideal_us - 200);
-  EXPECT_LE(us, 3 * ideal_us) << "copies held longer than the link needs";
+  EXPECT_GE(us, ideal_us - 200) << "a burst of copies ran faster than the link";
   EXPECT_EQ(dev.copied_bytes(copy_kind::host_to_device), copies * 256_KiB);
   dev.deallocate(d, h.size());
 }

@@ -1,0 +1,102 @@
+// tier_backing's retired copies (Note [Retired copies]): saving or releasing a tensor whose
+// load is still in flight neither waits for that load nor lets it read freed or reused bytes;
+// only a host tier out of room makes a save wait for the old copy.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "allocator/pinned_host_pool.hpp"
+#include "device/cpu_device.hpp"
+#include "device/units.hpp"
+#include "prefetch/tier_backing.hpp"
+#include "swap/host_tier.hpp"
+
+using namespace spillway;
+using namespace spillway::literals;
+
+namespace {
+
+constexpr std::size_t kBytes = 64_KiB;
+
+struct fixture {
+  explicit fixture(std::size_t host_capacity)
+      : pool(dev, {.capacity = 0, .region_size = 8_MiB, .alignment = 4096}),
+        host(pool, host_capacity),
+        backing(dev, host, nullptr),
+        slow(dev),
+        fast(dev) {
+    dev.set_stream_delay(slow.get(), std::chrono::milliseconds(150));  // a load that lands late
+  }
+  std::vector<char> device_value(void* d) {
+    std::vector<char> out(kBytes);
+    dev.copy_async(out.data(), d, kBytes, copy_kind::device_to_host, fast.get());
+    dev.synchronize_stream(fast.get());
+    return out;
+  }
+  cpu_device dev;
+  pinned_host_pool pool;
+  host_tier host;
+  tier_backing backing;
+  owned_stream slow, fast;
+};
+
+}  // namespace
+
+TEST(TierBacking, ReleasingATensorDoesNotWaitForItsLoad) {
+  fixture f(1_MiB);
+  std::vector<char> a(kBytes, 'a');
+  f.backing.put(0, "x", a.data(), kBytes, tier::host);
+  void* d = f.dev.allocate(kBytes);
+  move_handle load = f.backing.load(0, "x", d, kBytes, f.slow.get());
+  f.backing.discard(0);
+  EXPECT_FALSE(load.ready()) << "discard waited for the load in flight";
+  EXPECT_GT(f.host.stats().used_bytes, 0u) << "the copy the load reads was freed under it";
+  f.backing.drain();
+  EXPECT_TRUE(load.ready());
+  EXPECT_EQ(f.host.stats().used_bytes, 0u) << "the retired copy outlived its load";
+  EXPECT_EQ(f.device_value(d), a);
+  f.dev.deallocate(d, kBytes);
+}
+
+TEST(TierBacking, SavingOverALoadInFlightKeepsBothValues) {
+  fixture f(1_MiB);
+  std::vector<char> a(kBytes, 'a'), b(kBytes, 'b');
+  f.backing.put(0, "x", a.data(), kBytes, tier::host);
+  void* loaded = f.dev.allocate(kBytes);
+  void* newer = f.dev.allocate(kBytes);
+  f.dev.copy_async(newer, b.data(), kBytes, copy_kind::host_to_device, f.fast.get());
+  f.dev.synchronize_stream(f.fast.get());
+  move_handle load = f.backing.load(0, "x", loaded, kBytes, f.slow.get());
+  move_handle save = f.backing.save(0, "x", newer, kBytes, tier::host, f.fast.get());
+  EXPECT_FALSE(load.ready()) << "save waited for the load in flight";
+  f.backing.drain();
+  EXPECT_EQ(f.device_value(loaded), a) << "the load read the new value, or freed bytes";
+  std::vector<char> got(kBytes);
+  f.backing.get(0, "x", got.data(), kBytes);
+  EXPECT_EQ(got, b);
+  EXPECT_EQ(f.host.stats().blocks, 1u);
+  f.dev.deallocate(loaded, kBytes);
+  f.dev.deallocate(newer, kBytes);
+}
+
+TEST(TierBacking, ASaveWaitsForTheOldCopyOnlyWhenTheHostTierIsFull) {
+  fixture f(kBytes);  // room for one copy
+  std::vector<char> a(kBytes, 'a'), b(kBytes, 'b');
+  f.backing.put(0, "x", a.data(), kBytes, tier::host);
+  void* loaded = f.dev.allocate(kBytes);
+  void* newer = f.dev.allocate(kBytes);
+  f.dev.copy_async(newer, b.data(), kBytes, copy_kind::host_to_device, f.fast.get());
+  f.dev.synchronize_stream(f.fast.get());
+  move_handle load = f.backing.load(0, "x", loaded, kBytes, f.slow.get());
+  move_handle save = f.backing.save(0, "x", newer, kBytes, tier::host, f.fast.get());
+  EXPECT_TRUE(load.ready()) << "with no room for a second copy, the save must wait for the first";
+  f.backing.drain();
+  EXPECT_EQ(f.device_value(loaded), a);
+  std::vector<char> got(kBytes);
+  f.backing.get(0, "x", got.data(), kBytes);
+  EXPECT_EQ(got, b);
+  f.dev.deallocate(loaded, kBytes);
+  f.dev.deallocate(newer, kBytes);
+}
