@@ -32,6 +32,7 @@ tier_backing::~tier_backing() {
   drain();
   std::lock_guard lock(mutex_);
   for (auto& c : copies_) free_copy(c);
+  for (auto& c : retired_) free_copy(c);  // drain ended their moves
 }
 
 tier_backing::copy& tier_backing::slot(tensor_id id) {

@@ -29,6 +29,25 @@ struct fixture {
         fast(dev) {
     dev.set_stream_delay(slow.get(), std::chrono::milliseconds(150));  // a load that lands late
   }
+  // Device memory holding `v`.
+  void* on_device(const std::vector<char>& v) {
+    void* d = dev.allocate(kBytes);
+    dev.copy_async(d, v.data(), kBytes, copy_kind::host_to_device, fast.get());
+    dev.synchronize_stream(fast.get());
+    return d;
+  }
+  // The tier holds `old_value`; a slow load of it is in flight into `loaded` when the tensor is
+  // saved again from `newer`.
+  void load_then_save(const std::vector<char>& old_value, void* loaded, void* newer, move_handle& load) {
+    backing.put(0, "x", old_value.data(), kBytes, tier::host);
+    load = backing.load(0, "x", loaded, kBytes, slow.get());
+    (void)backing.save(0, "x", newer, kBytes, tier::host, fast.get());
+  }
+  std::vector<char> tier_value() {
+    std::vector<char> got(kBytes);
+    backing.get(0, "x", got.data(), kBytes);
+    return got;
+  }
   std::vector<char> device_value(void* d) {
     std::vector<char> out(kBytes);
     dev.copy_async(out.data(), d, kBytes, copy_kind::device_to_host, fast.get());
@@ -63,19 +82,14 @@ TEST(TierBacking, ReleasingATensorDoesNotWaitForItsLoad) {
 TEST(TierBacking, SavingOverALoadInFlightKeepsBothValues) {
   fixture f(1_MiB);
   std::vector<char> a(kBytes, 'a'), b(kBytes, 'b');
-  f.backing.put(0, "x", a.data(), kBytes, tier::host);
   void* loaded = f.dev.allocate(kBytes);
-  void* newer = f.dev.allocate(kBytes);
-  f.dev.copy_async(newer, b.data(), kBytes, copy_kind::host_to_device, f.fast.get());
-  f.dev.synchronize_stream(f.fast.get());
-  move_handle load = f.backing.load(0, "x", loaded, kBytes, f.slow.get());
-  move_handle save = f.backing.save(0, "x", newer, kBytes, tier::host, f.fast.get());
+  void* newer = f.on_device(b);
+  move_handle load;
+  f.load_then_save(a, loaded, newer, load);
   EXPECT_FALSE(load.ready()) << "save waited for the load in flight";
   f.backing.drain();
   EXPECT_EQ(f.device_value(loaded), a) << "the load read the new value, or freed bytes";
-  std::vector<char> got(kBytes);
-  f.backing.get(0, "x", got.data(), kBytes);
-  EXPECT_EQ(got, b);
+  EXPECT_EQ(f.tier_value(), b);
   EXPECT_EQ(f.host.stats().blocks, 1u);
   f.dev.deallocate(loaded, kBytes);
   f.dev.deallocate(newer, kBytes);
@@ -84,19 +98,14 @@ TEST(TierBacking, SavingOverALoadInFlightKeepsBothValues) {
 TEST(TierBacking, ASaveWaitsForTheOldCopyOnlyWhenTheHostTierIsFull) {
   fixture f(kBytes);  // room for one copy
   std::vector<char> a(kBytes, 'a'), b(kBytes, 'b');
-  f.backing.put(0, "x", a.data(), kBytes, tier::host);
   void* loaded = f.dev.allocate(kBytes);
-  void* newer = f.dev.allocate(kBytes);
-  f.dev.copy_async(newer, b.data(), kBytes, copy_kind::host_to_device, f.fast.get());
-  f.dev.synchronize_stream(f.fast.get());
-  move_handle load = f.backing.load(0, "x", loaded, kBytes, f.slow.get());
-  move_handle save = f.backing.save(0, "x", newer, kBytes, tier::host, f.fast.get());
+  void* newer = f.on_device(b);
+  move_handle load;
+  f.load_then_save(a, loaded, newer, load);
   EXPECT_TRUE(load.ready()) << "with no room for a second copy, the save must wait for the first";
   f.backing.drain();
   EXPECT_EQ(f.device_value(loaded), a);
-  std::vector<char> got(kBytes);
-  f.backing.get(0, "x", got.data(), kBytes);
-  EXPECT_EQ(got, b);
+  EXPECT_EQ(f.tier_value(), b);
   f.dev.deallocate(loaded, kBytes);
   f.dev.deallocate(newer, kBytes);
 }
