@@ -25,8 +25,9 @@ struct fitted_plan {
 
 /// Plans `t` for `device_budget` less `headroom` (a share of it); when the packed layout of that
 /// plan does not fit `device_budget`, searches (bisection, `tries` plans at most, never below the
-/// least any plan needs) for about the highest planning budget whose packing fits.
-/// `release_points` and `granule` as make_layout takes them.
+/// least any plan needs) for about the highest planning budget whose packing fits. A packing
+/// that misses the budget by at most 5% is tried again with shaken orders (Note [Shaken orders]
+/// in prefetch/layout.hpp). `release_points` and `granule` as make_layout takes them.
 [[nodiscard]] fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r, const hw_profile& hw,
                                    std::uint64_t device_budget, double headroom,
                                    std::span<const std::int64_t> release_points, std::size_t granule, int tries = 6);

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <iterator>
+#include <random>
 
 namespace spillway {
 namespace {
@@ -191,7 +193,8 @@ std::optional<std::size_t> device_layout::offset(tensor_id id, std::uint32_t slo
 }
 
 device_layout make_layout(const trace& t, const plan& p, std::span<const std::int64_t> release_after, std::size_t granule,
-                          const plan_timing* timing) {
+                          const plan_timing* timing, std::size_t shaken_orders) {
+  constexpr double shake_spreads[] = {0.05, 0.1, 0.2, 0.4};
   auto blocks = residency(t, p, release_after, granule, timing).run();
   device_layout out;
   out.blocks = blocks.size();
@@ -246,16 +249,14 @@ device_layout make_layout(const trace& t, const plan& p, std::span<const std::in
   std::size_t best_extent = 0;
   std::vector<std::size_t> order(blocks.size());
   std::vector<std::size_t> placed;  // blocks placed so far, by offset
-  for (const bool best_gap : {false, true}) {
-  for (const auto cmp : orders) {
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return cmp(blocks[a], blocks[b]); });
+  // Places the blocks in `order`, each among the gaps between the blocks alive with it (lowest
+  // offsets first): the first that fits, or the smallest that fits; else above them all. Keeps
+  // the packing when it is the tightest so far.
+  auto pack = [&](bool best_gap) {
     placed.clear();
     std::size_t extent = 0;
     for (auto i : order) {
       auto& b = blocks[i];
-      // Among the gaps between the blocks alive with this one (lowest offsets first): the first
-      // that fits, or the smallest that fits; else above them all.
       std::size_t at = 0, best = SIZE_MAX, best_size = SIZE_MAX;
       for (auto j : placed) {
         const auto& o = blocks[j];
@@ -279,7 +280,26 @@ device_layout make_layout(const trace& t, const plan& p, std::span<const std::in
       best_offsets.clear();
       for (const auto& b : blocks) best_offsets.push_back(b.offset);
     }
-  }
+  };
+  for (const bool best_gap : {false, true})
+    for (const auto cmp : orders) {
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return cmp(blocks[a], blocks[b]); });
+      pack(best_gap);
+    }
+  // Note [Shaken orders]: largest first, each size shaken by a random factor; first fit. The
+  // generator has a fixed seed: the same plan always packs the same way.
+  std::mt19937_64 rng(0x5b111a7);
+  std::vector<double> key(blocks.size());
+  for (std::size_t r = 0; r < shaken_orders; ++r) {
+    const double spread = shake_spreads[r % std::size(shake_spreads)];
+    std::uniform_real_distribution<double> u(1.0 - spread, 1.0 + spread);
+    for (std::size_t i = 0; i < blocks.size(); ++i) key[i] = static_cast<double>(blocks[i].bytes) * u(rng);
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](auto a, auto b) {
+      return key[a] != key[b] ? key[a] > key[b] : blocks[a].duration() > blocks[b].duration();
+    });
+    pack(false);
   }
   out.extent = best_extent;
   for (std::size_t i = 0; i < blocks.size(); ++i) {

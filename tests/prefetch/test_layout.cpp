@@ -1,7 +1,8 @@
 // The packed device layout: a hand-built case with known addresses, and a property test over
 // random traces, budgets and every planner: blocks alive at the same time never share bytes, and
 // an executor following the plan over an arena finds every planned address free (no layout
-// misses, no on-demand fetches or evictions, no refusals for fragments) once it runs the plan.
+// misses, no on-demand fetches or evictions, no refusals for fragments) once it runs the plan;
+// shaken orders never pack looser than the fixed ones, and pack a plan the same way every time.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -180,4 +181,27 @@ TEST(Layout, RandomPlansPackDisjointlyAndTheExecutorFindsEveryAddressFree) {
   }
   EXPECT_EQ(runs, 120);
   EXPECT_EQ(with_layout, runs) << "the layout fits the budget it was given, so it must be used";
+}
+
+TEST(Layout, ShakenOrdersNeverPackLooserAndPackTheSameEveryTime) {
+  std::mt19937_64 rng(77);
+  auto hw = offload::get_profile("v100-16g");
+  int tighter = 0;
+  for (int round = 0; round < 30; ++round) {
+    const auto t = random_trace(rng);
+    const auto rep = offload::analyze(t);
+    const double f = std::uniform_real_distribution<double>(0.0, 0.5)(rng);
+    const std::uint64_t budget = rep.min_budget_bytes + static_cast<std::uint64_t>(f * static_cast<double>(rep.peak_live_bytes - rep.min_budget_bytes));
+    const auto p = offload::make_planner(round % 2 == 0 ? "auto" : "lms")->make_plan(t, rep, hw, budget);
+    const auto fixed = make_layout(t, p, {}, g);
+    const auto shaken = make_layout(t, p, {}, g, nullptr, 20);
+    expect_disjoint(shaken);
+    if (HasFatalFailure()) return;
+    EXPECT_LE(shaken.extent, fixed.extent) << "round " << round;
+    tighter += shaken.extent < fixed.extent;
+    const auto again = make_layout(t, p, {}, g, nullptr, 20);
+    EXPECT_EQ(again.extent, shaken.extent);
+    EXPECT_EQ(again.offsets, shaken.offsets) << "round " << round << ": the same plan packed two ways";
+  }
+  EXPECT_GT(tighter, 0) << "shaken orders never beat the fixed ones on 30 random plans";
 }
