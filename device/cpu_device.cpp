@@ -1,5 +1,6 @@
-// The cpu backend's implementation.
-// See Note [Copy engines] for how copies overlap and Note [Events] for event generations.
+// The cpu backend's memory, streams, events and copies.
+// See Note [Copy engines] for how copies overlap, Note [Events] for event generations, and
+// cpu_callbacks.cpp for the callback thread that runs host functions (Note [Host functions]).
 #include "device/cpu_device.hpp"
 
 #include <sys/mman.h>
@@ -10,35 +11,13 @@
 #include <cstring>
 #include <string>
 
+#include "device/cpu_device_detail.hpp"
 #include "device/error.hpp"
+#include "device/huge_pages.hpp"
+#include "device/stream_work.hpp"
 #include "device/units.hpp"
 
 namespace spillway {
-
-// Note [Events]
-// An event keeps two counters. record_event bumps `recorded` and enqueues work that raises
-// `completed` to that generation when the stream reaches it. The event is finished when
-// completed >= recorded. stream_wait_event captures the generation at the time of the call, so
-// a later re-record does not change what an earlier wait waits for (as in CUDA).
-struct cpu_device::event_impl {
-  std::mutex m;
-  std::condition_variable cv;
-  std::uint64_t recorded = 0;
-  std::uint64_t completed = 0;
-};
-
-struct cpu_device::stream_impl {
-  std::mutex m;
-  std::condition_variable work;     // signals new work (or stopping) to the stream's thread
-  std::condition_variable drained;  // signals pending reaching 0 to synchronize_stream
-  std::deque<std::function<void()>> queue;
-  std::size_t pending = 0;          // enqueued and not yet finished
-  bool stopping = false;
-  std::exception_ptr error;         // first failure of stream work; rethrown on synchronize
-  std::chrono::nanoseconds delay{0};
-  stream_priority priority = stream_priority::normal;
-  std::thread worker;
-};
 
 namespace {
 constexpr std::size_t device_alignment = 256;
@@ -53,6 +32,18 @@ std::size_t default_capacity(const device_options& o) {
   return std::size_t{1} << 30;
 }
 
+std::uint64_t default_seed(std::uint64_t given) {
+  if (given != 0) return given;
+  if (const char* env = std::getenv("SPILLWAY_CPU_CALLBACK_SEED"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(env, &end, 10);
+    if (end == env || *end != '\0')
+      throw config_error(std::string("SPILLWAY_CPU_CALLBACK_SEED: \"") + env + "\" is not a whole number");
+    return v;
+  }
+  return 1;
+}
+
 // Sleeps until just before `deadline`, then spins the last few tens of microseconds. Stream
 // threads run with a 1 us timer slack (see serve); spinning longer would steal the core that
 // another stream's work needs on a small machine.
@@ -62,15 +53,23 @@ void wait_until(std::chrono::steady_clock::time_point deadline) {
   while (steady_clock::now() < deadline) {
   }
 }
+
+// How often a waiter looks at the wedged flag (Note [Host functions]); only waits that last
+// this long pay for it.
+constexpr auto wedge_poll = std::chrono::milliseconds(50);
 }  // namespace
 
-cpu_device::cpu_device(const device_options& options) : capacity_(default_capacity(options)) {
+cpu_device::cpu_device(const device_options& options)
+    : rules_(options.strict), capacity_(default_capacity(options)), callback_order_(default_seed(options.strict.callback_seed)) {
   props_.name = "cpu (emulated device, " + format_bytes(capacity_) + ")";
   props_.backend = backend::cpu;
   props_.total_memory = capacity_;
   props_.copy_engines = 2;
   props_.numa_node = -1;
   set_link_bandwidth(options.h2d_bytes_per_second, options.d2h_bytes_per_second);
+  SPILLWAY_EXPECTS_T(config_error, rules_.host_function_limit.count() >= 0,
+                     "cpu device: the host function limit must be >= 0 ms");
+  if (rules_.one_callback_thread) callback_thread_ = std::thread([this] { serve_callbacks(); });
 }
 
 cpu_device::~cpu_device() {
@@ -87,13 +86,53 @@ cpu_device::~cpu_device() {
     q.work.notify_all();
     q.worker.join();
   }
+  if (callback_thread_.joinable()) {
+    bool stuck = false;
+    {
+      std::unique_lock lock(callbacks_mutex_);
+      callbacks_stopping_ = true;
+      if (wedged_) callbacks_done_.wait_for(lock, std::chrono::seconds(1), [&] { return running_call_ == nullptr; });
+      stuck = running_call_ != nullptr;
+    }
+    callbacks_work_.notify_all();
+    // A host function that never returns keeps the thread; joining it would hang the program
+    // that the wedge error already told what went wrong.
+    if (stuck) callback_thread_.detach();
+    else callback_thread_.join();
+  }
   for (auto& [p, n] : device_blocks_) std::free(p);
-  for (auto& [p, n] : pinned_blocks_) ::munmap(p, round_up(n, page));
+  for (auto& [p, n] : pinned_blocks_) ::munmap(reinterpret_cast<void*>(p), round_up(n, page));
+}
+
+// ---- failures and callers --------------------------------------------------------------------
+
+void cpu_device::fail(std::exception_ptr e) noexcept {
+  std::lock_guard lock(failure_mutex_);
+  if (!sticky_) sticky_ = std::move(e);
+}
+
+void cpu_device::rethrow_sticky() const {
+  std::exception_ptr e;
+  {
+    std::lock_guard lock(failure_mutex_);
+    if (rules_.sticky_errors || wedged_) e = sticky_;
+  }
+  if (e) std::rethrow_exception(e);
+}
+
+void cpu_device::check_caller(const char* call) const {
+  if (!rules_.no_device_calls_in_stream_work) return;
+  if (const char* what = detail::stream_work_context(); what != nullptr) {
+    throw error(std::string("cpu device: ") + call + " called from " + what +
+                "; stream work must not call the Device (CUDA refuses API calls in host functions, and a kernel "
+                "cannot make them): do it on a host thread before or after the stream work");
+  }
 }
 
 // ---- memory -------------------------------------------------------------------------------
 
 void* cpu_device::allocate(std::size_t bytes) {
+  check_caller("allocate");
   if (bytes == 0) return nullptr;
   const std::size_t rounded = round_up(bytes, device_alignment);
   std::lock_guard lock(memory_mutex_);
@@ -110,6 +149,17 @@ void* cpu_device::allocate(std::size_t bytes) {
 
 void cpu_device::deallocate(void* ptr, std::size_t /*bytes*/) noexcept {
   if (ptr == nullptr) return;
+  bool from_stream_work = false;
+  try {
+    check_caller("deallocate");
+  } catch (...) {
+    fail(std::current_exception());
+    from_stream_work = true;
+  }
+  if (rules_.free_synchronizes && !from_stream_work) {
+    synchronizing_frees_.fetch_add(1, std::memory_order_relaxed);
+    drain_all();  // as cudaFree: the device finishes all its work first
+  }
   std::lock_guard lock(memory_mutex_);
   auto it = device_blocks_.find(ptr);
   if (it == device_blocks_.end()) std::abort();  // freeing memory this device did not hand out
@@ -129,20 +179,29 @@ std::size_t cpu_device::free_memory() const {
 }
 
 void* cpu_device::allocate_pinned(std::size_t bytes) {
+  check_caller("allocate_pinned");
   if (bytes == 0) return nullptr;
   void* p = ::mmap(nullptr, round_up(bytes, page), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw out_of_memory("cpu device: cannot map " + format_bytes(bytes) + " of pinned host memory");
+  // Huge pages must be asked for before the pages are pinned: pinned pages cannot be collapsed
+  // (Note [Huge pages for registered buffers]); the pages that pinning faults in come huge.
+  (void)detail::back_with_huge_pages(p, round_up(bytes, page));
   std::lock_guard lock(memory_mutex_);
-  pinned_blocks_.emplace(p, bytes);
+  pinned_blocks_.emplace(reinterpret_cast<std::uintptr_t>(p), bytes);
   return p;
 }
 
 void cpu_device::deallocate_pinned(void* ptr, std::size_t /*bytes*/) noexcept {
   if (ptr == nullptr) return;
+  try {
+    check_caller("deallocate_pinned");
+  } catch (...) {
+    fail(std::current_exception());
+  }
   std::size_t n = 0;
   {
     std::lock_guard lock(memory_mutex_);
-    auto it = pinned_blocks_.find(ptr);
+    auto it = pinned_blocks_.find(reinterpret_cast<std::uintptr_t>(ptr));
     if (it == pinned_blocks_.end()) std::abort();
     n = it->second;
     pinned_blocks_.erase(it);
@@ -150,33 +209,60 @@ void cpu_device::deallocate_pinned(void* ptr, std::size_t /*bytes*/) noexcept {
   ::munmap(ptr, round_up(n, page));
 }
 
+bool cpu_device::is_pinned(const void* p, std::size_t bytes) const {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::lock_guard lock(memory_mutex_);
+  auto it = pinned_blocks_.upper_bound(a);
+  if (it == pinned_blocks_.begin()) return false;
+  --it;
+  return a >= it->first && a + bytes <= it->first + it->second;
+}
+
 // ---- streams ------------------------------------------------------------------------------
 
 void cpu_device::serve(stream_impl& q) {
   ::prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // 1 us: timed copies and delays wake on time
   for (;;) {
-    std::function<void()> work;
+    work_item item;
     std::chrono::nanoseconds delay{};
     {
       std::unique_lock lock(q.m);
       q.work.wait(lock, [&] { return q.stopping || !q.queue.empty(); });
       if (q.queue.empty()) return;  // stopping and drained
-      work = std::move(q.queue.front());
+      item = std::move(q.queue.front());
       q.queue.pop_front();
       delay = q.delay;
     }
     const auto start = std::chrono::steady_clock::now();
     std::exception_ptr failure;
-    try {
-      work();
-    } catch (...) {
-      failure = std::current_exception();
+    // After a sticky failure the device runs no more user work, as a CUDA context after an
+    // error; event marks still run so that nothing waits on them forever.
+    bool skip = false;
+    if (!item.marker && rules_.sticky_errors) {
+      std::lock_guard lock(failure_mutex_);
+      skip = sticky_ != nullptr;
     }
+    if (!skip) {
+      try {
+        if (item.host_function) {
+          run_host_function(q, std::move(item.fn));
+        } else {
+          detail::stream_work_scope scope(item.marker ? "an event mark" : "a cpu kernel or copy");
+          item.fn();
+        }
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
+    item.fn = nullptr;  // captures die on the stream's thread, before the item counts as done
     if (delay.count() > 0) wait_until(start + delay);
+    if (failure) {
+      if (rules_.sticky_errors) fail(failure);
+    }
     bool drained = false;
     {
       std::lock_guard lock(q.m);
-      if (failure && !q.error) q.error = failure;
+      if (failure && !rules_.sticky_errors && !q.error) q.error = failure;
       drained = --q.pending == 0;
     }
     // Only a drained queue is news to synchronize_stream: waking it after every item would cost
@@ -186,10 +272,14 @@ void cpu_device::serve(stream_impl& q) {
 }
 
 stream cpu_device::create_stream(stream_priority priority) {
+  check_caller("create_stream");
   std::lock_guard lock(streams_mutex_);
   auto& q = streams_.emplace_back();
   q.priority = priority;
-  q.worker = std::thread([&q] { serve(q); });
+  q.label = "stream " + std::to_string(++next_stream_id_) + " (" +
+            (priority == stream_priority::high ? "high" : priority == stream_priority::low ? "low" : "normal") +
+            " priority)";
+  q.worker = std::thread([this, &q] { serve(q); });
   return stream{&q};
 }
 
@@ -211,29 +301,45 @@ void cpu_device::destroy_stream(stream s) noexcept {
   streams_.remove_if([&](const stream_impl& q) { return &q == target; });
 }
 
-void cpu_device::enqueue(stream s, std::function<void()> work) {
+void cpu_device::enqueue(stream s, std::function<void()> work, bool host_function, bool marker) {
   auto& q = impl(s);
   {
     std::lock_guard lock(q.m);
     SPILLWAY_EXPECTS(!q.stopping, "cpu device: work enqueued on a stream being destroyed");
-    q.queue.push_back(std::move(work));
+    q.queue.push_back(work_item{std::move(work), host_function, marker});
     ++q.pending;
   }
   q.work.notify_one();  // only the stream's own thread waits for work
 }
 
+void cpu_device::wait_drained(stream_impl& q) const {
+  std::unique_lock lock(q.m);
+  while (q.pending != 0) {
+    if (wedged_) return;  // a blocked host function holds work that will never end
+    q.drained.wait_for(lock, wedge_poll);
+  }
+}
+
 void cpu_device::synchronize_stream(stream s) {
+  check_caller("synchronize_stream");
   auto& q = impl(s);
+  wait_drained(q);
+  rethrow_sticky();
   std::exception_ptr failure;
   {
-    std::unique_lock lock(q.m);
-    q.drained.wait(lock, [&] { return q.pending == 0; });
+    std::lock_guard lock(q.m);
     std::swap(failure, q.error);
   }
   if (failure) std::rethrow_exception(failure);
 }
 
+void cpu_device::drain_all() noexcept {
+  std::lock_guard lock(streams_mutex_);  // streams are not destroyed while we wait on them
+  for (auto& q : streams_) wait_drained(q);
+}
+
 void cpu_device::synchronize() {
+  check_caller("synchronize");
   std::vector<stream> all;
   {
     std::lock_guard lock(streams_mutex_);
@@ -258,11 +364,28 @@ void cpu_device::set_stream_delay(stream s, std::chrono::nanoseconds extra) {
 
 // ---- events -------------------------------------------------------------------------------
 
+// Note [Events]
+// An event keeps two counters. record_event bumps `recorded` and enqueues a mark that raises
+// `completed` to that generation when the stream reaches it. The event is finished when
+// completed >= recorded. stream_wait_event captures the generation at the time of the call, so
+// a later re-record does not change what an earlier wait waits for (as in CUDA). A timing
+// event also notes when its mark ran.
+
 // The handle points at a shared_ptr so that work already enqueued keeps the event alive when
 // it is destroyed early, as cudaEventDestroy allows.
 using event_ref = std::shared_ptr<cpu_device::event_impl>;
 
-event cpu_device::create_event() { return event{new event_ref(std::make_shared<event_impl>())}; }
+event cpu_device::create_event() {
+  check_caller("create_event");
+  return event{new event_ref(std::make_shared<event_impl>())};
+}
+
+event cpu_device::create_timing_event() {
+  check_caller("create_timing_event");
+  auto ev = std::make_shared<event_impl>();
+  ev->timing = true;
+  return event{new event_ref(std::move(ev))};
+}
 
 void cpu_device::destroy_event(event e) noexcept { delete static_cast<event_ref*>(e.handle); }
 
@@ -272,35 +395,58 @@ std::shared_ptr<cpu_device::event_impl> cpu_device::impl(event e) {
 }
 
 void cpu_device::record_event(event e, stream s) {
+  check_caller("record_event");
   auto ev = impl(e);
   std::uint64_t generation = 0;
   {
     std::lock_guard lock(ev->m);
     generation = ++ev->recorded;
   }
-  enqueue(s, [ev, generation] {
-    {
-      std::lock_guard lock(ev->m);
-      ev->completed = std::max(ev->completed, generation);
-    }
-    ev->cv.notify_all();
-  });
+  enqueue(
+      s,
+      [ev, generation] {
+        {
+          std::lock_guard lock(ev->m);
+          if (generation > ev->completed) {
+            ev->completed = generation;
+            if (ev->timing) ev->completed_at = std::chrono::steady_clock::now();
+          }
+        }
+        ev->cv.notify_all();
+      },
+      false, true);
 }
 
 bool cpu_device::query_event(event e) {
+  check_caller("query_event");
+  rethrow_sticky();
   auto ev = impl(e);
   std::lock_guard lock(ev->m);
   return ev->completed >= ev->recorded;
 }
 
+void cpu_device::wait_event(event_impl& ev, std::uint64_t target) const {
+  std::unique_lock lock(ev.m);
+  while (ev.completed < target) {
+    if (wedged_) return;
+    ev.cv.wait_for(lock, wedge_poll);
+  }
+}
+
 void cpu_device::synchronize_event(event e) {
+  check_caller("synchronize_event");
   auto ev = impl(e);
-  std::unique_lock lock(ev->m);
-  const auto target = ev->recorded;
-  ev->cv.wait(lock, [&] { return ev->completed >= target; });
+  std::uint64_t target = 0;
+  {
+    std::lock_guard lock(ev->m);
+    target = ev->recorded;
+  }
+  wait_event(*ev, target);
+  rethrow_sticky();
 }
 
 void cpu_device::stream_wait_event(stream s, event e) {
+  check_caller("stream_wait_event");
   auto ev = impl(e);
   std::uint64_t target = 0;
   {
@@ -308,10 +454,22 @@ void cpu_device::stream_wait_event(stream s, event e) {
     target = ev->recorded;
   }
   if (target == 0) return;  // never recorded: nothing to wait for
-  enqueue(s, [ev, target] {
-    std::unique_lock lock(ev->m);
-    ev->cv.wait(lock, [&] { return ev->completed >= target; });
-  });
+  enqueue(s, [this, ev, target] { wait_event(*ev, target); }, false, true);
+}
+
+double cpu_device::elapsed_ms(event start, event end) {
+  check_caller("elapsed_ms");
+  auto a = impl(start);
+  auto b = impl(end);
+  auto reached = [](event_impl& ev, std::chrono::steady_clock::time_point& at) {
+    std::lock_guard lock(ev.m);
+    at = ev.completed_at;
+    return ev.timing && ev.recorded > 0 && ev.completed >= ev.recorded;
+  };
+  std::chrono::steady_clock::time_point ta, tb;
+  SPILLWAY_EXPECTS(reached(*a, ta) && reached(*b, tb),
+                   "cpu device: elapsed_ms needs two timing events, both recorded and reached");
+  return std::chrono::duration<double, std::milli>(tb - ta).count();
 }
 
 // ---- work ---------------------------------------------------------------------------------
@@ -347,18 +505,48 @@ void cpu_device::run_copy(void* dst, const void* src, std::size_t bytes, copy_ki
 }
 
 void cpu_device::copy_async(void* dst, const void* src, std::size_t bytes, copy_kind kind, stream s) {
+  check_caller("copy_async");
   if (bytes == 0) return;
   SPILLWAY_EXPECTS(dst != nullptr && src != nullptr, "cpu device: copy_async with a null pointer");
+  rethrow_sticky();
+  // Note [Pageable copies]: CUDA cannot DMA from or to memory that is not pinned; it stages the
+  // bytes and returns only when the copy is done (the stream's earlier work first).
+  bool pageable = false;
+  if (rules_.pageable_copies_synchronous) {
+    const bool src_host = kind == copy_kind::host_to_device || kind == copy_kind::host_to_host;
+    const bool dst_host = kind == copy_kind::device_to_host || kind == copy_kind::host_to_host;
+    pageable = (src_host && !is_pinned(src, bytes)) || (dst_host && !is_pinned(dst, bytes));
+  }
   enqueue(s, [this, dst, src, bytes, kind] { run_copy(dst, src, bytes, kind); });
+  if (pageable) {
+    synchronous_copies_.fetch_add(1, std::memory_order_relaxed);
+    wait_drained(impl(s));
+    rethrow_sticky();
+  }
 }
 
 void cpu_device::memset_async(void* dst, int value, std::size_t bytes, stream s) {
+  check_caller("memset_async");
   if (bytes == 0) return;
   SPILLWAY_EXPECTS(dst != nullptr, "cpu device: memset_async with a null pointer");
+  rethrow_sticky();
   enqueue(s, [dst, value, bytes] { std::memset(dst, value, bytes); });
 }
 
-void cpu_device::launch_host(stream s, std::function<void()> work) { enqueue(s, std::move(work)); }
+void cpu_device::launch_host(stream s, std::function<void()> work) {
+  check_caller("launch_host");
+  rethrow_sticky();
+  enqueue(s, std::move(work), true);
+}
+
+void cpu_device::launch_kernel(stream s, std::function<void()> work) {
+  check_caller("launch_kernel");
+  rethrow_sticky();
+  enqueue(s, [this, w = std::move(work)] {
+    kernels_.fetch_add(1, std::memory_order_relaxed);
+    w();
+  });
+}
 
 void cpu_device::set_link_bandwidth(double h2d, double d2h) {
   SPILLWAY_EXPECTS_T(config_error, h2d >= 0 && d2h >= 0, "cpu device: link bandwidth must be >= 0 bytes/s");
@@ -368,6 +556,11 @@ void cpu_device::set_link_bandwidth(double h2d, double d2h) {
 
 std::uint64_t cpu_device::copied_bytes(copy_kind kind) const noexcept {
   return copied_[static_cast<std::size_t>(kind)].load(std::memory_order_relaxed);
+}
+
+cpu_device_counters cpu_device::counters() const noexcept {
+  return cpu_device_counters{host_functions_.load(), kernels_.load(), synchronous_copies_.load(),
+                             synchronizing_frees_.load()};
 }
 
 }  // namespace spillway

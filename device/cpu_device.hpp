@@ -1,7 +1,9 @@
 // The cpu backend: a real Device made of host memory and threads, used where there is no GPU.
 // Device memory is an arena with a hard capacity; each stream is an in-order queue on its own
-// thread; H2D and D2H copies run on one copy engine per direction, optionally held to a link
-// bandwidth so that overlap behaves as on a PCIe link.
+// worker; H2D and D2H copies run on one copy engine per direction, optionally held to a link
+// bandwidth so that overlap behaves as on a PCIe link. It is at least as strict as CUDA
+// (device_options::strict_rules): host functions share one callback thread, stream work may not
+// call the Device, pageable copies and frees synchronise, failures are sticky.
 #pragma once
 
 #include <array>
@@ -12,13 +14,25 @@
 #include <deque>
 #include <exception>
 #include <list>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "device/device.hpp"
 
 namespace spillway {
+
+/// What the cpu backend counts of the work that CUDA makes expensive (all COUNT, since made).
+struct cpu_device_counters {
+  std::uint64_t host_functions = 0;       ///< launch_host calls run
+  std::uint64_t kernels = 0;              ///< launch_kernel calls run
+  std::uint64_t synchronous_copies = 0;   ///< copies made synchronous by pageable host memory
+  std::uint64_t synchronizing_frees = 0;  ///< deallocate calls that synchronised the device
+};
 
 class cpu_device final : public Device {
  public:
@@ -45,10 +59,13 @@ class cpu_device final : public Device {
   [[nodiscard]] bool query_event(event e) override;
   void synchronize_event(event e) override;
   void stream_wait_event(stream s, event e) override;
+  [[nodiscard]] event create_timing_event() override;
+  [[nodiscard]] double elapsed_ms(event start, event end) override;
 
   void copy_async(void* dst, const void* src, std::size_t bytes, copy_kind kind, stream s) override;
   void memset_async(void* dst, int value, std::size_t bytes, stream s) override;
   void launch_host(stream s, std::function<void()> work) override;
+  void launch_kernel(stream s, std::function<void()> work) override;
   void synchronize() override;
 
   // cpu-only controls, for tests and the replay benchmark.
@@ -59,36 +76,75 @@ class cpu_device final : public Device {
   void set_link_bandwidth(double h2d_bytes_per_second, double d2h_bytes_per_second);
   /// Bytes copied so far in one direction.
   [[nodiscard]] std::uint64_t copied_bytes(copy_kind kind) const noexcept;
+  /// What the strict rules counted so far.
+  [[nodiscard]] cpu_device_counters counters() const noexcept;
+  [[nodiscard]] const device_options::strict_rules& rules() const noexcept { return rules_; }
 
- struct event_impl;  // public so the event handle's holder can name it
+  struct event_impl;  // public so the event handle's holder can name it
 
  private:
   struct stream_impl;
+  struct host_call;
   struct copy_engine {
     std::mutex busy;                 // one copy at a time per direction, as on a DMA engine
     std::atomic<double> bytes_per_second{0};
     std::chrono::steady_clock::time_point due{};  // when the last copy was due to end (under busy)
   };
+  struct work_item {
+    std::function<void()> fn;
+    bool host_function = false;  // runs on the callback thread
+    bool marker = false;         // an event's record or wait: runs even after a sticky failure
+  };
 
   stream_impl& impl(stream s) const;
   static std::shared_ptr<event_impl> impl(event e);
-  void enqueue(stream s, std::function<void()> work);
-  static void serve(stream_impl& q);
+  void enqueue(stream s, std::function<void()> work, bool host_function = false, bool marker = false);
+  void wait_drained(stream_impl& q) const;  // returns early when the device is wedged
+  void serve(stream_impl& q);
+  void run_host_function(stream_impl& q, std::function<void()> fn);
+  void serve_callbacks();
   void run_copy(void* dst, const void* src, std::size_t bytes, copy_kind kind);
+  void wait_event(event_impl& ev, std::uint64_t target) const;  // returns early when wedged
+  void fail(std::exception_ptr e) noexcept;  // records a failure of stream work (sticky)
+  void rethrow_sticky() const;
+  void check_caller(const char* call) const;  // stream work may not call the Device
+  [[nodiscard]] bool is_pinned(const void* p, std::size_t bytes) const;
+  void drain_all() noexcept;  // waits for every stream without rethrowing
 
   device_properties props_;
+  device_options::strict_rules rules_;
   std::size_t capacity_;
 
   mutable std::mutex memory_mutex_;
   std::size_t used_ = 0;
   std::unordered_map<void*, std::size_t> device_blocks_;
-  std::unordered_map<void*, std::size_t> pinned_blocks_;
+  std::map<std::uintptr_t, std::size_t> pinned_blocks_;  // start -> bytes, for range lookups
 
   mutable std::mutex streams_mutex_;
   std::list<stream_impl> streams_;
+  int next_stream_id_ = 0;
+
+  mutable std::mutex failure_mutex_;
+  std::exception_ptr sticky_;     // the first failure of stream work (rules_.sticky_errors)
+  std::atomic<bool> wedged_{false};  // the callback thread is held by a host function past the limit
+
+  // The callback thread (Note [Host functions]).
+  std::mutex callbacks_mutex_;
+  std::condition_variable callbacks_work_;
+  std::condition_variable callbacks_done_;
+  std::deque<std::shared_ptr<host_call>> ready_calls_;
+  std::shared_ptr<host_call> running_call_;
+  std::chrono::steady_clock::time_point running_since_{};
+  bool callbacks_stopping_ = false;
+  std::mt19937_64 callback_order_;
+  std::thread callback_thread_;
 
   std::array<copy_engine, 2> engines_;  // [0] host-to-device, [1] device-to-host
   std::array<std::atomic<std::uint64_t>, 4> copied_{};
+  std::atomic<std::uint64_t> host_functions_{0};
+  std::atomic<std::uint64_t> kernels_{0};
+  std::atomic<std::uint64_t> synchronous_copies_{0};
+  std::atomic<std::uint64_t> synchronizing_frees_{0};
 };
 
 }  // namespace spillway

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 #include <numa.h>
+#include <dlfcn.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -14,6 +15,8 @@
 #include <unordered_map>
 
 #include "device/cuda_check.hpp"
+#include "device/huge_pages.hpp"
+#include "device/stream_work.hpp"
 #include "device/units.hpp"
 
 namespace spillway {
@@ -59,10 +62,15 @@ class cuda_device final : public Device {
   const device_properties& properties() const noexcept override { return props_; }
 
   void* allocate(std::size_t bytes) override {
+    check_caller("allocate");
     if (bytes == 0) return nullptr;
     activate();
     void* p = nullptr;
-    SPILLWAY_CUDA_TRY(cudaMalloc(&p, bytes));
+    const cudaError_t status = cudaMalloc(&p, bytes);
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();  // out of memory is not sticky: clear it, or a later launch check reports it
+      detail::throw_cuda(status, "cudaMalloc", __FILE__, __LINE__);
+    }
     std::lock_guard lock(m_);
     used_ += bytes;
     sizes_[p] = bytes;
@@ -70,16 +78,22 @@ class cuda_device final : public Device {
   }
   void deallocate(void* ptr, std::size_t) noexcept override {
     if (ptr == nullptr) return;
-    (void)cudaSetDevice(ordinal_);
-    (void)cudaFree(ptr);
-    std::lock_guard lock(m_);
-    auto it = sizes_.find(ptr);
-    if (it != sizes_.end()) {
-      used_ -= it->second;
-      sizes_.erase(it);
+    if (!caller_may_call("deallocate")) return;
+    {
+      // Off the books before the memory goes back: once cudaFree returns, another thread's
+      // cudaMalloc may be handed this very address.
+      std::lock_guard lock(m_);
+      auto it = sizes_.find(ptr);
+      if (it != sizes_.end()) {
+        used_ -= it->second;
+        sizes_.erase(it);
+      }
     }
+    note_failure(cudaSetDevice(ordinal_), "cudaSetDevice");
+    note_failure(cudaFree(ptr), "cudaFree");
   }
   std::size_t free_memory() const override {
+    check_caller("free_memory");
     SPILLWAY_CUDA_TRY(cudaSetDevice(ordinal_));
     std::size_t free = 0, total = 0;
     SPILLWAY_CUDA_TRY(cudaMemGetInfo(&free, &total));
@@ -91,14 +105,19 @@ class cuda_device final : public Device {
   }
 
   void* allocate_pinned(std::size_t bytes) override {
+    check_caller("allocate_pinned");
     if (bytes == 0) return nullptr;
     const std::size_t n = round_up(bytes, page);
     void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw out_of_memory("cannot map " + format_bytes(bytes) + " of host memory to pin");
     if (props_.numa_node >= 0 && numa_available() >= 0) numa_tonode_memory(p, n, props_.numa_node);
+    // Before cudaHostRegister, which pins the pages (pinned pages cannot be collapsed later):
+    // the pages it faults in then come as huge pages (Note [Huge pages for registered buffers]).
+    (void)detail::back_with_huge_pages(p, n);
     activate();
     const cudaError_t status = cudaHostRegister(p, n, cudaHostRegisterDefault);
     if (status != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: clear it so no later check reports it again
       ::munmap(p, n);
       detail::throw_cuda(status, "cudaHostRegister", __FILE__, __LINE__);
     }
@@ -106,11 +125,13 @@ class cuda_device final : public Device {
   }
   void deallocate_pinned(void* ptr, std::size_t bytes) noexcept override {
     if (ptr == nullptr) return;
-    (void)cudaHostUnregister(ptr);
+    if (!caller_may_call("deallocate_pinned")) return;
+    note_failure(cudaHostUnregister(ptr), "cudaHostUnregister");
     ::munmap(ptr, round_up(bytes, page));
   }
 
   stream create_stream(stream_priority priority) override {
+    check_caller("create_stream");
     activate();
     int value = 0;  // CUDA: lower numbers are higher priority; 0 is the default
     if (priority == stream_priority::high) value = greatest_priority_;
@@ -119,40 +140,87 @@ class cuda_device final : public Device {
     SPILLWAY_CUDA_TRY(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, value));
     return stream{s};
   }
-  void destroy_stream(stream s) noexcept override { (void)cudaStreamDestroy(native(s)); }
+  void destroy_stream(stream s) noexcept override {
+    if (caller_may_call("destroy_stream")) note_failure(cudaStreamDestroy(native(s)), "cudaStreamDestroy");
+  }
   void synchronize_stream(stream s) override {
+    check_caller("synchronize_stream");
     SPILLWAY_CUDA_TRY(cudaStreamSynchronize(native(s)));
     rethrow_host_failure();
   }
 
   event create_event() override {
+    check_caller("create_event");
     activate();
     cudaEvent_t e = nullptr;
     SPILLWAY_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     return event{e};
   }
-  void destroy_event(event e) noexcept override { (void)cudaEventDestroy(native(e)); }
-  void record_event(event e, stream s) override { SPILLWAY_CUDA_TRY(cudaEventRecord(native(e), native(s))); }
+  event create_timing_event() override {
+    check_caller("create_timing_event");
+    activate();
+    cudaEvent_t e = nullptr;
+    SPILLWAY_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDefault));
+    return event{e};
+  }
+  double elapsed_ms(event start, event end) override {
+    check_caller("elapsed_ms");
+    float ms = 0;
+    SPILLWAY_CUDA_TRY(cudaEventElapsedTime(&ms, native(start), native(end)));
+    return ms;
+  }
+  void destroy_event(event e) noexcept override {
+    if (caller_may_call("destroy_event")) note_failure(cudaEventDestroy(native(e)), "cudaEventDestroy");
+  }
+  void record_event(event e, stream s) override {
+    check_caller("record_event");
+    activate();
+    SPILLWAY_CUDA_TRY(cudaEventRecord(native(e), native(s)));
+  }
   bool query_event(event e) override {
+    check_caller("query_event");
+    rethrow_host_failure();
     const cudaError_t status = cudaEventQuery(native(e));
-    if (status == cudaErrorNotReady) return false;
+    if (status == cudaErrorNotReady) {
+      (void)cudaGetLastError();  // "not ready" is an answer, not an error: leave no trace of it
+      return false;
+    }
     SPILLWAY_CUDA_TRY(status);
     return true;
   }
-  void synchronize_event(event e) override { SPILLWAY_CUDA_TRY(cudaEventSynchronize(native(e))); }
+  void synchronize_event(event e) override {
+    check_caller("synchronize_event");
+    SPILLWAY_CUDA_TRY(cudaEventSynchronize(native(e)));
+    rethrow_host_failure();
+  }
   void stream_wait_event(stream s, event e) override {
+    check_caller("stream_wait_event");
+    activate();
     SPILLWAY_CUDA_TRY(cudaStreamWaitEvent(native(s), native(e), 0));
   }
 
   void copy_async(void* dst, const void* src, std::size_t bytes, copy_kind kind, stream s) override {
+    check_caller("copy_async");
     if (bytes == 0) return;
+    rethrow_host_failure();
+    activate();
     SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, native(kind), native(s)));
   }
   void memset_async(void* dst, int value, std::size_t bytes, stream s) override {
+    check_caller("memset_async");
     if (bytes == 0) return;
+    rethrow_host_failure();
+    activate();
     SPILLWAY_CUDA_TRY(cudaMemsetAsync(dst, value, bytes, native(s)));
   }
+  void launch_kernel(stream s, std::function<void()> work) override {
+    // cpu work standing for a kernel: on a GPU only tests enqueue it, as a host function.
+    launch_host(s, std::move(work));
+  }
   void launch_host(stream s, std::function<void()> work) override {
+    check_caller("launch_host");
+    rethrow_host_failure();
+    activate();
     struct payload {
       cuda_device* self;
       std::function<void()> fn;
@@ -162,6 +230,7 @@ class cuda_device final : public Device {
         native(s),
         [](void* raw) {
           std::unique_ptr<payload> job(static_cast<payload*>(raw));
+          detail::stream_work_scope scope("a host function");
           try {
             job->fn();
           } catch (...) {
@@ -176,18 +245,57 @@ class cuda_device final : public Device {
     }
   }
   void synchronize() override {
+    check_caller("synchronize");
     activate();
     SPILLWAY_CUDA_TRY(cudaDeviceSynchronize());
     rethrow_host_failure();
   }
 
  private:
-  void activate() { SPILLWAY_CUDA_TRY(cudaSetDevice(ordinal_)); }
-  void rethrow_host_failure() {
+  // Makes this device current on the calling thread. Threads other than the one that made the
+  // device (I/O completions, the Session's helpers) launch too, and a thread starts on GPU 0.
+  void activate() const {
+    int current = -1;
+    if (cudaGetDevice(&current) == cudaSuccess && current == ordinal_) return;  // no driver call
+    SPILLWAY_CUDA_TRY(cudaSetDevice(ordinal_));
+  }
+  // A host function may not call the runtime (CUDA answers cudaErrorNotPermitted, or hangs).
+  static void check_caller(const char* call) {
+    if (const char* what = detail::stream_work_context(); what != nullptr) {
+      throw error(std::string("cuda device: ") + call + " called from " + what +
+                  "; stream work must not call the Device: do it on a host thread before or after it");
+    }
+  }
+  bool caller_may_call(const char* call) noexcept {
+    try {
+      check_caller(call);
+      return true;
+    } catch (...) {
+      record_failure(std::current_exception());
+      return false;
+    }
+  }
+  // A failure where nothing can throw (a free, a destroy): kept, and reported by the next
+  // synchronize, as the runtime reports an asynchronous error.
+  void note_failure(cudaError_t status, const char* call) noexcept {
+    if (status == cudaSuccess) return;
+    (void)cudaGetLastError();
+    try {
+      detail::throw_cuda(status, call, __FILE__, __LINE__);
+    } catch (...) {
+      record_failure(std::current_exception());
+    }
+  }
+  void record_failure(std::exception_ptr e) noexcept {
+    std::lock_guard lock(m_);
+    if (!host_failure_) host_failure_ = std::move(e);
+  }
+  // Sticky, as the context's own errors are: a failed host function fails every later call.
+  void rethrow_host_failure() const {
     std::exception_ptr f;
     {
       std::lock_guard lock(m_);
-      std::swap(f, host_failure_);
+      f = host_failure_;
     }
     if (f) std::rethrow_exception(f);
   }
@@ -208,10 +316,25 @@ std::unique_ptr<Device> make_cuda_device(const device_options& options) {
   return std::make_unique<cuda_device>(options);
 }
 
-int cuda_device_count() noexcept {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
-  return count;
+cuda_probe probe_cuda() noexcept {
+  cuda_probe r;
+  const cudaError_t status = cudaGetDeviceCount(&r.count);
+  if (status == cudaSuccess) return r;
+  (void)cudaGetLastError();
+  r.count = 0;
+  // No driver installed, or none of its GPUs: simply no GPU. Any other answer (a driver older
+  // than the runtime, a GPU that failed to initialise) is a problem the user must hear of.
+  const bool driver_installed = [] {
+    void* h = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (h == nullptr) h = ::dlopen("libcuda.so.1", RTLD_LAZY);
+    if (h == nullptr) return false;
+    ::dlclose(h);
+    return true;
+  }();
+  if (status == cudaErrorNoDevice || !driver_installed) return r;
+  r.problem = std::string("the CUDA runtime cannot use the GPUs: ") + cudaGetErrorName(status) + " (" +
+              cudaGetErrorString(status) + ")";
+  return r;
 }
 
 }  // namespace spillway

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "device/device.hpp"
 
@@ -12,8 +13,13 @@ namespace spillway {
 /// Creates the cuda backend for GPU `options.cuda_device`. Throws cuda_error when none answers.
 std::unique_ptr<Device> make_cuda_device(const device_options& options);
 
-/// Number of GPUs the runtime reports; 0 when the driver is missing or has none.
-int cuda_device_count() noexcept;
+/// What the runtime says of the GPUs: how many answer, and why none does where that is a
+/// problem (empty when there is simply no driver or no GPU).
+struct cuda_probe {
+  int count = 0;
+  std::string problem;
+};
+cuda_probe probe_cuda() noexcept;
 
 /// The host NUMA node of a PCI device from sysfs ("0000:3b:00.0" -> 0); -1 when unknown.
 int numa_node_of_pci_bus(const std::string& pci_bus_id);

@@ -13,12 +13,26 @@
 //    for the event's position (the position at the time of the call).
 //  * copy_async copies bytes in stream order. Host-to-device and device-to-host copies use the
 //    copy engine of their direction, so they overlap with each other and with compute.
-//  * launch_host enqueues host work on a stream; on the cpu backend it runs on the stream's
-//    own thread, on the cuda backend as a host function (it must not call into the Device).
-//  * Failures inside stream work are sticky: the next synchronize of that stream (or the
-//    device) rethrows them.
+//  * launch_host enqueues a host function (cudaLaunchHostFunc): it runs when the stream reaches
+//    it, on a callback thread that the host functions of every stream share, in an order CUDA
+//    leaves undefined. So a host function must be short, must not call the Device (nor anything
+//    that does), and must never wait for other work: a host function of another stream may be
+//    queued behind it. Note [Host functions] in cpu_device.cpp says how the cpu backend holds
+//    code to this.
+//  * launch_kernel enqueues cpu work that stands for a kernel: on the cpu backend it runs on
+//    the stream's own worker, like a GPU kernel on its stream; it must not call the Device.
+//    The cuda backend runs it as a host function (only tests use it there).
+//  * Memory given to copy_async from the host that is not pinned (allocate_pinned) makes the
+//    copy synchronous for the caller, as CUDA does with pageable memory.
+//  * deallocate synchronises the device first, as cudaFree does: keep it off the hot path.
+//  * Failures inside stream work are sticky, as a CUDA context's errors are: once a kernel,
+//    copy or host function fails, every later synchronize (and query, and enqueue) of any
+//    stream of the device rethrows that first failure, for the device's whole life.
+//  * Timing events (create_timing_event) measure device time between two recorded positions
+//    (elapsed_ms) without any host function in the stream.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -70,6 +84,29 @@ struct device_options {
   double d2h_bytes_per_second = 0;
   /// cuda backend: which GPU.
   int cuda_device = 0;
+
+  /// cpu backend: the rules that make it at least as strict as CUDA (Note [Host functions] in
+  /// cpu_device.cpp). All on by default and in every test; a test build switches one off only
+  /// to show that its conformance test catches a backend without it.
+  struct strict_rules {
+    /// Host functions of every stream share one callback thread, in an order chosen by a seed.
+    bool one_callback_thread = true;
+    /// A host function, or a cpu kernel, that calls the Device fails (sticky error).
+    bool no_device_calls_in_stream_work = true;
+    /// A host function that holds the callback thread this long while a host function of
+    /// another stream waits behind it is an error naming both (0: wait forever, as CUDA does).
+    std::chrono::milliseconds host_function_limit{5000};
+    /// Copies to or from host memory that is not pinned return only when the copy is done.
+    bool pageable_copies_synchronous = true;
+    /// deallocate() waits for all work on every stream first, as cudaFree does.
+    bool free_synchronizes = true;
+    /// The first failure of stream work is rethrown by every later call, for the device's life.
+    bool sticky_errors = true;
+    /// Picks the order of host functions that are ready at once; 0 takes
+    /// SPILLWAY_CPU_CALLBACK_SEED from the environment, else 1.
+    std::uint64_t callback_seed = 0;
+  };
+  strict_rules strict;
 };
 
 class Device {
@@ -107,11 +144,17 @@ class Device {
   [[nodiscard]] virtual bool query_event(event e) = 0;
   virtual void synchronize_event(event e) = 0;
   virtual void stream_wait_event(stream s, event e) = 0;
+  /// An event that also records when the device reached it, for elapsed_ms.
+  [[nodiscard]] virtual event create_timing_event() = 0;
+  /// Milliseconds of device time from `start` to `end`, both timing events that have been
+  /// recorded and reached (synchronize first); throws spillway::error otherwise.
+  [[nodiscard]] virtual double elapsed_ms(event start, event end) = 0;
 
   // Work.
   virtual void copy_async(void* dst, const void* src, std::size_t bytes, copy_kind kind, stream s) = 0;
   virtual void memset_async(void* dst, int value, std::size_t bytes, stream s) = 0;
   virtual void launch_host(stream s, std::function<void()> work) = 0;
+  virtual void launch_kernel(stream s, std::function<void()> work) = 0;
 
   /// Waits for all work on every stream of this device.
   virtual void synchronize() = 0;
@@ -123,6 +166,11 @@ std::unique_ptr<Device> make_device(std::string_view kind, const device_options&
 
 /// True when this build has the cuda backend and at least one GPU answers.
 bool cuda_available() noexcept;
+
+/// Why no GPU answers where one should: empty when the build has no cuda backend, when no
+/// driver is installed, or when GPUs answer; else the runtime's error (a driver older than the
+/// runtime, a device that failed to initialise), which make_device("auto") also throws.
+std::string cuda_problem();
 
 /// RAII owner of a stream.
 class owned_stream {
@@ -143,6 +191,8 @@ class owned_stream {
 class owned_event {
  public:
   explicit owned_event(Device& d) : dev_(&d), e_(d.create_event()) {}
+  /// A timing event (Device::create_timing_event).
+  owned_event(Device& d, bool timing) : dev_(&d), e_(timing ? d.create_timing_event() : d.create_event()) {}
   ~owned_event() { if (dev_ != nullptr) dev_->destroy_event(e_); }
   owned_event(owned_event&& o) noexcept : dev_(o.dev_), e_(o.e_) { o.dev_ = nullptr; }
   owned_event& operator=(owned_event&&) = delete;

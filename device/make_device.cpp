@@ -25,9 +25,17 @@ const char* to_string(copy_kind k) noexcept {
 
 bool cuda_available() noexcept {
 #if SPILLWAY_HAVE_CUDA
-  return cuda_device_count() > 0;
+  return probe_cuda().count > 0;
 #else
   return false;
+#endif
+}
+
+std::string cuda_problem() {
+#if SPILLWAY_HAVE_CUDA
+  return probe_cuda().problem;
+#else
+  return {};
 #endif
 }
 
@@ -35,7 +43,12 @@ std::unique_ptr<Device> make_device(std::string_view kind, const device_options&
   if (kind == "cpu") return std::make_unique<cpu_device>(options);
   if (kind == "cuda" || kind == "auto") {
 #if SPILLWAY_HAVE_CUDA
-    if (cuda_device_count() > 0) return make_cuda_device(options);
+    const auto probe = probe_cuda();
+    if (probe.count > 0) return make_cuda_device(options);
+    if (!probe.problem.empty()) {
+      throw config_error("device \"" + std::string(kind) + "\": " + probe.problem +
+                         "; fix the driver, or ask for device \"cpu\" to run without the GPU");
+    }
 #endif
     if (kind == "auto") return std::make_unique<cpu_device>(options);
 #if SPILLWAY_HAVE_CUDA

@@ -11,7 +11,7 @@
 #include "allocator/pinned_host_pool.hpp"
 #include "device/error.hpp"
 #include "device/log.hpp"
-#include "swap/huge_pages.hpp"
+#include "device/huge_pages.hpp"
 
 namespace spillway::detail {
 

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "device/units.hpp"
-#include "swap/huge_pages.hpp"
+#include "device/huge_pages.hpp"
 #include "swap_test_support.hpp"
 
 using namespace spillway;

@@ -1,6 +1,6 @@
 // Huge pages for I/O buffers: MADV_HUGEPAGE for pages still to come, MADV_COLLAPSE for the
 // ones already there, 2 MiB at a time so one immovable page costs only its own huge page.
-#include "swap/huge_pages.hpp"
+#include "device/huge_pages.hpp"
 
 #include <sys/mman.h>
 
