@@ -1,6 +1,7 @@
 // The cpu backend's callback thread: where the host functions of every stream run, one at a
 // time, as CUDA runs them. See Note [Host functions].
 #include <algorithm>
+#include <iterator>
 #include <cstdio>
 #include <string>
 
@@ -28,10 +29,10 @@ void cpu_device::serve_callbacks() {
   for (;;) {
     callbacks_work_.wait(lock, [&] { return callbacks_stopping_ || !ready_calls_.empty(); });
     if (ready_calls_.empty()) return;
-    std::size_t pick = 0;
-    if (ready_calls_.size() > 1) pick = callback_order_() % ready_calls_.size();
-    auto call = ready_calls_[pick];
-    ready_calls_.erase(ready_calls_.begin() + static_cast<std::ptrdiff_t>(pick));
+    auto it = ready_calls_.begin();
+    if (ready_calls_.size() > 1) std::advance(it, static_cast<std::ptrdiff_t>(callback_order_() % ready_calls_.size()));
+    auto call = std::move(it->second);
+    ready_calls_.erase(it);
     call->started = true;
     running_call_ = call;
     running_since_ = std::chrono::steady_clock::now();
@@ -66,12 +67,12 @@ void cpu_device::run_host_function(stream_impl& q, std::function<void()> fn) {
   call->fn = std::move(fn);
   call->from = &q;
   std::unique_lock lock(callbacks_mutex_);
-  ready_calls_.push_back(call);
+  ready_calls_.emplace(q.number, call);
   callbacks_work_.notify_one();
   const auto limit = rules_.host_function_limit;
   const auto poll = limit.count() == 0 ? std::chrono::milliseconds(100)
                                        : std::min<std::chrono::milliseconds>(limit, std::chrono::milliseconds(50));
-  auto unqueue = [&] { std::erase(ready_calls_, call); };
+  auto unqueue = [&] { ready_calls_.erase(q.number); };
   while (!call->done) {
     callbacks_done_.wait_for(lock, poll);
     if (call->done) break;

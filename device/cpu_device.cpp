@@ -276,7 +276,8 @@ stream cpu_device::create_stream(stream_priority priority) {
   std::lock_guard lock(streams_mutex_);
   auto& q = streams_.emplace_back();
   q.priority = priority;
-  q.label = "stream " + std::to_string(++next_stream_id_) + " (" +
+  q.number = ++next_stream_id_;
+  q.label = "stream " + std::to_string(q.number) + " (" +
             (priority == stream_priority::high ? "high" : priority == stream_priority::low ? "low" : "normal") +
             " priority)";
   q.worker = std::thread([this, &q] { serve(q); });

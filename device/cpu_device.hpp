@@ -132,7 +132,9 @@ class cpu_device final : public Device {
   std::mutex callbacks_mutex_;
   std::condition_variable callbacks_work_;
   std::condition_variable callbacks_done_;
-  std::deque<std::shared_ptr<host_call>> ready_calls_;
+  // Each stream has at most one host function handed over at a time; keyed by the stream's
+  // number, so that the seed alone decides the order, not which worker got there first.
+  std::map<int, std::shared_ptr<host_call>> ready_calls_;
   std::shared_ptr<host_call> running_call_;
   std::chrono::steady_clock::time_point running_since_{};
   bool callbacks_stopping_ = false;

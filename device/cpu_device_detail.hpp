@@ -35,6 +35,7 @@ struct cpu_device::stream_impl {
   std::exception_ptr error;         // first failure of stream work when errors are not sticky
   std::chrono::nanoseconds delay{0};
   stream_priority priority = stream_priority::normal;
+  int number = 0;                   // 1, 2, ... in order of creation
   std::string label;                // "stream 3 (high priority)", for error messages
   std::thread worker;
 };

@@ -2,6 +2,7 @@
 // bandwidth that holds copies to size / bandwidth, and streams that can be made slow on purpose.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <vector>
@@ -13,6 +14,23 @@
 using namespace spillway;
 using namespace spillway::literals;
 using clk = std::chrono::steady_clock;
+
+namespace {
+// Pinned host bytes, so that copies are asynchronous (pageable ones are not, as on CUDA).
+struct pinned_bytes {
+  pinned_bytes(Device& d, std::size_t n, char fill = 0) : dev(d), p(static_cast<char*>(d.allocate_pinned(n))), bytes(n) {
+    std::fill(p, p + n, fill);
+  }
+  ~pinned_bytes() { dev.deallocate_pinned(p, bytes); }
+  pinned_bytes(const pinned_bytes&) = delete;
+  pinned_bytes& operator=(const pinned_bytes&) = delete;
+  [[nodiscard]] char* data() const { return p; }
+  [[nodiscard]] std::size_t size() const { return bytes; }
+  Device& dev;
+  char* p;
+  std::size_t bytes;
+};
+}  // namespace
 
 TEST(CpuDevice, DefaultCapacityIsOneGiBAndCanBeSetByOptionOrEnvironment) {
   unsetenv("SPILLWAY_CPU_DEVICE_MEMORY");
@@ -75,7 +93,7 @@ TEST(CpuDevice, BurstOfCopiesIsNeverFasterThanTheLink) {
   o.h2d_bytes_per_second = 2e9;
   cpu_device dev(o);
   owned_stream s(dev);
-  std::vector<char> h(256_KiB, 1);
+  pinned_bytes h(dev, 256_KiB, 1);
   void* d = dev.allocate(h.size());
   constexpr int copies = 40;
   const double ideal_us = copies * static_cast<double>(h.size()) / 2e9 * 1e6;
@@ -95,7 +113,7 @@ TEST(CpuDevice, OppositeDirectionsOverlapWhileOneDirectionTakesTurns) {
   cpu_device dev(o);
   owned_stream a(dev), b(dev), c(dev);
   owned_event slow_done(dev), fast_done(dev);
-  std::vector<char> h(8_MiB, 2), back(1_MiB);
+  pinned_bytes h(dev, 8_MiB, 2), back(dev, 1_MiB);
   void* d = dev.allocate(h.size());
   void* other = dev.allocate(back.size());
   dev.copy_async(d, h.data(), h.size(), copy_kind::host_to_device, a);
@@ -122,7 +140,7 @@ TEST(CpuDevice, SlowStreamTakesAtLeastItsDelayPerItem) {
   owned_stream s(dev);
   dev.set_stream_delay(s, std::chrono::milliseconds(15));
   const auto t0 = clk::now();
-  for (int i = 0; i < 4; ++i) dev.launch_host(s, [] {});
+  for (int i = 0; i < 4; ++i) dev.launch_kernel(s, [] {});
   dev.synchronize_stream(s);
   EXPECT_GE(clk::now() - t0, std::chrono::milliseconds(60));
 }
@@ -133,7 +151,7 @@ TEST(CpuDevice, EventDestroyedWhileRecordedWorkIsQueuedIsSafe) {
   dev.set_stream_delay(s, std::chrono::milliseconds(5));
   for (int i = 0; i < 50; ++i) {
     event e = dev.create_event();
-    dev.launch_host(s, [] {});
+    dev.launch_kernel(s, [] {});
     dev.record_event(e, s);
     dev.stream_wait_event(s, e);
     dev.destroy_event(e);

@@ -1,0 +1,383 @@
+// The rules that make a backend at least as strict as CUDA, one test each. Every check runs on
+// the strict cpu backend (where it must hold), on the cpu backend with that one rule switched
+// off (where it must not: the check can fail), and on the cuda backend where a GPU answers.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device/cpu_device.hpp"
+#include "device/device.hpp"
+#include "device/error.hpp"
+#include "device/units.hpp"
+
+using namespace spillway;
+using namespace spillway::literals;
+using clk = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+
+device_options small() {
+  device_options o;
+  o.cpu_device_memory = 64_MiB;
+  return o;
+}
+
+std::unique_ptr<Device> strict_cpu() { return make_device("cpu", small()); }
+
+template <class Off>
+std::unique_ptr<Device> cpu_without(Off switch_off) {
+  auto o = small();
+  switch_off(o.strict);
+  return make_device("cpu", o);
+}
+
+std::unique_ptr<Device> gpu_or_null() { return cuda_available() ? make_device("cuda", small()) : nullptr; }
+
+double ms_since(clk::time_point t0) { return std::chrono::duration<double, std::milli>(clk::now() - t0).count(); }
+
+// ---- the checks: each returns true when the backend keeps the rule -----------------------------
+
+// Host functions of different streams never run at the same time (one callback thread).
+bool host_functions_share_one_thread(Device& dev) {
+  constexpr int streams = 4;
+  std::vector<owned_stream> ss;
+  for (int i = 0; i < streams; ++i) ss.emplace_back(dev);
+  std::atomic<int> running{0};
+  std::atomic<int> most{0};
+  std::mutex m;
+  std::set<std::thread::id> threads;
+  for (int round = 0; round < 3; ++round) {
+    for (auto& s : ss) {
+      dev.launch_host(s, [&] {
+        const int now = ++running;
+        int seen = most.load();
+        while (now > seen && !most.compare_exchange_weak(seen, now)) {
+        }
+        std::this_thread::sleep_for(milliseconds(5));
+        {
+          std::lock_guard lock(m);
+          threads.insert(std::this_thread::get_id());
+        }
+        --running;
+      });
+    }
+  }
+  dev.synchronize();
+  return most.load() == 1 && threads.size() == 1;
+}
+
+// A host function that calls the Device fails, and the device reports it.
+bool device_calls_from_host_functions_fail(Device& dev) {
+  owned_stream s(dev);
+  void* got = nullptr;
+  dev.launch_host(s, [&] { got = dev.allocate(4096); });
+  try {
+    dev.synchronize_stream(s);
+  } catch (const error& e) {
+    return got == nullptr && std::string(e.what()).find("must not call the Device") != std::string::npos;
+  }
+  if (got != nullptr) dev.deallocate(got, 4096);
+  return false;
+}
+
+// A copy from memory that is not pinned returns only when the stream's earlier work and the
+// copy are done; from pinned memory it returns at once.
+bool pageable_copies_are_synchronous(Device& dev) {
+  owned_stream s(dev);
+  std::vector<unsigned char> pageable(1_MiB, 7);
+  void* d = dev.allocate(1_MiB);
+  dev.launch_kernel(s, [] { std::this_thread::sleep_for(milliseconds(150)); });
+  const auto t0 = clk::now();
+  dev.copy_async(d, pageable.data(), pageable.size(), copy_kind::host_to_device, s);
+  const double took = ms_since(t0);
+  dev.synchronize_stream(s);
+  dev.deallocate(d, 1_MiB);
+  return took >= 140;
+}
+
+bool pinned_copies_are_asynchronous(Device& dev) {
+  owned_stream s(dev);
+  void* h = dev.allocate_pinned(1_MiB);
+  void* d = dev.allocate(1_MiB);
+  dev.launch_kernel(s, [] { std::this_thread::sleep_for(milliseconds(150)); });
+  const auto t0 = clk::now();
+  dev.copy_async(d, h, 1_MiB, copy_kind::host_to_device, s);
+  const double took = ms_since(t0);
+  dev.synchronize_stream(s);
+  dev.deallocate(d, 1_MiB);
+  dev.deallocate_pinned(h, 1_MiB);
+  return took < 100;
+}
+
+// Freeing device memory waits for the device's work, as cudaFree does.
+bool frees_synchronize(Device& dev) {
+  owned_stream s(dev);
+  void* d = dev.allocate(4096);
+  dev.launch_kernel(s, [] { std::this_thread::sleep_for(milliseconds(150)); });
+  const auto t0 = clk::now();
+  dev.deallocate(d, 4096);
+  const double took = ms_since(t0);
+  dev.synchronize();
+  return took >= 140;
+}
+
+// After stream work fails, every later synchronize of any stream reports it.
+bool errors_are_sticky(Device& dev) {
+  owned_stream a(dev), b(dev);
+  dev.launch_host(a, [] { throw io_error("injected failure", 5); });
+  bool first = false;
+  try {
+    dev.synchronize_stream(a);
+  } catch (const io_error&) {
+    first = true;
+  }
+  int again = 0;
+  for (int i = 0; i < 2; ++i) {
+    try {
+      dev.synchronize_stream(i == 0 ? a : b);
+    } catch (const io_error&) {
+      ++again;
+    }
+  }
+  bool whole = false;
+  try {
+    dev.synchronize();
+  } catch (const io_error&) {
+    whole = true;
+  }
+  return first && again == 2 && whole;
+}
+
+}  // namespace
+
+// ---- one test per rule ---------------------------------------------------------------------
+
+TEST(StrictRules, HostFunctionsShareOneCallbackThread) {
+  EXPECT_TRUE(host_functions_share_one_thread(*strict_cpu()));
+  EXPECT_FALSE(host_functions_share_one_thread(*cpu_without([](auto& r) { r.one_callback_thread = false; })));
+}
+
+TEST(StrictRules, HostFunctionsThatCallTheDeviceFail) {
+  EXPECT_TRUE(device_calls_from_host_functions_fail(*strict_cpu()));
+  EXPECT_FALSE(device_calls_from_host_functions_fail(*cpu_without([](auto& r) { r.no_device_calls_in_stream_work = false; })));
+  if (auto gpu = gpu_or_null()) {
+    EXPECT_TRUE(device_calls_from_host_functions_fail(*gpu));
+  }
+}
+
+TEST(StrictRules, CpuKernelsThatCallTheDeviceFail) {
+  auto dev = strict_cpu();
+  owned_stream s(*dev);
+  dev->launch_kernel(s, [&] { dev->record_event(event{}, s); });
+  EXPECT_THROW(dev->synchronize_stream(s), error);
+}
+
+TEST(StrictRules, PageableCopiesAreSynchronous) {
+  auto dev = strict_cpu();
+  const auto before = static_cast<cpu_device&>(*dev).counters().synchronous_copies;
+  EXPECT_TRUE(pageable_copies_are_synchronous(*dev));
+  EXPECT_EQ(static_cast<cpu_device&>(*dev).counters().synchronous_copies, before + 1);
+  EXPECT_TRUE(pinned_copies_are_asynchronous(*dev));
+  EXPECT_EQ(static_cast<cpu_device&>(*dev).counters().synchronous_copies, before + 1) << "a pinned copy is not counted";
+  EXPECT_FALSE(pageable_copies_are_synchronous(*cpu_without([](auto& r) { r.pageable_copies_synchronous = false; })));
+  if (auto gpu = gpu_or_null()) {
+    EXPECT_TRUE(pageable_copies_are_synchronous(*gpu));
+    EXPECT_TRUE(pinned_copies_are_asynchronous(*gpu));
+  }
+}
+
+TEST(StrictRules, PinnedRangesCountAsPinnedInside) {
+  auto dev = strict_cpu();
+  auto& cpu = static_cast<cpu_device&>(*dev);
+  owned_stream s(*dev);
+  auto* h = static_cast<unsigned char*>(dev->allocate_pinned(2_MiB));
+  void* d = dev->allocate(1_MiB);
+  const auto before = cpu.counters().synchronous_copies;
+  dev->copy_async(d, h + 1_MiB, 1_MiB, copy_kind::host_to_device, s);  // inside the pinned block
+  dev->copy_async(h + 4096, d, 1_MiB, copy_kind::device_to_host, s);
+  EXPECT_EQ(cpu.counters().synchronous_copies, before);
+  std::vector<unsigned char> pageable(1_MiB);
+  dev->copy_async(pageable.data(), d, 1_MiB, copy_kind::device_to_host, s);  // to pageable memory
+  EXPECT_EQ(cpu.counters().synchronous_copies, before + 1);
+  dev->synchronize();
+  dev->deallocate(d, 1_MiB);
+  dev->deallocate_pinned(h, 2_MiB);
+}
+
+TEST(StrictRules, FreesSynchronizeTheDevice) {
+  auto dev = strict_cpu();
+  const auto before = static_cast<cpu_device&>(*dev).counters().synchronizing_frees;
+  EXPECT_TRUE(frees_synchronize(*dev));
+  EXPECT_EQ(static_cast<cpu_device&>(*dev).counters().synchronizing_frees, before + 1);
+  EXPECT_FALSE(frees_synchronize(*cpu_without([](auto& r) { r.free_synchronizes = false; })));
+  if (auto gpu = gpu_or_null()) {
+    EXPECT_TRUE(frees_synchronize(*gpu));
+  }
+}
+
+TEST(StrictRules, FailuresAreSticky) {
+  EXPECT_TRUE(errors_are_sticky(*strict_cpu()));
+  EXPECT_FALSE(errors_are_sticky(*cpu_without([](auto& r) { r.sticky_errors = false; })));
+  if (auto gpu = gpu_or_null()) {
+    EXPECT_TRUE(errors_are_sticky(*gpu));
+  }
+}
+
+TEST(StrictRules, WorkAfterAStickyFailureIsRefused) {
+  auto dev = strict_cpu();
+  owned_stream s(*dev);
+  int ran = 0;
+  dev->launch_kernel(s, [] { throw io_error("injected failure", 5); });
+  dev->launch_kernel(s, [&] { ran = 1; });  // already queued: skipped, as on a failed context
+  EXPECT_THROW(dev->synchronize_stream(s), io_error);
+  EXPECT_EQ(ran, 0);
+  EXPECT_THROW(dev->launch_kernel(s, [] {}), io_error);
+  EXPECT_THROW((void)dev->query_event(event{}), io_error);
+}
+
+// The hang CUDA would give (a host function waiting for one queued behind it on the one
+// callback thread) is an error naming both streams on the strict backend.
+TEST(StrictRules, AHostFunctionWaitingForAnotherStreamIsReportedNotHung) {
+  auto run = [](device_options::strict_rules rules, bool& reported, std::string& message) {
+    auto o = small();
+    o.strict = rules;
+    auto dev = make_device("cpu", o);
+    owned_stream a(*dev, stream_priority::high), b(*dev, stream_priority::low);
+    auto released = std::make_shared<std::promise<void>>();
+    auto done = released->get_future().share();
+    std::atomic<bool> a_started{false};
+    dev->launch_host(a, [done, &a_started] {
+      a_started = true;
+      done.wait();  // waits for b's host function: the bug
+    });
+    while (!a_started) std::this_thread::yield();
+    dev->launch_host(b, [released] { released->set_value(); });
+    auto sync = std::async(std::launch::async, [&] {
+      try {
+        dev->synchronize();
+      } catch (const error& e) {
+        message = e.what();
+        return true;
+      }
+      return false;
+    });
+    reported = sync.wait_for(std::chrono::seconds(3)) == std::future_status::ready && sync.get();
+    if (!reported) {
+      released->set_value();  // end the hang by hand so the test can finish
+      sync.wait();
+    } else {
+      try {
+        released->set_value();  // the blocked host function may now end
+      } catch (const std::future_error&) {
+      }
+    }
+  };
+  device_options::strict_rules strict;
+  strict.host_function_limit = milliseconds(300);
+  bool reported = false;
+  std::string message;
+  run(strict, reported, message);
+  EXPECT_TRUE(reported);
+  EXPECT_NE(message.find("stream 1 (high priority)"), std::string::npos) << message;
+  EXPECT_NE(message.find("stream 2 (low priority)"), std::string::npos) << message;
+
+  device_options::strict_rules lax = strict;
+  lax.host_function_limit = milliseconds(0);  // wait forever, as CUDA does
+  bool lax_reported = true;
+  run(lax, lax_reported, message);
+  EXPECT_FALSE(lax_reported) << "without the limit the same program hangs";
+}
+
+TEST(StrictRules, TheSeedChoosesTheOrderOfReadyHostFunctions) {
+  auto order_for = [](std::uint64_t seed) {
+    auto o = small();
+    o.strict.callback_seed = seed;
+    auto dev = make_device("cpu", o);
+    std::vector<owned_stream> ss;
+    for (int i = 0; i < 7; ++i) ss.emplace_back(*dev);
+    std::atomic<bool> go{false};
+    std::atomic<bool> holding{false};
+    std::vector<int> order;
+    dev->launch_host(ss[0], [&] {
+      holding = true;
+      while (!go) std::this_thread::yield();  // holds the callback thread while the others queue
+    });
+    while (!holding) std::this_thread::yield();
+    for (int i = 1; i < 7; ++i) dev->launch_host(ss[i], [&order, i] { order.push_back(i); });
+    std::this_thread::sleep_for(milliseconds(50));  // every stream has handed its host function over
+    go = true;
+    dev->synchronize();
+    return order;
+  };
+  const auto a = order_for(1);
+  EXPECT_EQ(a.size(), 6u);
+  EXPECT_EQ(order_for(1), a) << "the same seed gives the same order";
+  bool differs = false;
+  for (std::uint64_t seed = 2; seed < 8 && !differs; ++seed) differs = order_for(seed) != a;
+  EXPECT_TRUE(differs) << "other seeds choose other orders";
+}
+
+TEST(StrictRules, TimingEventsMeasureDeviceTimeWithoutHostFunctions) {
+  auto dev = strict_cpu();
+  auto& cpu = static_cast<cpu_device&>(*dev);
+  owned_stream s(*dev);
+  owned_event start(*dev, true), end(*dev, true);
+  const auto host_functions = cpu.counters().host_functions;
+  dev->record_event(start, s);
+  dev->launch_kernel(s, [] { std::this_thread::sleep_for(milliseconds(30)); });
+  dev->record_event(end, s);
+  dev->synchronize_stream(s);
+  const double ms = dev->elapsed_ms(start, end);
+  EXPECT_GE(ms, 29.0);
+  EXPECT_LT(ms, 2000.0);
+  EXPECT_EQ(cpu.counters().host_functions, host_functions);
+  owned_event plain(*dev);
+  dev->record_event(plain, s);
+  dev->synchronize_stream(s);
+  EXPECT_THROW((void)dev->elapsed_ms(start, plain), error) << "a plain event has no time";
+}
+
+TEST(StrictRules, ConcurrentAllocationsAndFreesKeepTheBooks) {
+  for (const char* kind : {"cpu", "cuda"}) {
+    if (std::string(kind) == "cuda" && !cuda_available()) continue;
+    auto dev = make_device(kind, small());
+    const auto base = dev->used_memory();
+    std::vector<std::thread> threads;
+    std::atomic<int> mismatches{0};
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < 200; ++i) {
+          const std::size_t n = 4096 * static_cast<std::size_t>(1 + (i + t) % 7);
+          void* p = dev->allocate(n);
+          if (p == nullptr) ++mismatches;
+          dev->deallocate(p, n);
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(mismatches.load(), 0) << kind;
+    EXPECT_EQ(dev->used_memory(), base) << kind;
+  }
+}
+
+TEST(StrictRules, NoGpuIsNoProblemWhereNoDriverIsInstalled) {
+  if (!cuda_available()) {
+    // Either there is no driver (nothing to report) or the probe explains why it has no GPU.
+    const std::string problem = cuda_problem();
+    if (problem.empty()) {
+      EXPECT_EQ(make_device("auto")->properties().backend, backend::cpu);
+    } else {
+      EXPECT_THROW((void)make_device("auto"), config_error) << problem;
+    }
+  } else {
+    EXPECT_TRUE(cuda_problem().empty());
+  }
+}
