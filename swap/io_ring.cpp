@@ -72,15 +72,30 @@ void io_ring::refresh_buffers() {
                       return a.base == b.base && a.bytes == b.bytes;
                     });
   if (same) return;
-  if (huge_pages_) {
-    for (const auto& w : want) {
-      const bool seen = std::any_of(registered_.begin(), registered_.end(),
-                                    [&](const registered& r) { return r.base == w.base && r.bytes == w.bytes; });
-      if (!seen)  // its pages are not pinned by this ring yet, so they can still move
-        counters_.huge_page_bytes.fetch_add(back_with_huge_pages(reinterpret_cast<void*>(w.base), w.bytes).advised,
-                                            std::memory_order_relaxed);
-    }
+  // Note [Counting huge-page bytes]
+  // The pool's regions were marked for huge pages by allocate_pinned before anything pinned
+  // them (Note [Huge pages for registered buffers]); advising now would come too late. The ring
+  // only measures: each region new to it is measured once, right after it is registered (which
+  // faults its pages in), and what huge pages back is added to huge_page_bytes
+  // (Note [Measuring huge-page backing]). A region registered again (whole-list fallback) is
+  // not counted again; a region that left the pool and came back is a new region. With several
+  // rings only the first measures (nvme_tier passes huge_pages to it alone), so a region counts
+  // once; a region that ring does not register (it registers when it next has work) is missed.
+  std::vector<registered> fresh;  // registered by this call for the first time, not measured yet
+  for (const auto& w : want) {
+    const bool seen = std::any_of(registered_.begin(), registered_.end(),
+                                  [&](const registered& r) { return r.base == w.base && r.bytes == w.bytes; });
+    if (!seen) fresh.push_back(w);
   }
+  const auto measure = [&](const registered& w) {
+    if (!huge_pages_) return;
+    auto it = std::find_if(fresh.begin(), fresh.end(),
+                           [&](const registered& f) { return f.base == w.base && f.bytes == w.bytes; });
+    if (it == fresh.end()) return;
+    fresh.erase(it);
+    counters_.huge_page_bytes.fetch_add(huge_page_backed_bytes(reinterpret_cast<const void*>(w.base), w.bytes),
+                                        std::memory_order_relaxed);
+  };
   // Note [Registering one region at a time]
   // The pool grows a region at a time while tensors arrive. Registering the whole list again
   // would pin every region again on each growth, a cost that grows with the square of the region
@@ -108,6 +123,7 @@ void io_ring::refresh_buffers() {
       }
       registered_.push_back({w.base, w.bytes, static_cast<int>(next_slot_++)});
       counters_.region_pins.fetch_add(1, std::memory_order_relaxed);
+      measure(w);
     }
     if (ok) {
       std::sort(registered_.begin(), registered_.end(), [](const auto& a, const auto& b) { return a.base < b.base; });
@@ -124,6 +140,7 @@ void io_ring::refresh_buffers() {
                                 std::strerror(-rc) + "); using unregistered buffers");
     return;
   }
+  for (const auto& w : want) measure(w);
   registered_ = std::move(want);
 }
 

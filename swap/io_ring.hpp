@@ -52,16 +52,16 @@ struct ring_counters {
   std::atomic<std::uint64_t> fixed_ops{0};        ///< COUNT of submissions on registered buffers
   std::atomic<std::uint64_t> eagain_retries{0};   ///< COUNT of -EAGAIN resubmissions
   std::atomic<std::uint64_t> short_transfers{0};  ///< COUNT of short reads/writes continued
-  std::atomic<std::uint64_t> huge_page_bytes{0};  ///< SUM of registered bytes marked for huge pages
+  std::atomic<std::uint64_t> huge_page_bytes{0};  ///< SUM of new regions' bytes huge pages back (measured)
   std::atomic<std::uint64_t> region_pins{0};      ///< COUNT of pool regions registered (each time)
 };
 
 class io_ring {
  public:
   /// `pool` (may be null): its regions are registered as fixed buffers now and again whenever
-  /// the ring is idle and they have changed; with `huge_pages`, each region is first backed by
-  /// huge pages (Note [Huge pages for registered buffers]). `max_retries`: -EAGAIN
-  /// resubmissions per block before it fails.
+  /// the ring is idle and they have changed; with `huge_pages`, each region new to the ring is
+  /// measured for huge-page backing once registered (Note [Counting huge-page bytes]).
+  /// `max_retries`: -EAGAIN resubmissions per block before it fails.
   io_ring(std::unique_ptr<io_queue> queue, pinned_host_pool* pool, ring_counters& counters, unsigned max_retries,
           bool huge_pages);
   ~io_ring();  // finishes everything posted, then stops

@@ -194,9 +194,11 @@ nvme_tier::nvme_tier(nvme_options options, pinned_host_pool* pool)
     throw config_error("nvme tier: block size " + std::to_string(options_.block_size) +
                        " is not a multiple of the swap files' O_DIRECT alignment " + std::to_string(alignment_));
   auto make = options_.make_queue ? options_.make_queue : [](unsigned d) { return make_uring_queue(d); };
+  // Every ring registers the same regions; only the first measures them for huge_page_bytes,
+  // so each region counts once (Note [Counting huge-page bytes] in io_ring.cpp).
   for (unsigned r = 0; r < options_.rings; ++r)
     rings_.push_back(std::make_unique<detail::io_ring>(make(options_.queue_depth), pool_, *counters_, options_.max_retries,
-                                                          options_.huge_pages));
+                                                          options_.huge_pages && r == 0));
 }
 
 nvme_tier::~nvme_tier() {

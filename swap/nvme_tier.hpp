@@ -48,10 +48,10 @@ struct nvme_options {
   unsigned rings = 1;
   /// -EAGAIN resubmissions per block before it fails.
   unsigned max_retries = 1000;
-  /// Back the pinned pool's regions with transparent huge pages before registering them, so a
-  /// block is a few DMA segments instead of one per 4 KiB page (Note [Huge pages for
-  /// registered buffers] in swap/huge_pages.cpp). Costs one copy of each region when it is
-  /// first registered.
+  /// Measure how much of each registered pool region huge pages back, into
+  /// nvme_stats::huge_page_bytes. The backing itself is chosen when the region is mapped:
+  /// Device::allocate_pinned asks for huge pages before pinning (Note [Huge pages for
+  /// registered buffers] in device/huge_pages.cpp), whatever this says. Off: not measured (0).
   bool huge_pages = true;
   /// The I/O seam: makes each ring's queue. Empty means make_uring_queue.
   std::function<std::unique_ptr<io_queue>(unsigned depth)> make_queue;
@@ -70,7 +70,10 @@ struct nvme_stats {
   std::uint64_t fixed_buffer_ops = 0; ///< COUNT of those on registered (fixed) buffers
   std::uint64_t eagain_retries = 0;   ///< COUNT of -EAGAIN resubmissions
   std::uint64_t short_transfers = 0;  ///< COUNT of short reads/writes continued
-  std::uint64_t huge_page_bytes = 0;  ///< SUM of registered pool bytes marked for huge pages
+  /// SUM over pool regions, each once when first registered, of its bytes mapped by huge pages
+  /// right after registration (measured, not advised: Note [Measuring huge-page backing] in
+  /// device/huge_pages.cpp). At most the regions' bytes; 0 when huge_pages is off.
+  std::uint64_t huge_page_bytes = 0;
   std::uint64_t region_pins = 0;      ///< COUNT of pool regions registered as fixed buffers, each time
   std::uint64_t failed_moves = 0;     ///< COUNT of reads or writes that ended in an error
   std::vector<std::uint64_t> free_bytes_per_file;  ///< free bytes of each swap file, in options order
