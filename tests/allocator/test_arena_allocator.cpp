@@ -66,13 +66,13 @@ TEST(ArenaAllocator, RandomOpsAgainstAReferenceModel) {
       const auto tag = static_cast<unsigned char>(op);
       ref[a] = live{bytes, si, tag};
       allocated += round_up(bytes);
-      dev.launch_host(streams[si], [p, bytes, tag] { std::memset(p, tag, bytes); });
+      dev.launch_kernel(streams[si], [p, bytes, tag] { std::memset(p, tag, bytes); });
     } else {
       auto it = ref.begin();
       std::advance(it, rng() % ref.size());
       auto* p = reinterpret_cast<unsigned char*>(it->first);
       const live l = it->second;
-      dev.launch_host(streams[l.stream], [p, l, bad] {
+      dev.launch_kernel(streams[l.stream], [p, l, bad] {
         for (std::size_t i = 0; i < l.bytes; ++i)
           if (p[i] != l.tag) {
             ++*bad;
@@ -106,11 +106,11 @@ TEST(ArenaAllocator, BlockFreedOnASlowStreamWaitsBeforeAnotherStreamUsesIt) {
   std::atomic<bool> slow_done{false};
   std::atomic<bool> early{false};
   void* p = arena.allocate(1_MiB, slow);  // the whole arena: the next request must reuse it
-  dev.launch_host(slow, [&] { slow_done = true; });
+  dev.launch_kernel(slow, [&] { slow_done = true; });
   arena.deallocate(p, 1_MiB, slow);
   void* q = arena.allocate(1_MiB, fast);
   EXPECT_EQ(p, q);
-  dev.launch_host(fast, [&] { early = !slow_done.load(); });
+  dev.launch_kernel(fast, [&] { early = !slow_done.load(); });
   dev.synchronize();
   EXPECT_FALSE(early.load()) << "the fast stream used the block before the slow stream was done";
   EXPECT_GE(arena.stats().stream_handoffs, 1u);
@@ -217,7 +217,7 @@ TEST(ArenaAllocator, CarvedBlockWaitsOnlyForTheEarlierUsersOfItsOwnBytes) {
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   std::atomic<bool> slow_done{false};
-  dev.launch_host(slow, [&] {
+  dev.launch_kernel(slow, [&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     slow_done = true;
   });
@@ -229,14 +229,14 @@ TEST(ArenaAllocator, CarvedBlockWaitsOnlyForTheEarlierUsersOfItsOwnBytes) {
   std::atomic<bool> waited_for_slow{false};
   void* c = arena.allocate(1_MiB, third);  // best fit carves the head of the merged block: b's bytes
   ASSERT_EQ(c, b);
-  dev.launch_host(third, [&] { waited_for_slow = slow_done.load(); });
+  dev.launch_kernel(third, [&] { waited_for_slow = slow_done.load(); });
   dev.synchronize_stream(third);
   EXPECT_FALSE(waited_for_slow.load()) << "the new block waited for a stream that never touched its bytes";
 
   std::atomic<bool> early{false};
   void* d = arena.try_allocate_at(1_MiB, 1_MiB, third);  // a's bytes: must wait for the slow stream
   ASSERT_EQ(d, a);
-  dev.launch_host(third, [&] { early = !slow_done.load(); });
+  dev.launch_kernel(third, [&] { early = !slow_done.load(); });
   dev.synchronize();
   EXPECT_FALSE(early.load()) << "the block was reused before the slow stream was done with it";
   arena.deallocate(c, 1_MiB, third);

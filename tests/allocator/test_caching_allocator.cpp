@@ -115,15 +115,15 @@ TEST(CachingAllocatorStreams, BlockFreedOnSlowStreamIsNotReusedBeforeItsWorkFini
     auto* p = static_cast<unsigned char*>(ca.allocate(n, slow));
     dev->set_stream_delay(slow, 30ms);
     std::atomic<bool> slow_done{false}, slow_saw_clobber{false}, early_reuse{false};
-    dev->launch_host(slow, [p, n] { std::memset(p, 0xAA, n); });
-    dev->launch_host(slow, [&, p, n] {
+    dev->launch_kernel(slow, [p, n] { std::memset(p, 0xAA, n); });
+    dev->launch_kernel(slow, [&, p, n] {
       for (std::size_t i = 0; i < n; i += 4096)
         if (p[i] != 0xAA) slow_saw_clobber = true;
       slow_done = true;
     });
     ca.deallocate(p, n, slow);
     auto* q = static_cast<unsigned char*>(ca.allocate(n, fast));
-    dev->launch_host(fast, [&, p, q, n] {
+    dev->launch_kernel(fast, [&, p, q, n] {
       if (overlaps(p, n, q, n) && !slow_done) early_reuse = true;
       std::memset(q, 0xBB, n);
     });
@@ -149,7 +149,7 @@ TEST(CachingAllocatorStreams, HandedOverBlocksAreReusedOnceTheStreamIsDone) {
   caching_allocator ca(*dev);
   void* p = ca.allocate(12_MiB, a);
   std::atomic<bool> go{false};
-  dev->launch_host(a, [&go] { while (!go.load()) std::this_thread::yield(); });  // a is busy
+  dev->launch_kernel(a, [&go] { while (!go.load()) std::this_thread::yield(); });  // a is busy
   ca.deallocate(p, 12_MiB, a);
   void* q = ca.allocate(12_MiB, b);  // a's block goes pending behind an event; b gets a new segment
   EXPECT_NE(q, p);
@@ -310,7 +310,7 @@ TEST(CachingAllocatorProperty, RandomOperationsOverStreamsMatchReferenceModel) {
       }
       const live l{n, si, static_cast<unsigned char>(rng() | 1)};
       model.emplace(a, l);
-      dev->launch_host(s, [p, l] {
+      dev->launch_kernel(s, [p, l] {
         auto* b = static_cast<unsigned char*>(p);
         b[0] = l.tag;
         b[l.bytes / 2] = l.tag;
@@ -332,7 +332,7 @@ TEST(CachingAllocatorProperty, RandomOperationsOverStreamsMatchReferenceModel) {
         dev->stream_wait_event(*streams[other], e);
         last = *streams[other];
       }
-      dev->launch_host(last, [&corrupted, a, l] {
+      dev->launch_kernel(last, [&corrupted, a, l] {
         const auto* b = reinterpret_cast<const unsigned char*>(a);
         if (b[0] != l.tag || b[l.bytes / 2] != l.tag || b[l.bytes - 1] != l.tag) ++corrupted;
       });

@@ -135,7 +135,7 @@ run_result run(const random_model& m, session_config cfg, int iterations) {
           write.emplace_back(op.ptr(h[t]), m.tensors[t].bytes);
           last_tag[t] = mine;
         }
-        op.device().launch_host(op.stream(), [check, expect, write, mine, bad] {
+        op.device().launch_kernel(op.stream(), [check, expect, write, mine, bad] {
           for (std::size_t i = 0; i < check.size(); ++i)
             if (!holds(check[i].first, check[i].second, expect[i])) ++*bad;
           for (auto [p, n] : write) fill(p, n, mine);
@@ -315,7 +315,7 @@ TEST(SessionNvme, CorruptedBlockIsCaughtBeforeAnyOpSeesIt) {
   std::atomic<bool> ran{false};
   try {
     auto op = s.op("lookup", {w}, {out});
-    op.device().launch_host(op.stream(), [&] { ran = true; });
+    op.device().launch_kernel(op.stream(), [&] { ran = true; });
     FAIL() << "the corrupted tensor reached an op";
   } catch (const corruption_error& e) {
     EXPECT_NE(std::string(e.what()).find("embedding.table"), std::string::npos) << e.what();
@@ -348,7 +348,7 @@ TEST(SessionNvme, FailedWriteKeepsTheBytesOnTheHostAndSaysWhich) {
     auto op = s.op("scale a", {a}, {a});
     const auto* p = op.ptr<unsigned char>(a);
     (void)p;
-    op.device().launch_host(op.stream(), [q = op.ptr<unsigned char>(a)] { q[0] ^= 0xFF; });
+    op.device().launch_kernel(op.stream(), [q = op.ptr<unsigned char>(a)] { q[0] ^= 0xFF; });
   }
   { auto op = s.op("touch b", {b}, {}); }
   { auto op = s.op("touch c", {c}, {}); }  // a (changed) must leave: its write fails
