@@ -67,6 +67,7 @@ class cpu_device final : public Device {
   void launch_host(stream s, std::function<void()> work) override;
   void launch_kernel(stream s, std::function<void()> work) override;
   void synchronize() override;
+  void make_current() override {}
 
   // cpu-only controls, for tests and the replay benchmark.
 

@@ -244,6 +244,10 @@ class cuda_device final : public Device {
       detail::throw_cuda(status, "cudaLaunchHostFunc", __FILE__, __LINE__);
     }
   }
+  void make_current() override {
+    check_caller("make_current");
+    activate();
+  }
   void synchronize() override {
     check_caller("synchronize");
     activate();

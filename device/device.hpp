@@ -158,6 +158,12 @@ class Device {
 
   /// Waits for all work on every stream of this device.
   virtual void synchronize() = 0;
+
+  /// Makes this device current on the calling thread (cuda: cudaSetDevice; a no-op on the cpu
+  /// backend). Every Device call does it for itself; code that launches kernels or makes
+  /// library handles (cuBLAS, cuDNN) itself calls it first, since those follow the thread's
+  /// current GPU, which is GPU 0 on a new thread.
+  virtual void make_current() = 0;
 };
 
 /// Creates a device. `kind` is "auto" (cuda when built with it and a GPU answers, else cpu),
