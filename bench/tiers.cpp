@@ -274,6 +274,7 @@ int run(const tiers_args& a) {
   set_log_sink([](log_level l, const std::string& m) { std::cerr << "[" << to_string(l) << "] " << m << "\n"; });
 
   device_options o;
+  o.pinned_huge_pages = !a.no_huge_pages;
   o.cpu_device_memory = n + (std::size_t{64} << 20);
   auto dev = make_device(a.backend, o);
   std::cout << std::fixed << std::setprecision(2);
@@ -390,7 +391,7 @@ const command_registration registration{"tiers", [](CLI::App& app, int& exit_cod
   cmd->add_option("--repeats", args->repeats, "measurements per figure (best taken)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--backend", args->backend, "auto, cpu or cuda")->capture_default_str();
   cmd->add_option("--json", args->json, "write the figures as JSON");
-  cmd->add_flag("--no-huge-pages", args->no_huge_pages, "register the pool's buffers on 4 KiB pages (nvme_options::huge_pages off)");
+  cmd->add_flag("--no-huge-pages", args->no_huge_pages, "pinned buffers on 4 KiB pages (device_options::pinned_huge_pages off)");
   cmd->add_flag("--tune", args->tune, "sweep block size and queue depth; write the best as a config snippet");
   cmd->add_option("--tune-out", args->tune_out, "where --tune writes its snippet")->capture_default_str();
   cmd->callback([args, &exit_code] { exit_code = run(*args); });

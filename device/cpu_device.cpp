@@ -60,7 +60,10 @@ constexpr auto wedge_poll = std::chrono::milliseconds(50);
 }  // namespace
 
 cpu_device::cpu_device(const device_options& options)
-    : rules_(options.strict), capacity_(default_capacity(options)), callback_order_(default_seed(options.strict.callback_seed)) {
+    : rules_(options.strict),
+      capacity_(default_capacity(options)),
+      pinned_huge_pages_(options.pinned_huge_pages),
+      callback_order_(default_seed(options.strict.callback_seed)) {
   props_.name = "cpu (emulated device, " + format_bytes(capacity_) + ")";
   props_.backend = backend::cpu;
   props_.total_memory = capacity_;
@@ -185,7 +188,7 @@ void* cpu_device::allocate_pinned(std::size_t bytes) {
   if (p == MAP_FAILED) throw out_of_memory("cpu device: cannot map " + format_bytes(bytes) + " of pinned host memory");
   // Huge pages must be asked for before the pages are pinned: pinned pages cannot be collapsed
   // (Note [Huge pages for registered buffers]); the pages that pinning faults in come huge.
-  (void)detail::back_with_huge_pages(p, round_up(bytes, page));
+  if (pinned_huge_pages_) (void)detail::back_with_huge_pages(p, round_up(bytes, page));
   std::lock_guard lock(memory_mutex_);
   pinned_blocks_.emplace(reinterpret_cast<std::uintptr_t>(p), bytes);
   return p;

@@ -115,6 +115,7 @@ class cpu_device final : public Device {
   device_properties props_;
   device_options::strict_rules rules_;
   std::size_t capacity_;
+  bool pinned_huge_pages_;
 
   mutable std::mutex memory_mutex_;
   std::size_t used_ = 0;

@@ -40,7 +40,7 @@ cudaMemcpyKind native(copy_kind k) {
 
 class cuda_device final : public Device {
  public:
-  explicit cuda_device(const device_options& o) : ordinal_(o.cuda_device) {
+  explicit cuda_device(const device_options& o) : ordinal_(o.cuda_device), pinned_huge_pages_(o.pinned_huge_pages) {
     int count = 0;
     SPILLWAY_CUDA_TRY(cudaGetDeviceCount(&count));
     SPILLWAY_EXPECTS_T(config_error, ordinal_ >= 0 && ordinal_ < count,
@@ -113,7 +113,7 @@ class cuda_device final : public Device {
     if (props_.numa_node >= 0 && numa_available() >= 0) numa_tonode_memory(p, n, props_.numa_node);
     // Before cudaHostRegister, which pins the pages (pinned pages cannot be collapsed later):
     // the pages it faults in then come as huge pages (Note [Huge pages for registered buffers]).
-    (void)detail::back_with_huge_pages(p, n);
+    if (pinned_huge_pages_) (void)detail::back_with_huge_pages(p, n);
     activate();
     const cudaError_t status = cudaHostRegister(p, n, cudaHostRegisterDefault);
     if (status != cudaSuccess) {
@@ -305,6 +305,7 @@ class cuda_device final : public Device {
   }
 
   int ordinal_;
+  bool pinned_huge_pages_;
   device_properties props_;
   int least_priority_ = 0;
   int greatest_priority_ = 0;

@@ -84,6 +84,10 @@ struct device_options {
   double d2h_bytes_per_second = 0;
   /// cuda backend: which GPU.
   int cuda_device = 0;
+  /// Both backends: ask for transparent huge pages for pinned memory before it is pinned, so a
+  /// DMA is a few segments instead of one per 4 KiB page (Note [Huge pages for registered
+  /// buffers] in device/huge_pages.cpp). Off gives 4 KiB pages, for comparison.
+  bool pinned_huge_pages = true;
 
   /// cpu backend: the rules that make it at least as strict as CUDA (Note [Host functions] in
   /// cpu_device.cpp). All on by default and in every test; a test build switches one off only
