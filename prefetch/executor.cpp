@@ -14,7 +14,9 @@ namespace spillway {
 // Note [Stream roles]
 // compute: the ops, in program order; frees of tensors whose last use is an op.
 // h2d: copies tier -> device (prefetches and on-demand fetches); allocations for them are made
-//      on h2d, and an op that reads the tensor waits on the tensor's `ready` event recorded there.
+//      on h2d, and an op that reads the tensor waits on the load's device event, recorded right
+//      after its H2D copy (for a load from NVMe, by the I/O thread once the read is verified:
+//      move_handle::stream_wait waits on the host until then, never in a host function).
 // d2h: copies device -> tier (swap-outs), each after the op_done event (recorded on compute
 //      when an op's first swap-out needs it, so it covers every op enqueued before), and the
 //      free of the device memory right behind the copy, in stream order.
@@ -34,18 +36,34 @@ struct executor::tensor_state {
   bool dev_valid = false;      // device memory holds the current value
   bool tier_current = false;   // the backing's copy holds the current value
   bool released = false;       // transient whose life ended in this iteration
-  std::unique_ptr<owned_event> ready;  // recorded on h2d after a load
-  bool ready_pending = false;  // `ready` was recorded and compute has not waited on it yet
+  std::unique_ptr<owned_event> ready;  // recorded on h2d after a load whose handle has no device event
+  bool ready_pending = false;  // a load was enqueued and compute has not waited on it yet
   move_handle pending_load;
   move_handle pending_save;
   bool loaded_from_nvme = false;
   std::uint64_t last_used = 0;
 };
 
+// Note [Timing events]
+// Op durations, copy spans and stall probes are measured with timing events recorded on the
+// streams, read once the iteration's work is done (end_iteration), never with host functions:
+// on a GPU each host function is a round trip to the driver that stops kernels from running
+// back to back, which would inflate the very durations the planner is fed. Times are put on
+// the executor's clock (microseconds since it was made) through one origin event recorded on
+// the compute stream at begin_iteration, at a host time taken just before; the streams are
+// idle then (the last iteration ended with a synchronize). Events come from a pool that every
+// iteration reuses.
+
 struct executor::probe {
   std::vector<std::string> tensors;
-  double start_us = -1;
-  double end_us = -1;
+  event start{};  // recorded on compute before the waits for the tensors, `end` after them
+  event end{};
+};
+
+struct executor::stamp {
+  timeline_item* item = nullptr;
+  event at{};
+  bool start = false;  // sets item->start_us, else item->end_us
 };
 
 executor::executor(Device& device, device_memory_resource& memory, tensor_backing& backing, executor_options options)
@@ -112,7 +130,7 @@ void executor::upload(tensor_id id, const void* host, tier where) {
 void executor::read(tensor_id id, void* host) {
   auto& st = state(id);
   if (st.dev != nullptr && st.dev_valid) {
-    if (st.ready_pending) device_->stream_wait_event(compute_, *st.ready);
+    if (st.ready_pending) wait_landed(compute_, st);
     device_->copy_async(host, st.dev, st.desc.bytes, copy_kind::device_to_host, compute_);
     op_done_current_ = false;
     device_->synchronize_stream(compute_);
@@ -136,16 +154,48 @@ double executor::now_us() const {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_).count();
 }
 
+event executor::timing_event() {
+  if (timing_used_ == timing_events_.size()) timing_events_.emplace_back(*device_, /*timing=*/true);
+  return timing_events_[timing_used_++].get();
+}
+
+event executor::mark_time(stream s) {
+  const event e = timing_event();
+  device_->record_event(e, s);
+  return e;
+}
+
 timeline_item* executor::stamp_start(stream s, timeline_item::track track, const std::string& name) {
   timeline_.push_back(timeline_item{track, name, -1, -1});
   timeline_item* item = &timeline_.back();  // deque: the address stays valid as items are added
-  device_->launch_host(s, [this, item] { item->start_us = now_us(); });
+  stamps_.push_back(stamp{item, mark_time(s), true});
   return item;
 }
 
 void executor::stamp_end(stream s, timeline_item* item) {
   if (item == nullptr) return;
-  device_->launch_host(s, [this, item] { item->end_us = now_us(); });
+  stamps_.push_back(stamp{item, mark_time(s), false});
+}
+
+void executor::read_stamps() {
+  for (const auto& st : stamps_) {
+    const double us = origin_us_ + device_->elapsed_ms(origin_event_, st.at) * 1000.0;
+    (st.start ? st.item->start_us : st.item->end_us) = us;
+  }
+  stamps_.clear();
+}
+
+void executor::wait_landed(stream s, tensor_state& st) {
+  if (st.pending_load.valid() && st.pending_load.has_device_event()) {
+    st.pending_load.stream_wait(*device_, s);
+  } else {
+    device_->stream_wait_event(s, *st.ready);
+  }
+}
+
+bool executor::landed(tensor_state& st) {
+  if (st.pending_load.valid() && st.pending_load.has_device_event()) return st.pending_load.ready();
+  return device_->query_event(*st.ready);
 }
 
 void executor::note_memory() {
@@ -270,16 +320,23 @@ bool executor::fetch(tensor_id id, bool on_demand) {
   }
   void* dev = allocate_for(id, h2d_, /*may_evict=*/on_demand);
   if (dev == nullptr) return false;  // a prefetch that does not fit now; fetched on demand later
+  // The load reads the tier copy a save may still be writing: a device-side wait for a save to
+  // the host tier, a wait here for one that ends in file I/O (move_handle::stream_wait).
   if (st.pending_save.valid() && !st.pending_save.ready()) st.pending_save.stream_wait(*device_, h2d_);
   const auto where = backing_->where(id);
-  timeline_item* item = options_.timeline ? stamp_start(h2d_, timeline_item::track::h2d, st.desc.name) : nullptr;
+  const bool from_nvme = where.has_value() && *where == tier::nvme;
+  // A load from NVMe enqueues its H2D copy when the read completes, so stamps around load()
+  // would not bracket it: its read shows on the nvme_read track instead.
+  timeline_item* item =
+      options_.timeline && !from_nvme ? stamp_start(h2d_, timeline_item::track::h2d, st.desc.name) : nullptr;
   st.pending_load = backing_->load(id, st.desc.name, dev, st.desc.bytes, h2d_);
   stamp_end(h2d_, item);
-  device_->record_event(*st.ready, h2d_);
+  // A handle without a device event: its copy was enqueued on h2d by load() itself.
+  if (!st.pending_load.has_device_event()) device_->record_event(*st.ready, h2d_);
   st.ready_pending = true;
   st.dev = dev;
   st.dev_valid = true;
-  st.loaded_from_nvme = where.has_value() && *where == tier::nvme;
+  st.loaded_from_nvme = from_nvme;
   if (on_demand) ++stats_.on_demand_fetches;
   return true;
 }
@@ -288,7 +345,7 @@ void executor::drop_device(tensor_id id) {
   auto& st = state(id);
   if (st.dev == nullptr) return;
   if (st.ready_pending) {
-    device_->stream_wait_event(compute_, *st.ready);  // the load lands before the memory is reused
+    wait_landed(compute_, st);  // the load lands before the memory is reused
     st.ready_pending = false;
   }
   memory_->deallocate(st.dev, st.desc.bytes, compute_);
@@ -330,12 +387,13 @@ void executor::evict(tensor_id id, tier to, bool on_demand) {
 
 void executor::check_loads(std::span<const tensor_id> ids) {
   // A tensor read from NVMe is checked (CRC32C) before the op runs: a failed read must never
-  // reach a kernel. Loads from the host tier cannot fail.
+  // reach a kernel. Loads from the host tier cannot fail. Only the read is waited for here: its
+  // H2D copy is then enqueued, and the op waits for it on the device.
   for (auto id : ids) {
     auto& st = state(id);
     if (!st.loaded_from_nvme || !st.pending_load.valid()) continue;
     try {
-      st.pending_load.wait();
+      st.pending_load.wait_enqueued();
     } catch (...) {
       st.pending_load = {};
       st.loaded_from_nvme = false;
@@ -371,6 +429,10 @@ void executor::begin_iteration() {
   }
   stats_ = executor_stats{};
   probes_.clear();
+  stamps_.clear();
+  timing_used_ = 0;  // the last iteration's events were all read (Note [Timing events])
+  origin_us_ = now_us();
+  origin_event_ = mark_time(compute_);
   host_stall_ms_ = 0;
   counters_at_start_ = backing_->counters();
   peak_ = in_use_;
@@ -465,20 +527,19 @@ void executor::begin_op(op_index k, std::span<const tensor_id> reads, std::span<
     if (!st.ready_pending) continue;
     if (std::find(to_wait.begin(), to_wait.end(), id) != to_wait.end()) continue;
     to_wait.push_back(id);
-    if (!device_->query_event(*st.ready)) waiting.push_back(st.desc.name);
+    if (!landed(st)) waiting.push_back(st.desc.name);
   }
   probe* p = nullptr;
-  if (!waiting.empty()) {
-    probes_.push_back(probe{std::move(waiting), -1, -1});
+  if (!waiting.empty()) {  // how long compute waits for them: Note [Timing events]
+    probes_.push_back(probe{std::move(waiting), mark_time(compute_), {}});
     p = &probes_.back();
-    device_->launch_host(compute_, [this, p] { p->start_us = now_us(); });
   }
   for (auto id : to_wait) {
     auto& st = state(id);
-    device_->stream_wait_event(compute_, *st.ready);
+    wait_landed(compute_, st);
     st.ready_pending = false;
   }
-  if (p != nullptr) device_->launch_host(compute_, [this, p] { p->end_us = now_us(); });
+  if (p != nullptr) p->end = mark_time(compute_);
   open_op_ = (options_.timeline || timing_) ? stamp_start(compute_, timeline_item::track::compute, name) : nullptr;
 }
 
@@ -593,8 +654,9 @@ executor_stats executor::end_iteration() {
 
   stats_.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - iteration_start_).count();
   stats_.stall_ms = host_stall_ms_;
+  read_stamps();
   for (const auto& p : probes_) {
-    const double ms = std::max(0.0, (p.end_us - p.start_us) / 1000.0);
+    const double ms = std::max(0.0, device_->elapsed_ms(p.start, p.end));
     stats_.stall_ms += ms;
     for (const auto& name : p.tensors) stats_.stalls.emplace_back(name, ms / static_cast<double>(p.tensors.size()));
   }

@@ -34,7 +34,7 @@ struct executor_options {
   std::uint64_t device_budget = 0;
   /// Tier for on-demand evictions when a plan does not say.
   tier spill_tier = tier::host;
-  /// Record op and copy timestamps for a timeline (adds two host tasks per item of work).
+  /// Record op and copy timestamps for a timeline (two timing events per item of work).
   bool timeline = false;
   /// Hands cached device memory back (the caching allocator's empty_cache); called when an op's
   /// own tensors cannot be placed for fragmentation, after everything else has left.
@@ -127,6 +127,7 @@ class executor {
  private:
   struct tensor_state;
   struct probe;
+  struct stamp;
 
   tensor_state& state(tensor_id id);
   bool fetch(tensor_id id, bool on_demand);
@@ -140,8 +141,13 @@ class executor {
   [[nodiscard]] std::uint64_t next_use(tensor_id id) const;
   [[nodiscard]] bool value_dead_after(tensor_id id, op_index k) const;
   [[nodiscard]] double now_us() const;
+  event timing_event();         // from the pool (Note [Timing events])
+  event mark_time(stream s);     // a timing event recorded on s now
   timeline_item* stamp_start(stream s, timeline_item::track track, const std::string& name);
   void stamp_end(stream s, timeline_item* item);
+  void read_stamps();            // after the iteration's synchronize
+  void wait_landed(stream s, tensor_state& st);  // s waits for st's load to be on the device
+  bool landed(tensor_state& st);                 // st's load is on the device (never blocks)
   void check_loads(std::span<const tensor_id> ids);
   void rethrow_move_errors();
   void adopt_layout();
@@ -184,6 +190,11 @@ class executor {
   std::chrono::steady_clock::time_point origin_;
   std::chrono::steady_clock::time_point iteration_start_;
   std::deque<probe> probes_;
+  std::deque<stamp> stamps_;
+  std::deque<owned_event> timing_events_;  // reused every iteration
+  std::size_t timing_used_ = 0;
+  event origin_event_{};   // recorded on compute at begin_iteration, at host time origin_us_
+  double origin_us_ = 0;
   std::deque<timeline_item> timeline_;
   std::vector<memory_sample> memory_samples_;
   executor_stats stats_;

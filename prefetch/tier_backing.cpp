@@ -1,5 +1,6 @@
-// tier_backing: copies between device memory and the host / NVMe tiers, in stream order.
-// To NVMe the bytes go through a pinned staging block; a failed write keeps them there.
+// tier_backing: copies between device memory and the host / NVMe tiers, in stream order, with
+// no host function (Note [Moves without host functions]). To NVMe the bytes go through a pinned
+// staging block; a failed write keeps them there.
 #include "prefetch/tier_backing.hpp"
 
 #include <algorithm>
@@ -70,6 +71,17 @@ void tier_backing::free_copy(copy& c) {
 // the next save or release, and at drain). Only when the host tier is out of room does a save
 // wait for retired copies to free theirs.
 
+// Note [Moves without host functions]
+// Host functions of every stream share one callback thread and may neither call the Device nor
+// wait (device/device.hpp), so no move here uses one. A move's handle carries a device event
+// recorded right after its copy; the move is over when the device reaches it, and a consumer
+// stream waits on it on the device (move_handle::stream_wait). What must follow a copy on the
+// host runs on the worker thread (event_worker), which waits for the copy's event: starting
+// the NVMe write of a staged save, freeing the staging block of a load. A load from NVMe is
+// pipelined without any thread of the device waiting for I/O: the read's completion, on the
+// I/O thread, enqueues the H2D copy and records the handle's event; until then stream_wait
+// waits on the caller's thread, as a stream wait on an event not yet recorded would not wait.
+
 void tier_backing::retire(copy& c) {
   const bool busy = std::any_of(c.in_flight.begin(), c.in_flight.end(), [](const move_handle& h) { return !h.ready(); });
   if (busy && (c.host != nullptr || !c.nvme_name.empty())) {
@@ -117,11 +129,11 @@ void tier_backing::settle(tensor_id id) {
 
 move_handle tier_backing::save(tensor_id id, const std::string& name, const void* src, std::uint64_t bytes, tier to,
                                stream s) {
+  auto mark = detail::make_mark(device_);  // after the D2H copy (made here: it calls the Device)
   std::unique_lock lock(mutex_);
   free_settled();
   retire(slot(id));
   auto state = new_state();
-  move_handle handle(state);
 
   void* block = nullptr;
   if (to == tier::host || nvme_ == nullptr) {
@@ -136,15 +148,16 @@ move_handle tier_backing::save(tensor_id id, const std::string& name, const void
   }
   auto& c = slot(id);  // after allocate_host, which may have let go of the lock
   c.bytes = bytes;
-  if (block != nullptr) {  // device -> host tier
+  if (block != nullptr) {  // device -> host tier: done when the device reaches the event
     c.where = tier::host;
     c.host = block;
     counters_.d2h_bytes += bytes;
+    move_handle handle(state, mark);
+    c.in_flight.push_back(handle);
     lock.unlock();
     device_.copy_async(block, src, bytes, copy_kind::device_to_host, s);
-    device_.launch_host(s, [state] { state->finish(nullptr); });
-    std::lock_guard relock(mutex_);
-    slot(id).in_flight.push_back(handle);
+    mark->record(s);
+    state->finish(nullptr);  // the host part (enqueueing) is over; Note [Moves without host functions]
     return handle;
   }
 
@@ -155,46 +168,63 @@ move_handle tier_backing::save(tensor_id id, const std::string& name, const void
   const std::string file_name = c.nvme_name;
   counters_.d2h_bytes += bytes;
   counters_.nvme_write_bytes += bytes;
+  move_handle handle(state);  // ends in file I/O: no device event to wait on
   c.in_flight.push_back(handle);
   lock.unlock();
   device_.copy_async(staging, src, bytes, copy_kind::device_to_host, s);
-  device_.launch_host(s, [this, id, name, file_name, staging, bytes, state] {
-    auto keep_on_host = [this, id, file_name, staging, bytes](std::exception_ptr) {
-      std::lock_guard guard(mutex_);
-      auto& cc = slot(id);
-      if (cc.nvme_name == file_name) {  // still this copy: it lives on in the staging block
-        cc.nvme_name.clear();
-        cc.where = tier::host;
-        cc.host = staging;
-        cc.staging = true;
-      } else {
-        free_staging(staging, bytes);
-      }
-    };
-    try {
-      const auto t0 = std::chrono::steady_clock::now();
-      nvme_->write(file_name, staging, bytes, capacity_of(bytes), [this, name, t0, staging, bytes, state, keep_on_host](std::exception_ptr err) {
-        note_io(true, name, t0);
-        if (err) {
-          keep_on_host(err);
-        } else {
-          free_staging(staging, bytes);
-        }
-        state->finish(err);
-      });
-    } catch (...) {  // the swap space is full, or the tier refused: the bytes stay on the host
-      auto err = std::current_exception();
-      try {
-        std::rethrow_exception(err);
-      } catch (const std::exception& e) {
-        err = std::make_exception_ptr(io_error("tensor \"" + name + "\" could not be written to the NVMe tier (" +
-                                               e.what() + "); it is kept in host memory", 0));
-      }
-      keep_on_host(err);
-      state->finish(err);
-    }
+  mark->record(s);
+  worker_.after(mark, [this, id, name, file_name, staging, bytes, state](std::exception_ptr device_error) {
+    write_staged(id, name, file_name, staging, bytes, state, device_error);
   });
   return handle;
+}
+
+void tier_backing::write_staged(tensor_id id, const std::string& name, const std::string& file_name, void* staging,
+                                std::uint64_t bytes, const std::shared_ptr<detail::move_state>& state,
+                                std::exception_ptr device_error) {
+  // On the worker thread, once the D2H copy into `staging` is done (or the device failed).
+  auto keep_on_host = [this, id, file_name, staging, bytes](bool bytes_good) {
+    std::lock_guard guard(mutex_);
+    auto& cc = slot(id);
+    if (cc.nvme_name == file_name && bytes_good) {  // still this copy: it lives on in the staging block
+      cc.nvme_name.clear();
+      cc.where = tier::host;
+      cc.host = staging;
+      cc.staging = true;
+      return;
+    }
+    if (cc.nvme_name == file_name) {  // the copy never reached the host: there is no copy
+      cc.nvme_name.clear();
+      cc.where.reset();
+    }
+    free_staging(staging, bytes);
+  };
+  if (device_error) {
+    keep_on_host(false);
+    state->finish(device_error);
+    return;
+  }
+  try {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)nvme_->write(file_name, staging, bytes, capacity_of(bytes),
+                       [this, name, t0, staging, bytes, state, keep_on_host](std::exception_ptr err) {
+                         // On an I/O thread: an ordinary thread, so the pool may be called here.
+                         note_io(true, name, t0);
+                         if (err) keep_on_host(true);
+                         else free_staging(staging, bytes);
+                         state->finish(err);
+                       });
+  } catch (...) {  // the swap space is full, or the tier refused: the bytes stay on the host
+    auto err = std::current_exception();
+    try {
+      std::rethrow_exception(err);
+    } catch (const std::exception& e) {
+      err = std::make_exception_ptr(io_error("tensor \"" + name + "\" could not be written to the NVMe tier (" +
+                                             e.what() + "); it is kept in host memory", 0));
+    }
+    keep_on_host(true);
+    state->finish(err);
+  }
 }
 
 void tier_backing::note_io(bool write, const std::string& name, std::chrono::steady_clock::time_point start) {
@@ -219,57 +249,77 @@ move_handle tier_backing::load(tensor_id id, const std::string& name, void* dst,
     host_copy = c.where.has_value() && *c.where == tier::host;
   }
   if (!host_copy) settle(id);
+  auto mark = detail::make_mark(device_);  // recorded after the H2D copy
   std::unique_lock lock(mutex_);
   auto& c = slot(id);
   SPILLWAY_EXPECTS(c.where.has_value(), "tier backing: tensor \"" + name + "\" has no copy to load");
   SPILLWAY_EXPECTS(c.bytes == bytes, "tier backing: tensor \"" + name + "\" size mismatch");
   auto state = new_state();
-  move_handle handle(state);
+  move_handle handle(state, mark);
   counters_.h2d_bytes += bytes;
+  c.in_flight.push_back(handle);  // keeps the copy it reads (Note [Retired copies])
   if (*c.where == tier::host) {
     void* block = c.host;
-    c.in_flight.push_back(handle);
     lock.unlock();
     device_.copy_async(dst, block, bytes, copy_kind::host_to_device, s);
-    device_.launch_host(s, [state] { state->finish(nullptr); });
+    mark->record(s);
+    state->finish(nullptr);
     return handle;
   }
-  // NVMe -> staging (CRC-checked) -> device. When the read fails the staged bytes are garbage
-  // and the handle says so: the executor checks NVMe loads before an op may see them.
+  // NVMe -> staging (CRC-checked) -> device: the read's completion enqueues the H2D copy and
+  // records the handle's event (Note [Moves without host functions]). When the read fails
+  // nothing is copied and the handle says so: the executor checks NVMe loads before an op may
+  // see them.
   counters_.nvme_read_bytes += bytes;
   const std::string file_name = c.nvme_name;
   lock.unlock();
   void* staging = staging_block(bytes);
-  move_handle read;
   try {
     const auto t0 = std::chrono::steady_clock::now();
-    read = nvme_->read(file_name, staging, capacity_of(bytes), [this, name, t0](std::exception_ptr) { note_io(false, name, t0); });
+    (void)nvme_->read(file_name, staging, capacity_of(bytes),
+                      [this, name, t0, dst, staging, bytes, s, mark, state](std::exception_ptr err) {
+                        note_io(false, name, t0);
+                        land(dst, staging, bytes, s, mark, state, err);
+                      });
   } catch (...) {
+    mark->abandon();
     free_staging(staging, bytes);
+    state->finish(std::current_exception());
     throw;
   }
-  {
-    std::lock_guard relock(mutex_);
-    slot(id).in_flight.push_back(handle);
+  return handle;
+}
+
+void tier_backing::land(void* dst, void* staging, std::uint64_t bytes, stream s,
+                        const std::shared_ptr<detail::device_mark>& mark,
+                        const std::shared_ptr<detail::move_state>& state, std::exception_ptr err) {
+  // On the I/O thread that finished the read: an ordinary thread, which may call the Device.
+  bool copying = false;
+  if (!err) {
+    try {
+      device_.copy_async(dst, staging, bytes, copy_kind::host_to_device, s);
+      copying = true;
+      mark->record(s);
+    } catch (...) {
+      err = std::current_exception();
+    }
   }
-  device_.launch_host(s, [read] { wait_quietly(read); });  // the H2D copy below starts after the read
-  device_.copy_async(dst, staging, bytes, copy_kind::host_to_device, s);
-  device_.launch_host(s, [this, staging, bytes, state, read] {
-    free_staging(staging, bytes);
-    auto err = read.error();
-    if (err) {
-      try {
-        std::rethrow_exception(err);
-      } catch (const corruption_error&) {
-        state->finish(err);
-        return;
-      } catch (const std::exception& e) {
-        err = std::make_exception_ptr(io_error(std::string("reading a tensor from the NVMe tier failed: ") + e.what(), 0));
-      }
+  if (err) {
+    mark->abandon();
+    if (!copying) free_staging(staging, bytes);  // else the device failed under the copy: leave it
+    try {
+      std::rethrow_exception(err);
+    } catch (const corruption_error&) {
+    } catch (const std::exception& e) {
+      err = std::make_exception_ptr(io_error(std::string("reading a tensor from the NVMe tier failed: ") + e.what(), 0));
+    } catch (...) {
     }
     state->finish(err);
-  });
-  return handle;
+    return;
+  }
+  // The staging block goes back once the copy out of it is done, on the worker thread.
+  worker_.after(mark, [this, staging, bytes](std::exception_ptr) { free_staging(staging, bytes); });
+  state->finish(nullptr);
 }
 
 void tier_backing::put(tensor_id id, const std::string& name, const void* src, std::uint64_t bytes, tier to) {
@@ -361,6 +411,7 @@ void tier_backing::drain() {
       for (auto& h : c.in_flight) pending.push_back(h);
   }
   for (auto& h : pending) wait_quietly(h);
+  worker_.drain();  // the staging frees that follow the copies
   std::lock_guard lock(mutex_);
   free_settled();
 }

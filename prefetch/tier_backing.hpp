@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "prefetch/tensor_backing.hpp"
+#include "swap/event_worker.hpp"
 #include "swap/host_tier.hpp"
 #include "swap/nvme_tier.hpp"
 
@@ -48,6 +49,10 @@ class tier_backing final : public tensor_backing {
   void* allocate_host(const std::string& name, std::uint64_t bytes, std::unique_lock<std::mutex>& lock);
   void* staging_block(std::uint64_t bytes);
   void free_staging(void* p, std::uint64_t bytes) noexcept;
+  void write_staged(tensor_id id, const std::string& name, const std::string& file_name, void* staging,
+                    std::uint64_t bytes, const std::shared_ptr<detail::move_state>& state, std::exception_ptr device_error);
+  void land(void* dst, void* staging, std::uint64_t bytes, stream s, const std::shared_ptr<detail::device_mark>& mark,
+            const std::shared_ptr<detail::move_state>& state, std::exception_ptr err);
   void note_io(bool write, const std::string& name, std::chrono::steady_clock::time_point start);
   [[nodiscard]] std::size_t capacity_of(std::uint64_t bytes) const noexcept;
 
@@ -62,6 +67,7 @@ class tier_backing final : public tensor_backing {
   std::vector<copy> retired_;  // superseded copies that moves still read or write (Note [Retired copies])
   backing_counters counters_;
   std::uint64_t generation_ = 0;
+  event_worker worker_;  // last: its jobs use the members above, and it is joined first
 };
 
 }  // namespace spillway

@@ -12,8 +12,10 @@
 namespace spillway {
 
 namespace detail {
-/// Shared completion state of one move. finish() is called exactly once, from whichever
-/// thread completes the move (an I/O thread or a stream thread).
+/// Completion of the host part of one move (its file I/O and bookkeeping). finish() is called
+/// once, from whichever thread ends that part (an I/O thread, a worker thread, or the caller).
+/// Stream work (host functions) may hold a move_state: finishing it only sets a flag and
+/// notifies.
 struct move_state {
   std::mutex m;
   std::condition_variable cv;
@@ -32,56 +34,125 @@ struct move_state {
     std::unique_lock lock(m);
     cv.wait(lock, [this] { return done; });
   }
+  [[nodiscard]] bool is_done() {
+    std::lock_guard lock(m);
+    return done;
+  }
 };
+
+/// The device event recorded on a stream right after a move's copy onto (or off) the device.
+/// It may be recorded later than the move starts (after a file read, by an I/O thread), so it
+/// also says whether it has been recorded yet; a stream wait on an event not yet recorded does
+/// not wait, so nobody may wait on it before then. Owned by the move's handles and by the
+/// threads that record it, never by stream work: destroying it calls the Device.
+struct device_mark {
+  explicit device_mark(Device& d) : device(&d), ev(d) {}
+
+  /// Records the event on `s` after the work enqueued there so far (the copy).
+  void record(stream s) {
+    device->record_event(ev, s);
+    settle(true);
+  }
+  /// The move failed before its copy was enqueued: there is nothing to wait for on the device.
+  void abandon() noexcept { settle(false); }
+  /// Blocks until record() or abandon(); true when the event was recorded.
+  bool wait_settled() {
+    std::unique_lock lock(m);
+    cv.wait(lock, [this] { return settled; });
+    return recorded;
+  }
+  [[nodiscard]] bool is_recorded() {
+    std::lock_guard lock(m);
+    return recorded;
+  }
+
+  Device* device;
+  owned_event ev;
+
+ private:
+  void settle(bool was_recorded) noexcept {
+    {
+      std::lock_guard lock(m);
+      recorded = was_recorded;
+      settled = true;
+    }
+    cv.notify_all();
+  }
+  std::mutex m;
+  std::condition_variable cv;
+  bool settled = false;
+  bool recorded = false;
+};
+
+inline std::shared_ptr<device_mark> make_mark(Device& d) { return std::make_shared<device_mark>(d); }
 }  // namespace detail
 
 /// A handle to one move. Cheap to copy; all copies refer to the same move.
 ///
-/// The move is finished when ready(): its destination holds the bytes (verified by CRC32C when
-/// read from NVMe) and its source copy has been released, or it failed, the tensor is still
-/// where it was, and error() says why (an io_error naming the tensor). Note [Waiting on a
-/// device stream] in tensor_store.cpp says how stream_wait avoids blocking where it can.
+/// A move has a host part (file I/O, bookkeeping; `state`) and may have a device part: a copy
+/// on a stream followed by the handle's device event (`mark`). The move is finished when
+/// ready(): its destination holds the bytes (verified by CRC32C when read from NVMe) and its
+/// source copy has been released, or it failed, the tensor is still where it was, and error()
+/// says why (an io_error naming the tensor).
+///
+/// Waiting on a device stream (stream_wait) never enqueues a host function, because host
+/// functions share one callback thread and must never wait for other work:
+///  * a move with a device event: the caller's thread waits until the event is recorded
+///    (at once for copies enqueued by the call that started the move; after the read for
+///    moves from NVMe), then the stream waits for the event on the device;
+///  * a move without one (it ends in file I/O): the caller's thread waits for the whole move.
 class move_handle {
  public:
   move_handle() = default;
-  explicit move_handle(std::shared_ptr<detail::move_state> state, Device* device = nullptr, event done = {})
-      : state_(std::move(state)), device_(device), event_(done) {}
+  explicit move_handle(std::shared_ptr<detail::move_state> state, std::shared_ptr<detail::device_mark> mark = nullptr)
+      : state_(std::move(state)), mark_(std::move(mark)) {}
 
   [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
   /// True once the move has finished (successfully or not). Never blocks.
   [[nodiscard]] bool ready() const {
-    std::lock_guard lock(state_->m);
-    return state_->done;
+    if (!state_->is_done()) return false;
+    if (mark_ == nullptr || !mark_->is_recorded() || error()) return true;
+    return mark_->device->query_event(mark_->ev);
   }
   /// Blocks until the move finishes; rethrows its error (io_error, corruption_error, ...).
   void wait() const {
+    wait_enqueued();
+    if (mark_ != nullptr && mark_->is_recorded()) mark_->device->synchronize_event(mark_->ev);
+  }
+  /// True once the move's host part is over: its file I/O is done and its device copy, if
+  /// any, is enqueued (so stream_wait will not block). Never blocks.
+  [[nodiscard]] bool enqueued() const { return state_->is_done(); }
+  /// Blocks until enqueued(); rethrows the move's error. The device copy may still run.
+  void wait_enqueued() const {
     state_->wait_done();
     if (auto e = error()) std::rethrow_exception(e);
   }
-  /// The move's error once ready(), else null.
+  /// The move's error once its host part is over, else null.
   [[nodiscard]] std::exception_ptr error() const {
     std::lock_guard lock(state_->m);
     return state_->error;
   }
-  /// Makes later work on stream `s` of `device` wait until the destination's bytes are there.
-  /// For moves that end with a copy onto the device this is a device event wait (no host
-  /// thread blocks); for moves that end in file I/O a host task on `s` waits for the I/O.
-  /// It does not report the move's error: check wait() or error() for that.
+  /// Makes later work on stream `s` of `device` wait until the destination's bytes are there:
+  /// a device-side event wait for moves with a device event on `device`, else a wait on the
+  /// calling thread for the whole move (see the class comment). Never enqueues a host function.
+  /// It does not report the move's error: check wait() or error() for that. Must not be called
+  /// from stream work.
   void stream_wait(Device& device, stream s) const {
-    if (event_.handle != nullptr && device_ == &device) {
-      device.stream_wait_event(s, event_);
+    if (mark_ != nullptr && mark_->device == &device) {
+      if (mark_->wait_settled()) device.stream_wait_event(s, mark_->ev);
       return;
     }
-    device.launch_host(s, [st = state_] { st->wait_done(); });
+    state_->wait_done();
   }
-  /// The device event recorded after the move's last device copy, or a null event for moves
-  /// that do not end on a device stream. Valid until the tensor's next move or removal.
-  [[nodiscard]] event device_event() const noexcept { return event_; }
+  /// True when the move has a device event (whether or not it is recorded yet).
+  [[nodiscard]] bool has_device_event() const noexcept { return mark_ != nullptr; }
+  /// The device event recorded after the move's device copy (it may not be recorded yet: see
+  /// stream_wait), or a null event for moves without one. Valid while a handle of the move lives.
+  [[nodiscard]] event device_event() const noexcept { return mark_ != nullptr ? mark_->ev.get() : event{}; }
 
  private:
   std::shared_ptr<detail::move_state> state_;
-  Device* device_ = nullptr;
-  event event_{};
+  std::shared_ptr<detail::device_mark> mark_;
 };
 
 }  // namespace spillway

@@ -7,16 +7,19 @@
 namespace spillway {
 
 // Note [Waiting on a device stream]
-// The Device contract has no event the host can complete, so when a device copy must follow
-// file I/O (nvme -> device) the store puts a host task on the stream that waits for the read,
-// then the H2D copy, then an event. The caller never waits: the stream does, and only that
-// stream. Moves that end with a device copy record an event after it, and their handle's
-// stream_wait() uses it (a device-side wait, no thread blocked). Moves that end in file I/O
-// have no such event; stream_wait() then puts a waiting host task on the caller's stream.
+// Host functions of every stream share one callback thread and may neither call the Device nor
+// wait (device/device.hpp), so no move uses one. A move that copies onto or off the device
+// records an event right after the copy; the work that must follow the copy on the host (a
+// free, the NVMe write of a staged tensor, the bookkeeping that ends the move) runs on the
+// store's worker thread once the device reaches that event (event_worker). From NVMe to the
+// device, the read's completion (an I/O thread) enqueues the H2D copy on the caller's stream
+// and records the event; a handle's stream_wait() waits on the caller's thread until then, and
+// then on the device. Moves that end in file I/O have no event: stream_wait() waits for them on
+// the caller's thread.
 //
 // Note [Source release]
 // Every completion path first makes the destination authoritative, then frees the source:
-// device -> host: the copy is done when the stream reaches the task that completes the move;
+// device -> host: the copy is done when the device reaches the event after it;
 // host -> nvme: the host block is freed in the write's completion, after every block's CQE
 // reported the full length; nvme -> host/device: the NVMe blocks are erased only after every
 // block's CRC matched. A failure at any step frees what was allocated for the destination and
@@ -196,9 +199,21 @@ move_handle tensor_store::to_host(const std::string& name, stream s) {
   }
   auto state = std::make_shared<detail::move_state>();
   if (from == tier::device) {
-    device_.copy_async(dst, src, n, copy_kind::device_to_host, s);
-    device_.launch_host(s, [this, name, dst, state] { end_move(name, tier::host, nullptr, dst, state, nullptr); });
-    return move_handle(state);
+    std::shared_ptr<detail::device_mark> mark;
+    try {
+      mark = detail::make_mark(device_);
+      device_.copy_async(dst, src, n, copy_kind::device_to_host, s);
+      mark->record(s);
+    } catch (...) {
+      host_.deallocate(dst, n);
+      abort_move(name);
+      throw;
+    }
+    worker_.after(mark, [this, name, dst, n, state](std::exception_ptr err) {
+      if (err) host_.deallocate(dst, n);
+      end_move(name, tier::host, nullptr, dst, state, err);
+    });
+    return move_handle(state, mark);
   }
   // from NVMe: read into the new host block; erase the NVMe copy once verified.
   try {
@@ -244,34 +259,41 @@ move_handle tensor_store::to_nvme(const std::string& name, stream s) {
     }
     return move_handle(state);
   }
-  // from the device: D2H into a staging block, then the write starts from the stream.
+  // from the device: D2H into a staging block; the worker starts the write once it is there.
   void* staging = nullptr;
+  std::shared_ptr<detail::device_mark> mark;
   try {
     staging = host_.allocate(name, n);
+    mark = detail::make_mark(device_);
+    device_.copy_async(staging, src, n, copy_kind::device_to_host, s);
+    mark->record(s);
   } catch (...) {
+    if (staging != nullptr) host_.deallocate(staging, n);
     abort_move(name);
     throw;
   }
-  device_.copy_async(staging, src, n, copy_kind::device_to_host, s);
-  device_.launch_host(s, [this, name, staging, src, n, state] {
+  worker_.after(mark, [this, name, staging, src, n, state](std::exception_ptr device_error) {
     auto done = [this, name, staging, src, n, state](std::exception_ptr err) {
-      host_.deallocate(staging, n);
+      host_.deallocate(staging, n);  // on the worker or an I/O thread, never in stream work
       end_move(name, tier::nvme, err ? src : nullptr, nullptr, state, err);
     };
+    if (device_error) {
+      done(device_error);
+      return;
+    }
     try {
       (void)nvme_->write(name, staging, n, host_.footprint(n), done);
     } catch (...) {
       done(std::current_exception());
     }
   });
-  return move_handle(state);
+  return move_handle(state);  // ends in file I/O: no device event
 }
 
 move_handle tensor_store::to_device(const std::string& name, void* dst, stream s) {
   tier from{};
   std::size_t n = 0;
   void* src = nullptr;
-  event ready{};
   {
     std::lock_guard lock(mutex_);
     const auto& cur = find(name);
@@ -285,53 +307,69 @@ move_handle tensor_store::to_device(const std::string& name, void* dst, stream s
     from = e.where;
     n = e.bytes;
     src = e.host;
-    try {
-      if (!e.ready) e.ready = std::make_unique<owned_event>(device_);
-    } catch (...) {
-      e.moving = false;
-      --in_flight_;
-      throw;
-    }
-    ready = e.ready->get();
   }
   auto state = std::make_shared<detail::move_state>();
-  if (from == tier::host) {
-    device_.copy_async(dst, src, n, copy_kind::host_to_device, s);
-    device_.record_event(ready, s);
-    device_.launch_host(s, [this, name, src, dst, n, state] {
-      host_.deallocate(src, n);
-      end_move(name, tier::device, dst, nullptr, state, nullptr);
-    });
-    return move_handle(state, &device_, ready);
+  std::shared_ptr<detail::device_mark> mark;
+  try {
+    mark = detail::make_mark(device_);  // recorded right after the H2D copy
+  } catch (...) {
+    abort_move(name);
+    throw;
   }
-  // from NVMe: read into staging now; the stream waits for the read, copies, then completes.
+  if (from == tier::host) {
+    try {
+      device_.copy_async(dst, src, n, copy_kind::host_to_device, s);
+      mark->record(s);
+    } catch (...) {
+      abort_move(name);
+      throw;
+    }
+    worker_.after(mark, [this, name, src, dst, n, state](std::exception_ptr err) {
+      if (!err) host_.deallocate(src, n);
+      end_move(name, tier::device, dst, nullptr, state, err);
+    });
+    return move_handle(state, mark);
+  }
+  // from NVMe: read into staging now; the read's completion (an I/O thread) enqueues the H2D
+  // copy on s and records the event, and the worker ends the move once the copy is done.
   void* staging = nullptr;
-  move_handle read;
   try {
     need_nvme(name);
     staging = host_.allocate(name, n);
-    read = nvme_->read(name, staging, host_.footprint(n));
+    (void)nvme_->read(name, staging, host_.footprint(n), [this, name, staging, dst, n, s, mark, state](std::exception_ptr err) {
+      if (!err) {
+        try {
+          device_.copy_async(dst, staging, n, copy_kind::host_to_device, s);
+          mark->record(s);
+        } catch (...) {
+          err = std::current_exception();
+        }
+      }
+      if (err) {
+        mark->abandon();
+        host_.deallocate(staging, n);
+        end_move(name, tier::device, dst, nullptr, state, err);
+        return;
+      }
+      worker_.after(mark, [this, name, staging, dst, n, state](std::exception_ptr derr) {
+        host_.deallocate(staging, n);
+        if (!derr) {
+          try {
+            nvme_->erase(name);
+          } catch (...) {
+            derr = std::current_exception();
+          }
+        }
+        end_move(name, tier::device, dst, nullptr, state, derr);
+      });
+    });
   } catch (...) {
+    mark->abandon();
     if (staging != nullptr) host_.deallocate(staging, n);
     abort_move(name);
     throw;
   }
-  read.stream_wait(device_, s);
-  device_.copy_async(dst, staging, n, copy_kind::host_to_device, s);
-  device_.record_event(ready, s);
-  device_.launch_host(s, [this, name, staging, dst, n, read, state] {
-    std::exception_ptr err = read.error();
-    host_.deallocate(staging, n);
-    if (!err) {
-      try {
-        nvme_->erase(name);
-      } catch (...) {
-        err = std::current_exception();
-      }
-    }
-    end_move(name, tier::device, dst, nullptr, state, err);
-  });
-  return move_handle(state, &device_, ready);
+  return move_handle(state, mark);
 }
 
 }  // namespace spillway

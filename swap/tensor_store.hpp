@@ -12,7 +12,9 @@
 //   to_nvme(name, s)        host   -> nvme   io_uring write from the host block itself
 //                           device -> nvme   D2H on s into a pinned staging block, then write
 //   to_device(name, dst, s) host   -> device H2D copy on s into dst
-//                           nvme   -> device read into a staging block, then H2D on s
+//                           nvme   -> device read into a staging block, then H2D on s, enqueued
+//                                             when the read completes: order later work on s
+//                                             (or any stream) after it with stream_wait
 // A tensor already at the destination gets a handle that is ready at once.
 //
 // Source release (invariant 3 of DESIGN.md). A move's source copy is released only after its
@@ -37,6 +39,7 @@
 #include <unordered_map>
 
 #include "device/device.hpp"
+#include "swap/event_worker.hpp"
 #include "swap/host_tier.hpp"
 #include "swap/move_handle.hpp"
 #include "swap/nvme_tier.hpp"
@@ -89,7 +92,6 @@ class tensor_store {
     bool moving = false;
     void* device = nullptr;
     void* host = nullptr;
-    std::unique_ptr<owned_event> ready;  // recorded after a copy onto the device
   };
 
   entry& begin_move(const std::string& name);  // under mutex_: checks and marks moving
@@ -107,6 +109,7 @@ class tensor_store {
   std::condition_variable idle_cv_;
   std::unordered_map<std::string, entry> tensors_;
   std::uint64_t in_flight_ = 0;
+  event_worker worker_;  // last: its jobs use the members above, and it is joined first
 };
 
 }  // namespace spillway
