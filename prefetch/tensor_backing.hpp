@@ -41,9 +41,13 @@ class tensor_backing {
   /// carries the io_error naming the tensor.
   virtual move_handle save(tensor_id id, const std::string& name, const void* src, std::uint64_t bytes, tier to,
                            stream s) = 0;
-  /// Copies tensor `id`'s tier copy into device memory `dst`, enqueued on `s`; later work on `s`
-  /// sees the bytes. The handle is ready when the bytes are on the device, and carries the
-  /// io_error (e.g. a checksum mismatch) when they could not be read: then `dst` is untouched.
+  /// Copies tensor `id`'s tier copy into device memory `dst` with an H2D copy on `s`. The handle
+  /// is ready when the bytes are on the device, and carries the io_error (e.g. a checksum
+  /// mismatch) when they could not be read: then `dst` is untouched. Where the handle has a
+  /// device event (move_handle::has_device_event), it is recorded right after the copy, which
+  /// may be enqueued after load() returns (a load from NVMe: once the read is verified), so
+  /// consumers wait with move_handle::stream_wait; a handle without one means the copy was
+  /// enqueued on `s` before load() returned. No implementation may wait in a host function.
   virtual move_handle load(tensor_id id, const std::string& name, void* dst, std::uint64_t bytes, stream s) = 0;
   /// Stores host bytes as tensor `id`'s tier copy (initial values), synchronously.
   virtual void put(tensor_id id, const std::string& name, const void* host, std::uint64_t bytes, tier to) = 0;
