@@ -141,7 +141,7 @@ result_row replay_one(const trace& t, const lifetime_report& rep, const hw_profi
         const auto& op = t.ops[k];
         ex.begin_op(k, op.reads, op.writes, op.name);
         const double seconds = *op.measured_seconds;
-        dev.launch_host(ex.compute_stream(), [seconds] { work_for(seconds); });
+        dev.launch_kernel(ex.compute_stream(), [seconds] { work_for(seconds); });  // stands for the op's kernel
         ex.end_op(k);
         for (auto id : dies_after[k]) ex.release(id);
       }

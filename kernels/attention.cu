@@ -39,15 +39,17 @@ __global__ void causal_softmax_backward_kernel(const float* probs, float* dprobs
 
 void cuda_causal_softmax_forward(kernel_context&, stream s, float* scores, int batch, int seq) {
   const unsigned rows = static_cast<unsigned>(batch) * static_cast<unsigned>(seq);
-  causal_softmax_forward_kernel<<<rows, threads_per_block, 0, native(s)>>>(scores, seq);
-  SPILLWAY_CUDA_LAUNCH_CHECK("causal_softmax_forward_kernel");
+  SPILLWAY_CUDA_LAUNCH("causal_softmax_forward_kernel",
+                       causal_softmax_forward_kernel<<<rows, threads_per_block, 0, native(s)>>>(
+                           scores, seq));
 }
 
 void cuda_causal_softmax_backward(kernel_context&, stream s, const float* probs, float* dprobs, int batch,
                                   int seq, float scale) {
   const unsigned rows = static_cast<unsigned>(batch) * static_cast<unsigned>(seq);
-  causal_softmax_backward_kernel<<<rows, threads_per_block, 0, native(s)>>>(probs, dprobs, seq, scale);
-  SPILLWAY_CUDA_LAUNCH_CHECK("causal_softmax_backward_kernel");
+  SPILLWAY_CUDA_LAUNCH("causal_softmax_backward_kernel",
+                       causal_softmax_backward_kernel<<<rows, threads_per_block, 0, native(s)>>>(
+                           probs, dprobs, seq, scale));
 }
 
 }  // namespace spillway::kernels::detail

@@ -1,11 +1,11 @@
 // kernel_context: what every kernel launch needs besides its stream — the Device, its backend,
-// and on the cuda backend the cuBLAS and cuDNN handles and a device workspace for cuDNN.
+// the workspace the caller binds, and on the cuda backend the cuBLAS and cuDNN handles.
 //
 // Launch contract, shared by every kernel in kernels/:
 //  * A kernel is enqueued on the stream it is given and returns at once. Pointers name device
 //    memory of ctx.device() (on the cpu backend that is host memory from Device::allocate, but
 //    any host memory works there); they must stay valid until the stream reaches the kernel.
-//  * cpu backend: the work runs on the stream's own thread via Device::launch_host, with oneTBB
+//  * cpu backend: the work runs on the stream's own worker via Device::launch_kernel, with oneTBB
 //    for parallel loops inside. Errors found there are sticky and rethrown by the next
 //    synchronize of the stream. cuda backend: the kernel is launched on (cudaStream_t)s.handle.
 //  * Layouts are row-major: a matrix [rows, cols] has element (r, c) at r * cols + c. Images are
@@ -30,6 +30,23 @@
 //    cuBLAS and cuDNN may pick kernels by pointer alignment, so on the GPU the promise holds
 //    for buffers whose addresses agree modulo 256 bytes between runs (every allocation from
 //    Device::allocate and the caching allocator is 256-byte aligned).
+//
+// Note [Workspace]
+// Some kernels need device scratch: cuDNN convolutions (their algorithm's workspace),
+// softmax_cross_entropy when the caller wants only the mean (the per-row losses, on both
+// backends), and cuBLAS (its own workspace, used by some GEMM kernels). That scratch is
+// device memory like any tensor, so it must sit inside the budget: the context never allocates
+// it. The caller binds memory it owns and budgets (bind_workspace, or a workspace_scope for
+// one op; the examples take it from the Session as a tensor of kind workspace, so the planner
+// counts it), sized before training from the *_workspace_bytes functions of the kernels it
+// launches. A kernel that needs more than is bound fails at its launch with an error that
+// names the size to bind; nothing grows mid-step (no synchronize, free and allocate in the
+// middle of a step, as a growable workspace would do). cuBLAS is given the bound workspace at
+// every GEMM (cublasSetWorkspace), and none when nothing is bound: it then runs kernels that
+// need no workspace, and never falls back on the default pool it would allocate for itself.
+// Both backends follow the same rule (a kernel that needs scratch on the cpu backend takes it
+// from the binding too), so a cpu test shows that a program binds and sizes its workspaces
+// before training and never grows them mid-step; the sizes themselves are the backend's.
 #pragma once
 
 #include <cstddef>
@@ -58,14 +75,47 @@ class kernel_context {
   [[nodiscard]] void* cublas_handle() const;
   [[nodiscard]] void* cudnn_handle() const;
 
-  /// cuda backend only: device scratch of at least `bytes`, usable by work enqueued on `s`
-  /// until the next call. Growing it waits for the device first, so old work is done with it.
-  [[nodiscard]] void* workspace(std::size_t bytes, stream s);
+  /// Binds `bytes` of device memory at `memory` (of this context's device, 256-byte aligned)
+  /// as the workspace of the kernels launched from now until the next bind (Note [Workspace]).
+  /// The caller keeps it valid until the stream reaches those kernels and binds memory that no
+  /// other stream is using. bind_workspace(nullptr, 0) unbinds.
+  void bind_workspace(void* memory, std::size_t bytes);
+  [[nodiscard]] void* workspace_memory() const noexcept { return workspace_; }
+  [[nodiscard]] std::size_t workspace_bytes() const noexcept { return workspace_bytes_; }
+
+  /// For launchers: the bound workspace when it holds at least `bytes`; otherwise a
+  /// spillway::error naming `kernel`, the size it needs and the size bound. Never allocates.
+  [[nodiscard]] void* workspace(std::size_t bytes, const char* kernel) const;
 
  private:
   Device* device_;
   spillway::backend backend_;
   std::unique_ptr<detail::cuda_handles> cuda_;
+  void* workspace_ = nullptr;
+  std::size_t workspace_bytes_ = 0;
+};
+
+/// Binds a workspace for the launches inside a scope (one op), and restores the previous
+/// binding at its end.
+class workspace_scope {
+ public:
+  workspace_scope(kernel_context& ctx, void* memory, std::size_t bytes)
+      : ctx_(ctx), memory_(ctx.workspace_memory()), bytes_(ctx.workspace_bytes()) {
+    ctx.bind_workspace(memory, bytes);
+  }
+  ~workspace_scope() {
+    try {
+      ctx_.bind_workspace(memory_, bytes_);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the old binding was valid when it was made
+    }
+  }
+  workspace_scope(const workspace_scope&) = delete;
+  workspace_scope& operator=(const workspace_scope&) = delete;
+
+ private:
+  kernel_context& ctx_;
+  void* memory_;
+  std::size_t bytes_;
 };
 
 }  // namespace spillway::kernels

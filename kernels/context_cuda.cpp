@@ -1,5 +1,5 @@
-// kernel_context in a build with CUDA: on the cuda backend it owns a cuBLAS handle, a cuDNN
-// handle and a growable device workspace; on the cpu backend it holds none of them.
+// kernel_context in a build with CUDA: on the cuda backend it owns a cuBLAS handle and a cuDNN
+// handle; on the cpu backend it holds neither. The workspace is the caller's (Note [Workspace]).
 #include <cublas_v2.h>
 #include <cudnn.h>
 
@@ -13,12 +13,8 @@ namespace detail {
 struct cuda_handles {
   cublasHandle_t cublas = nullptr;
   cudnnHandle_t cudnn = nullptr;
-  Device* device = nullptr;
-  void* workspace = nullptr;
-  std::size_t workspace_bytes = 0;
 
   ~cuda_handles() {
-    if (workspace != nullptr) device->deallocate(workspace, workspace_bytes);
     if (cudnn != nullptr) (void)cudnnDestroy(cudnn);
     if (cublas != nullptr) (void)cublasDestroy(cublas);
   }
@@ -29,10 +25,12 @@ struct cuda_handles {
 kernel_context::kernel_context(Device& device) : device_(&device), backend_(device.properties().backend) {
   if (backend_ != spillway::backend::cuda) return;
   auto h = std::make_unique<detail::cuda_handles>();
-  h->device = &device;
   SPILLWAY_CUBLAS_TRY(cublasCreate(&h->cublas));
   // Note [Deterministic kernels]: no atomics inside cuBLAS either.
   SPILLWAY_CUBLAS_TRY(cublasSetAtomicsMode(h->cublas, CUBLAS_ATOMICS_NOT_ALLOWED));
+  // Note [Workspace]: cuBLAS works only in the workspace the caller binds, never in a default
+  // pool of its own outside the budget. Each GEMM sets it again (cublasSetStream resets it).
+  SPILLWAY_CUBLAS_TRY(cublasSetWorkspace(h->cublas, nullptr, 0));
   SPILLWAY_CUDNN_TRY(cudnnCreate(&h->cudnn));
   cuda_ = std::move(h);
 }
@@ -47,18 +45,6 @@ void* kernel_context::cublas_handle() const {
 void* kernel_context::cudnn_handle() const {
   SPILLWAY_EXPECTS(cuda_ != nullptr, "cudnn_handle: the context is not on the cuda backend");
   return cuda_->cudnn;
-}
-
-void* kernel_context::workspace(std::size_t bytes, stream) {
-  SPILLWAY_EXPECTS(cuda_ != nullptr, "workspace: the context is not on the cuda backend");
-  if (bytes <= cuda_->workspace_bytes) return cuda_->workspace;
-  device_->synchronize();  // earlier work on any stream may still read the old workspace
-  if (cuda_->workspace != nullptr) device_->deallocate(cuda_->workspace, cuda_->workspace_bytes);
-  cuda_->workspace = nullptr;
-  cuda_->workspace_bytes = 0;
-  cuda_->workspace = device_->allocate(bytes);
-  cuda_->workspace_bytes = bytes;
-  return cuda_->workspace;
 }
 
 }  // namespace spillway::kernels

@@ -85,6 +85,18 @@ void col2im(const conv2d_shape& sh, const conv_sizes& z, const float* dcol, floa
 
 }  // namespace
 
+std::size_t conv2d_workspace_bytes(kernel_context& ctx, const conv2d_shape& shape) {
+  check(shape, "conv2d_workspace_bytes");
+#if SPILLWAY_HAVE_CUDA
+  if (ctx.is_cuda()) return detail::cuda_conv2d_workspace_bytes(ctx, shape);
+#else
+  (void)ctx;
+#endif
+  // The cpu launchers keep one image's im2col columns in memory of their own, as a GPU kernel
+  // keeps its tiles on chip: it is the kernel's, not device memory that the budget counts.
+  return 0;
+}
+
 void conv2d_forward(kernel_context& ctx, stream s, const conv2d_shape& shape, const float* x,
                     const float* w, const float* bias, float* y) {
   check(shape, "conv2d_forward");
@@ -94,12 +106,13 @@ void conv2d_forward(kernel_context& ctx, stream s, const conv2d_shape& shape, co
 #endif
   detail::enqueue_cpu(ctx, s, [=] {
     const conv_sizes z = sizes_of(shape);
-    std::vector<float> col(z.ckk * z.pq);
+    std::vector<float> columns(z.ckk * z.pq);
+    float* col = columns.data();
     for (std::size_t n = 0; n < static_cast<std::size_t>(shape.batch); ++n) {
       float* yn = y + n * z.out_image;
-      im2col(shape, z, x + n * z.in_image, col.data());
+      im2col(shape, z, x + n * z.in_image, col);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(z.k), static_cast<int>(z.pq),
-                  static_cast<int>(z.ckk), 1.0f, w, static_cast<int>(z.ckk), col.data(),
+                  static_cast<int>(z.ckk), 1.0f, w, static_cast<int>(z.ckk), col,
                   static_cast<int>(z.pq), 0.0f, yn, static_cast<int>(z.pq));
       if (bias != nullptr)
         detail::parallel_for(z.k, 1, [&](std::size_t b, std::size_t e) {
@@ -121,21 +134,22 @@ void conv2d_backward(kernel_context& ctx, stream s, const conv2d_shape& shape, c
   detail::enqueue_cpu(ctx, s, [=] {
     const conv_sizes z = sizes_of(shape);
     const auto batch = static_cast<std::size_t>(shape.batch);
-    std::vector<float> col(z.ckk * z.pq);
+    std::vector<float> columns(z.ckk * z.pq);
+    float* col = columns.data();
     if (!accumulate) std::memset(dw, 0, z.k * z.ckk * sizeof(float));
     for (std::size_t n = 0; n < batch; ++n) {
       const float* dyn = dy + n * z.out_image;
-      im2col(shape, z, x + n * z.in_image, col.data());
+      im2col(shape, z, x + n * z.in_image, col);
       // dw += dy_n col_n^T
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(z.k), static_cast<int>(z.ckk),
-                  static_cast<int>(z.pq), 1.0f, dyn, static_cast<int>(z.pq), col.data(),
+                  static_cast<int>(z.pq), 1.0f, dyn, static_cast<int>(z.pq), col,
                   static_cast<int>(z.pq), 1.0f, dw, static_cast<int>(z.ckk));
       if (dx != nullptr) {
         // dcol = w^T dy_n, reusing col, then folded back into dx_n.
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(z.ckk), static_cast<int>(z.pq),
                     static_cast<int>(z.k), 1.0f, w, static_cast<int>(z.ckk), dyn, static_cast<int>(z.pq),
-                    0.0f, col.data(), static_cast<int>(z.pq));
-        col2im(shape, z, col.data(), dx + n * z.in_image);
+                    0.0f, col, static_cast<int>(z.pq));
+        col2im(shape, z, col, dx + n * z.in_image);
       }
     }
     if (dbias != nullptr)

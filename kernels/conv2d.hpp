@@ -2,6 +2,8 @@
 // forward and backward: cuDNN on the cuda backend, im2col + OpenBLAS on the cpu backend.
 #pragma once
 
+#include <cstddef>
+
 #include "kernels/context.hpp"
 
 namespace spillway::kernels {
@@ -22,6 +24,12 @@ struct conv2d_shape {
   [[nodiscard]] int out_height() const noexcept { return (height + 2 * pad - kernel) / stride + 1; }
   [[nodiscard]] int out_width() const noexcept { return (width + 2 * pad - kernel) / stride + 1; }
 };
+
+/// Workspace the convolution of `shape` needs, forward and backward, on ctx's backend: cuDNN's
+/// algorithms' scratch on the cuda backend, 0 on the cpu backend (its im2col columns are the
+/// kernel's own memory). Bind at least this much around conv2d_forward and conv2d_backward
+/// (Note [Workspace]).
+[[nodiscard]] std::size_t conv2d_workspace_bytes(kernel_context& ctx, const conv2d_shape& shape);
 
 /// y = conv(x, w) (+ bias per output channel when bias != nullptr).
 void conv2d_forward(kernel_context& ctx, stream s, const conv2d_shape& shape, const float* x,

@@ -56,21 +56,53 @@ cudnnHandle_t handle_on(kernel_context& ctx, stream s) {
   return h;
 }
 
+/// The forward algorithm and its workspace. Both implicit-GEMM algorithms are deterministic; the
+/// precomputed one is faster where cuDNN has it for the shape, the plain one supports every
+/// shape without workspace.
+cudnnConvolutionFwdAlgo_t forward_algo(cudnnHandle_t h, const conv_setup& d, std::size_t& bytes) {
+  cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+  bytes = 0;
+  if (cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, algo, &bytes) != CUDNN_STATUS_SUCCESS) {
+    algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+    SPILLWAY_CUDNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, algo, &bytes));
+  }
+  return algo;
+}
+
+constexpr cudnnConvolutionBwdDataAlgo_t data_algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;      // deterministic
+constexpr cudnnConvolutionBwdFilterAlgo_t filter_algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;  // deterministic
+
+std::size_t data_workspace(cudnnHandle_t h, const conv_setup& d) {
+  std::size_t bytes = 0;
+  SPILLWAY_CUDNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x, data_algo, &bytes));
+  return bytes;
+}
+
+std::size_t filter_workspace(cudnnHandle_t h, const conv_setup& d) {
+  std::size_t bytes = 0;
+  SPILLWAY_CUDNN_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w, filter_algo, &bytes));
+  return bytes;
+}
+
 }  // namespace
+
+std::size_t cuda_conv2d_workspace_bytes(kernel_context& ctx, const conv2d_shape& shape) {
+  auto* h = static_cast<cudnnHandle_t>(ctx.cudnn_handle());
+  const conv_setup d(shape);
+  std::size_t fwd = 0;
+  (void)forward_algo(h, d, fwd);
+  std::size_t bytes = fwd;
+  for (std::size_t b : {data_workspace(h, d), filter_workspace(h, d)}) bytes = b > bytes ? b : bytes;
+  return (bytes + 255) / 256 * 256;
+}
 
 void cuda_conv2d_forward(kernel_context& ctx, stream s, const conv2d_shape& shape, const float* x,
                          const float* w, const float* bias, float* y) {
   cudnnHandle_t h = handle_on(ctx, s);
   const conv_setup d(shape);
-  // Both implicit-GEMM algorithms are deterministic; the precomputed one is faster where cuDNN
-  // has it for the shape, the plain one supports every shape without workspace.
-  cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
   std::size_t bytes = 0;
-  if (cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, algo, &bytes) != CUDNN_STATUS_SUCCESS) {
-    algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-    SPILLWAY_CUDNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, algo, &bytes));
-  }
-  void* ws = bytes > 0 ? ctx.workspace(bytes, s) : nullptr;
+  const cudnnConvolutionFwdAlgo_t algo = forward_algo(h, d, bytes);
+  void* ws = bytes > 0 ? ctx.workspace(bytes, "conv2d_forward") : nullptr;
   const float one = 1.0f;
   const float zero = 0.0f;
   SPILLWAY_CUDNN_TRY(cudnnConvolutionForward(h, &one, d.x, x, d.w, w, d.conv, algo, ws, bytes, &zero, d.y, y));
@@ -83,16 +115,10 @@ void cuda_conv2d_backward(kernel_context& ctx, stream s, const conv2d_shape& sha
                           bool accumulate) {
   cudnnHandle_t h = handle_on(ctx, s);
   const conv_setup d(shape);
-  const cudnnConvolutionBwdDataAlgo_t data_algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;      // deterministic
-  const cudnnConvolutionBwdFilterAlgo_t filter_algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;  // deterministic
-  std::size_t data_bytes = 0;
-  std::size_t filter_bytes = 0;
-  if (dx != nullptr)
-    SPILLWAY_CUDNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x, data_algo, &data_bytes));
-  SPILLWAY_CUDNN_TRY(
-      cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w, filter_algo, &filter_bytes));
+  const std::size_t data_bytes = dx != nullptr ? data_workspace(h, d) : 0;
+  const std::size_t filter_bytes = filter_workspace(h, d);
   const std::size_t bytes = data_bytes > filter_bytes ? data_bytes : filter_bytes;
-  void* ws = bytes > 0 ? ctx.workspace(bytes, s) : nullptr;
+  void* ws = bytes > 0 ? ctx.workspace(bytes, "conv2d_backward") : nullptr;
   const float one = 1.0f;
   const float zero = 0.0f;
   const float filter_beta = accumulate ? 1.0f : 0.0f;

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <string>
 
 #include "device/cuda_check.hpp"
 #include "device/device.hpp"
@@ -56,21 +57,33 @@ __global__ void map_kernel(std::size_t n, F f) {
     f(i);
 }
 
+/// Runs `launch` (one <<<...>>> launch) and reports the launch's own error as a cuda_error
+/// naming the kernel. Note [Launch errors]: the runtime's last-error slot may still hold an
+/// error that an earlier call left there and its caller tolerated (cudaErrorNotReady from
+/// cudaEventQuery, a cudaMalloc failure that was caught and retried). Reading the slot only
+/// after the launch would blame this kernel for it, so the slot is cleared first. A sticky
+/// error (the context is broken, e.g. an earlier kernel's illegal address) is not lost: the
+/// clearing read cannot reset it, the launch itself then fails with it, and it is reported.
+template <class Launch>
+void checked_launch(const char* kernel, const char* file, int line, const Launch& launch) {
+  (void)cudaGetLastError();  // an earlier, tolerated error is not this launch's
+  launch();
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) {
+    const std::string call = std::string("launch of ") + kernel;
+    ::spillway::detail::throw_cuda(status, call.c_str(), file, line);
+  }
+}
+
 }  // namespace spillway::kernels::detail
 
-/// After a <<<...>>> launch: reports a bad launch as a cuda_error naming the kernel (a literal).
-#define SPILLWAY_CUDA_LAUNCH_CHECK(name)                                                       \
-  do {                                                                                         \
-    const cudaError_t spillway_status_ = cudaGetLastError();                                   \
-    if (spillway_status_ != cudaSuccess)                                                       \
-      ::spillway::detail::throw_cuda(spillway_status_, "launch of " name, __FILE__, __LINE__); \
-  } while (0)
+/// Launches a kernel and checks that launch alone: SPILLWAY_CUDA_LAUNCH("name", k<<<g, b, 0, st>>>(args)).
+#define SPILLWAY_CUDA_LAUNCH(name, ...) \
+  ::spillway::kernels::detail::checked_launch(name, __FILE__, __LINE__, [&] { __VA_ARGS__; })
 
 /// Launches map_kernel over n items with functor f on stream s.
-#define SPILLWAY_CUDA_MAP(name, s, n, f)                                                              \
-  do {                                                                                                \
-    ::spillway::kernels::detail::map_kernel<<<::spillway::kernels::detail::blocks_for(n),             \
-                                              ::spillway::kernels::detail::threads_per_block, 0,      \
-                                              ::spillway::kernels::detail::native(s)>>>((n), (f));    \
-    SPILLWAY_CUDA_LAUNCH_CHECK(name);                                                                 \
-  } while (0)
+#define SPILLWAY_CUDA_MAP(name, s, n, f)                                                                \
+  SPILLWAY_CUDA_LAUNCH(name, ::spillway::kernels::detail::map_kernel<<<                                 \
+                                 ::spillway::kernels::detail::blocks_for(n),                            \
+                                 ::spillway::kernels::detail::threads_per_block, 0,                     \
+                                 ::spillway::kernels::detail::native(s)>>>((n), (f)))

@@ -53,6 +53,7 @@ void cuda_causal_softmax_backward(kernel_context& ctx, stream s, const float* pr
                                   int batch, int seq, float scale);
 
 // conv_cuda.cpp (cuDNN)
+std::size_t cuda_conv2d_workspace_bytes(kernel_context& ctx, const conv2d_shape& shape);
 void cuda_conv2d_forward(kernel_context& ctx, stream s, const conv2d_shape& shape, const float* x,
                          const float* w, const float* bias, float* y);
 void cuda_conv2d_backward(kernel_context& ctx, stream s, const conv2d_shape& shape, const float* x,

@@ -65,9 +65,10 @@ void cuda_bias_add(kernel_context&, stream s, float* y, const float* bias, int r
 
 void cuda_bias_backward(kernel_context&, stream s, const float* dy, float* dbias, int rows, int cols,
                         bool accumulate) {
-  bias_backward_kernel<<<blocks_for(static_cast<std::size_t>(cols)), threads_per_block, 0, native(s)>>>(
-      dy, dbias, rows, cols, accumulate);
-  SPILLWAY_CUDA_LAUNCH_CHECK("bias_backward_kernel");
+  const unsigned grid = blocks_for(static_cast<std::size_t>(cols));
+  SPILLWAY_CUDA_LAUNCH("bias_backward_kernel",
+                       bias_backward_kernel<<<grid, threads_per_block, 0, native(s)>>>(
+                           dy, dbias, rows, cols, accumulate));
 }
 
 void cuda_gelu_forward(kernel_context&, stream s, const float* x, float* y, std::size_t n) {

@@ -45,9 +45,9 @@ void cuda_embedding_backward(kernel_context&, stream s, const std::int32_t* ids,
   if (!accumulate)
     SPILLWAY_CUDA_TRY(cudaMemsetAsync(dtable, 0, sizeof(float) * static_cast<std::size_t>(vocab) * dim, native(s)));
   if (tokens == 0) return;
-  scatter_add_kernel<<<blocks_for(static_cast<std::size_t>(dim), 64), 64, 0, native(s)>>>(ids, dout, dtable,
-                                                                                         tokens, vocab, dim);
-  SPILLWAY_CUDA_LAUNCH_CHECK("scatter_add_kernel");
+  SPILLWAY_CUDA_LAUNCH("scatter_add_kernel",
+                       scatter_add_kernel<<<blocks_for(static_cast<std::size_t>(dim), 64), 64, 0, native(s)>>>(
+                           ids, dout, dtable, tokens, vocab, dim));
 }
 
 }  // namespace spillway::kernels::detail

@@ -12,6 +12,9 @@ void cuda_gemm(kernel_context& ctx, stream s, bool ta, bool tb, int m, int n, in
                float beta, float* c, int ldc, long long stride_c, int batch) {
   auto* h = static_cast<cublasHandle_t>(ctx.cublas_handle());
   SPILLWAY_CUBLAS_TRY(cublasSetStream(h, static_cast<cudaStream_t>(s.handle)));
+  // cublasSetStream puts cuBLAS back on its default workspace pool; give it the bound one (or
+  // none) instead, so all its memory is inside the budget (Note [Workspace] in context.hpp).
+  SPILLWAY_CUBLAS_TRY(cublasSetWorkspace(h, ctx.workspace_memory(), ctx.workspace_bytes()));
   const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (batch == 1) {

@@ -16,10 +16,12 @@
 
 namespace spillway::kernels::detail {
 
-/// Enqueues cpu work on the stream's own thread (cpu backend).
+/// Enqueues cpu work that stands for a kernel (cpu backend): Device::launch_kernel runs it on
+/// the stream's own worker, as a GPU runs a kernel on its stream. Never launch_host: host
+/// functions share one callback thread and are for short notifications, not compute.
 template <class F>
 void enqueue_cpu(kernel_context& ctx, stream s, F&& work) {
-  ctx.device().launch_host(s, std::function<void()>(std::forward<F>(work)));
+  ctx.device().launch_kernel(s, std::function<void()>(std::forward<F>(work)));
 }
 
 /// Runs body(begin, end) over [0, n) in chunks of `grain` with a static partition. Each index

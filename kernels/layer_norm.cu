@@ -70,20 +70,23 @@ __global__ void layer_norm_params_kernel(const float* x, const float* mean, cons
 
 void cuda_layer_norm_forward(kernel_context&, stream s, const float* x, const float* gamma, const float* beta,
                              float* y, float* mean, float* rstd, int rows, int cols, float eps) {
-  layer_norm_forward_kernel<<<rows, threads_per_block, 0, native(s)>>>(x, gamma, beta, y, mean, rstd, cols, eps);
-  SPILLWAY_CUDA_LAUNCH_CHECK("layer_norm_forward_kernel");
+  SPILLWAY_CUDA_LAUNCH("layer_norm_forward_kernel",
+                       layer_norm_forward_kernel<<<rows, threads_per_block, 0, native(s)>>>(
+                           x, gamma, beta, y, mean, rstd, cols, eps));
 }
 
 void cuda_layer_norm_backward(kernel_context&, stream s, const float* x, const float* gamma, const float* mean,
                               const float* rstd, const float* dy, float* dx, float* dgamma, float* dbeta,
                               int rows, int cols, bool accumulate) {
   if (rows > 0) {
-    layer_norm_dx_kernel<<<rows, threads_per_block, 0, native(s)>>>(x, gamma, mean, rstd, dy, dx, cols);
-    SPILLWAY_CUDA_LAUNCH_CHECK("layer_norm_dx_kernel");
+    SPILLWAY_CUDA_LAUNCH("layer_norm_dx_kernel",
+                         layer_norm_dx_kernel<<<rows, threads_per_block, 0, native(s)>>>(
+                             x, gamma, mean, rstd, dy, dx, cols));
   }
-  layer_norm_params_kernel<<<blocks_for(static_cast<std::size_t>(cols)), threads_per_block, 0, native(s)>>>(
-      x, mean, rstd, dy, dgamma, dbeta, rows, cols, accumulate);
-  SPILLWAY_CUDA_LAUNCH_CHECK("layer_norm_params_kernel");
+  const unsigned grid = blocks_for(static_cast<std::size_t>(cols));
+  SPILLWAY_CUDA_LAUNCH("layer_norm_params_kernel",
+                       layer_norm_params_kernel<<<grid, threads_per_block, 0, native(s)>>>(
+                           x, mean, rstd, dy, dgamma, dbeta, rows, cols, accumulate));
 }
 
 }  // namespace spillway::kernels::detail

@@ -48,8 +48,9 @@ __global__ void channel_bias_backward_kernel(const float* dy, float* dbias, int 
 void cuda_global_avg_pool_forward(kernel_context&, stream s, const float* x, float* y, int batch, int channels,
                                   int plane) {
   const std::size_t planes = static_cast<std::size_t>(batch) * static_cast<std::size_t>(channels);
-  global_avg_pool_kernel<<<blocks_for(planes), threads_per_block, 0, native(s)>>>(x, y, planes, plane);
-  SPILLWAY_CUDA_LAUNCH_CHECK("global_avg_pool_kernel");
+  SPILLWAY_CUDA_LAUNCH("global_avg_pool_kernel",
+                       global_avg_pool_kernel<<<blocks_for(planes), threads_per_block, 0, native(s)>>>(
+                           x, y, planes, plane));
 }
 
 void cuda_global_avg_pool_backward(kernel_context&, stream s, const float* dy, float* dx, int batch, int channels,
@@ -67,9 +68,9 @@ void cuda_channel_bias_add(kernel_context&, stream s, float* y, const float* bia
 
 void cuda_channel_bias_backward(kernel_context&, stream s, const float* dy, float* dbias, int batch, int channels,
                                 int plane, bool accumulate) {
-  channel_bias_backward_kernel<<<channels, threads_per_block, 0, native(s)>>>(dy, dbias, batch, channels, plane,
-                                                                              accumulate);
-  SPILLWAY_CUDA_LAUNCH_CHECK("channel_bias_backward_kernel");
+  SPILLWAY_CUDA_LAUNCH("channel_bias_backward_kernel",
+                       channel_bias_backward_kernel<<<channels, threads_per_block, 0, native(s)>>>(
+                           dy, dbias, batch, channels, plane, accumulate));
 }
 
 }  // namespace spillway::kernels::detail

@@ -4,7 +4,6 @@
 
 #include <math.h>
 
-#include <memory>
 #include <string>
 
 #include "kernels/cuda_launchers.hpp"
@@ -21,6 +20,11 @@ void softmax_cross_entropy(kernel_context& ctx, stream s, const float* logits, c
     return detail::cuda_softmax_cross_entropy(ctx, s, logits, targets, losses, mean_loss, dlogits,
                                               rows, cols, grad_scale);
 #endif
+  // Without `losses`, the row losses go to the bound workspace (Note [Workspace]), taken here
+  // at the launch so that a missing one is an error of the call, not of the stream.
+  float* row_loss = losses != nullptr ? losses
+                                      : static_cast<float*>(ctx.workspace(softmax_cross_entropy_workspace_bytes(rows),
+                                                                          "softmax_cross_entropy"));
   detail::enqueue_cpu(ctx, s, [=] {
     const auto c = static_cast<std::size_t>(cols);
     const auto nr = static_cast<std::size_t>(rows);
@@ -28,13 +32,6 @@ void softmax_cross_entropy(kernel_context& ctx, stream s, const float* logits, c
       SPILLWAY_EXPECTS(targets[r] < cols, "softmax_cross_entropy: target " +
                                               std::to_string(targets[r]) + " of row " +
                                               std::to_string(r) + " is past " + std::to_string(cols));
-    // Row losses go to a local buffer when the caller wants only the mean.
-    std::unique_ptr<float[]> local;
-    float* row_loss = losses;
-    if (row_loss == nullptr) {
-      local = std::make_unique<float[]>(nr);
-      row_loss = local.get();
-    }
     detail::parallel_for(nr, detail::grain_for(c, 1u << 13), [&](std::size_t b, std::size_t e) {
       for (std::size_t r = b; r < e; ++r) {
         const float* x = logits + r * c;

@@ -2,6 +2,7 @@
 // max and sum), then one block that sums the row losses in a fixed order for the mean.
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launchers.hpp"
+#include "kernels/softmax_cross_entropy.hpp"
 
 namespace spillway::kernels::detail {
 namespace {
@@ -44,13 +45,15 @@ void cuda_softmax_cross_entropy(kernel_context& ctx, stream s, const float* logi
                                 float* losses, float* mean_loss, float* dlogits, int rows, int cols,
                                 float grad_scale) {
   float* row_loss = losses;
-  if (row_loss == nullptr) row_loss = static_cast<float*>(ctx.workspace(sizeof(float) * rows, s));
-  softmax_xent_kernel<<<rows, threads_per_block, 0, native(s)>>>(logits, targets, row_loss, dlogits, cols,
-                                                                 grad_scale);
-  SPILLWAY_CUDA_LAUNCH_CHECK("softmax_xent_kernel");
+  if (row_loss == nullptr)
+    row_loss = static_cast<float*>(ctx.workspace(softmax_cross_entropy_workspace_bytes(rows), "softmax_cross_entropy"));
+  SPILLWAY_CUDA_LAUNCH("softmax_xent_kernel",
+                       softmax_xent_kernel<<<rows, threads_per_block, 0, native(s)>>>(
+                           logits, targets, row_loss, dlogits, cols, grad_scale));
   if (mean_loss != nullptr) {
-    mean_kernel<<<1, threads_per_block, 0, native(s)>>>(row_loss, rows, mean_loss);
-    SPILLWAY_CUDA_LAUNCH_CHECK("mean_kernel");
+    SPILLWAY_CUDA_LAUNCH("mean_kernel",
+                         mean_kernel<<<1, threads_per_block, 0, native(s)>>>(
+                             row_loss, rows, mean_loss));
   }
 }
 

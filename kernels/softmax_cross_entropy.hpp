@@ -2,6 +2,7 @@
 // the gradient of (grad_scale * sum of losses) with respect to the logits, in one pass.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/context.hpp"
@@ -12,9 +13,17 @@ namespace spillway::kernels {
 /// gradient 0). Writes losses[rows] (may be nullptr), *mean_loss = sum(losses) / rows (may be
 /// nullptr; one float in device memory), and, when dlogits != nullptr, dlogits [rows, cols] =
 /// grad_scale * (softmax(logits) - onehot(target)). For the mean loss pass grad_scale = 1/rows.
-/// dlogits may alias logits.
+/// dlogits may alias logits. With losses == nullptr the row losses go to the bound workspace,
+/// which must hold softmax_cross_entropy_workspace_bytes(rows) (Note [Workspace]).
 void softmax_cross_entropy(kernel_context& ctx, stream s, const float* logits, const std::int32_t* targets,
                            float* losses, float* mean_loss, float* dlogits, int rows, int cols,
                            float grad_scale);
+
+/// Workspace softmax_cross_entropy needs when `losses` is nullptr, on both backends: the row
+/// losses, rounded up to 256 bytes.
+[[nodiscard]] constexpr std::size_t softmax_cross_entropy_workspace_bytes(int rows) noexcept {
+  const std::size_t bytes = sizeof(float) * static_cast<std::size_t>(rows > 0 ? rows : 0);
+  return (bytes + 255) / 256 * 256;
+}
 
 }  // namespace spillway::kernels

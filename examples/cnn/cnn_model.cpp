@@ -9,6 +9,7 @@
 
 #include "device/error.hpp"
 #include "examples/cnn/images.hpp"
+#include "examples/common/device_io.hpp"
 #include "examples/common/loss_value.hpp"
 #include "examples/common/names.hpp"
 #include "examples/common/parameters.hpp"
@@ -37,6 +38,7 @@ constexpr int in_channels = 3;
 struct conv_param {
   parameter w, b;
   k::conv2d_shape shape;
+  std::size_t workspace = 0;  ///< bytes its kernels need, forward and backward (Note [Workspace])
 };
 
 struct res_block {
@@ -115,6 +117,7 @@ class cnn_model final : public model {
     p.w = params_.add(s, name + ".weight",
                       normal_values(r, static_cast<std::size_t>(cout) * fan_in, gain * std::sqrt(2.0 / static_cast<double>(fan_in))));
     p.b = params_.add(s, name + ".bias", std::vector<float>(static_cast<std::size_t>(cout), 0.0f));
+    p.workspace = k::conv2d_workspace_bytes(*ctx_, p.shape);  // sized once, before training
     return p;
   }
 
@@ -137,6 +140,7 @@ class cnn_model final : public model {
   int final_channels_ = 0, final_plane_ = 0;
   std::vector<float> pixels_;
   std::vector<std::int32_t> labels_;
+  pinned_staging staging_;
 };
 
 // Forward tensors of one residual block that backward reads.
@@ -156,19 +160,22 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
   auto labels = s.add_transient("labels", labels_.size() * sizeof(std::int32_t));
   {
     auto op = s.op("batch.upload", {}, {images, labels});
-    op.device().copy_async(op.ptr(images), pixels_.data(), pixels_.size() * f32, copy_kind::host_to_device, op.stream());
-    op.device().copy_async(op.ptr(labels), labels_.data(), labels_.size() * sizeof(std::int32_t),
-                           copy_kind::host_to_device, op.stream());
+    staging_.upload(op.device(), op.stream(),
+                    {{op.ptr(images), pixels_.data(), pixels_.size() * f32},
+                     {op.ptr(labels), labels_.data(), labels_.size() * sizeof(std::int32_t)}});
   }
 
   // ---- forward ----
   auto x = s.add_transient("stem.out", out_bytes(stem_.shape));
+  const op_workspace stem_ws(s, "stem.forward.workspace", stem_.workspace);
   {
-    auto op = s.op("stem.forward", {images, stem_.w.value, stem_.b.value}, {x}, flops(stem_.shape));
+    auto op = s.op("stem.forward", {images, stem_.w.value, stem_.b.value}, {x, stem_ws.handle()}, flops(stem_.shape));
+    const auto bound = stem_ws.bind(op, ctx);
     k::conv2d_forward(ctx, op.stream(), stem_.shape, op.ptr<float>(images), op.ptr<float>(stem_.w.value),
                       op.ptr<float>(stem_.b.value), op.ptr<float>(x));
     k::relu_forward(ctx, op.stream(), op.ptr<float>(x), op.ptr<float>(x), out_bytes(stem_.shape) / f32);
   }
+  stem_ws.release(s);
   const tensor_handle stem_out = x;
   std::vector<stage_acts> acts(stages_.size());
   for (std::size_t si = 0; si < stages_.size(); ++si) {
@@ -185,11 +192,15 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
         k::max_pool2d_forward(ctx, op.stream(), st.pool, op.ptr<float>(x), op.ptr<float>(sa.pooled));
       }
       auto widened = s.add_transient(n + "widen.out", out_bytes(st.widen.shape));
+      const op_workspace ws(s, n + "widen.forward.workspace", st.widen.workspace);
       {
-        auto op = s.op(n + "widen.forward", {sa.pooled, st.widen.w.value, st.widen.b.value}, {widened}, flops(st.widen.shape));
+        auto op = s.op(n + "widen.forward", {sa.pooled, st.widen.w.value, st.widen.b.value}, {widened, ws.handle()},
+                       flops(st.widen.shape));
+        const auto bound = ws.bind(op, ctx);
         k::conv2d_forward(ctx, op.stream(), st.widen.shape, op.ptr<float>(sa.pooled), op.ptr<float>(st.widen.w.value),
                           op.ptr<float>(st.widen.b.value), op.ptr<float>(widened));
       }
+      ws.release(s);
       x = widened;
     }
     for (std::size_t bi = 0; bi < st.blocks.size(); ++bi) {
@@ -199,21 +210,28 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
       ba.x_in = x;
       const std::uint64_t bytes = out_bytes(blk.conv1.shape);
       ba.a1 = s.add_transient(bn + "conv1.out", bytes);
+      const op_workspace ws1(s, bn + "conv1.forward.workspace", blk.conv1.workspace);
       {
-        auto op = s.op(bn + "conv1.forward", {x, blk.conv1.w.value, blk.conv1.b.value}, {ba.a1}, flops(blk.conv1.shape));
+        auto op = s.op(bn + "conv1.forward", {x, blk.conv1.w.value, blk.conv1.b.value}, {ba.a1, ws1.handle()},
+                       flops(blk.conv1.shape));
+        const auto bound = ws1.bind(op, ctx);
         k::conv2d_forward(ctx, op.stream(), blk.conv1.shape, op.ptr<float>(x), op.ptr<float>(blk.conv1.w.value),
                           op.ptr<float>(blk.conv1.b.value), op.ptr<float>(ba.a1));
         k::relu_forward(ctx, op.stream(), op.ptr<float>(ba.a1), op.ptr<float>(ba.a1), bytes / f32);
       }
+      ws1.release(s);
       ba.y = s.add_transient(bn + "out", bytes);
+      const op_workspace ws2(s, bn + "conv2.forward.workspace", blk.conv2.workspace);
       {
-        auto op = s.op(bn + "conv2.forward", {ba.a1, blk.conv2.w.value, blk.conv2.b.value, x}, {ba.y},
+        auto op = s.op(bn + "conv2.forward", {ba.a1, blk.conv2.w.value, blk.conv2.b.value, x}, {ba.y, ws2.handle()},
                        flops(blk.conv2.shape));
+        const auto bound = ws2.bind(op, ctx);
         k::conv2d_forward(ctx, op.stream(), blk.conv2.shape, op.ptr<float>(ba.a1), op.ptr<float>(blk.conv2.w.value),
                           op.ptr<float>(blk.conv2.b.value), op.ptr<float>(ba.y));
         k::add(ctx, op.stream(), op.ptr<float>(ba.y), op.ptr<float>(x), op.ptr<float>(ba.y), bytes / f32);
         k::relu_forward(ctx, op.stream(), op.ptr<float>(ba.y), op.ptr<float>(ba.y), bytes / f32);
       }
+      ws2.release(s);
       sa.blocks.push_back(ba);
       x = ba.y;
     }
@@ -231,11 +249,14 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
                       op.ptr<float>(logits), B, C, Cl);
   }
   const tensor_handle loss = loss_.handle();
+  const op_workspace loss_ws(s, "loss.workspace", k::softmax_cross_entropy_workspace_bytes(B));
   {
-    auto op = s.op("loss.forward", {logits, labels}, {logits, loss}, 5.0 * B * Cl);
+    auto op = s.op("loss.forward", {logits, labels}, {logits, loss, loss_ws.handle()}, 5.0 * B * Cl);
+    const auto bound = loss_ws.bind(op, ctx);
     k::softmax_cross_entropy(ctx, op.stream(), op.ptr<float>(logits), op.ptr<std::int32_t>(labels), nullptr,
                              op.ptr<float>(loss), op.ptr<float>(logits), B, Cl, 1.0f / static_cast<float>(B));
   }
+  loss_ws.release(s);
   s.release(labels);
 
   // ---- backward ----
@@ -263,26 +284,32 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
       const std::string bn = n + indexed("b", bi);
       const std::uint64_t bytes = out_bytes(blk.conv1.shape);
       auto da1 = s.add_transient(bn + "conv1.dout", bytes);
+      const op_workspace ws2(s, bn + "conv2.backward.workspace", blk.conv2.workspace);
       {
         // dres becomes d loss / d (conv2 output + skip) in place.
         auto op = s.op(bn + "conv2.backward", {ba.y, ba.a1, blk.conv2.w.value, dres},
-                       {dres, da1, blk.conv2.w.grad, blk.conv2.b.grad}, 2 * flops(blk.conv2.shape));
+                       {dres, da1, blk.conv2.w.grad, blk.conv2.b.grad, ws2.handle()}, 2 * flops(blk.conv2.shape));
+        const auto bound = ws2.bind(op, ctx);
         k::relu_backward(ctx, op.stream(), op.ptr<float>(ba.y), op.ptr<float>(dres), op.ptr<float>(dres), bytes / f32);
         k::conv2d_backward(ctx, op.stream(), blk.conv2.shape, op.ptr<float>(ba.a1), op.ptr<float>(blk.conv2.w.value),
                            op.ptr<float>(dres), op.ptr<float>(da1), op.ptr<float>(blk.conv2.w.grad),
                            op.ptr<float>(blk.conv2.b.grad), false);
       }
+      ws2.release(s);
       s.release(ba.y);
       auto d_in = s.add_transient(bn + "din", bytes);
+      const op_workspace ws1(s, bn + "conv1.backward.workspace", blk.conv1.workspace);
       {
         auto op = s.op(bn + "conv1.backward", {ba.a1, ba.x_in, blk.conv1.w.value, da1, dres},
-                       {da1, d_in, blk.conv1.w.grad, blk.conv1.b.grad}, 2 * flops(blk.conv1.shape));
+                       {da1, d_in, blk.conv1.w.grad, blk.conv1.b.grad, ws1.handle()}, 2 * flops(blk.conv1.shape));
+        const auto bound = ws1.bind(op, ctx);
         k::relu_backward(ctx, op.stream(), op.ptr<float>(ba.a1), op.ptr<float>(da1), op.ptr<float>(da1), bytes / f32);
         k::conv2d_backward(ctx, op.stream(), blk.conv1.shape, op.ptr<float>(ba.x_in), op.ptr<float>(blk.conv1.w.value),
                            op.ptr<float>(da1), op.ptr<float>(d_in), op.ptr<float>(blk.conv1.w.grad),
                            op.ptr<float>(blk.conv1.b.grad), false);
         k::add(ctx, op.stream(), op.ptr<float>(d_in), op.ptr<float>(dres), op.ptr<float>(d_in), bytes / f32);
       }
+      ws1.release(s);
       for (auto t : {da1, ba.a1, dres}) s.release(t);
       dres = d_in;
     }
@@ -293,13 +320,16 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
       const std::uint64_t pooled_bytes = static_cast<std::uint64_t>(B) * st.pool.channels * st.pool.out_height() *
                                          st.pool.out_width() * f32;
       auto dpooled = s.add_transient(n + "pool.dout", pooled_bytes);
+      const op_workspace ws(s, n + "widen.backward.workspace", st.widen.workspace);
       {
-        auto op = s.op(n + "widen.backward", {sa.pooled, st.widen.w.value, dres}, {dpooled, st.widen.w.grad, st.widen.b.grad},
-                       2 * flops(st.widen.shape));
+        auto op = s.op(n + "widen.backward", {sa.pooled, st.widen.w.value, dres},
+                       {dpooled, st.widen.w.grad, st.widen.b.grad, ws.handle()}, 2 * flops(st.widen.shape));
+        const auto bound = ws.bind(op, ctx);
         k::conv2d_backward(ctx, op.stream(), st.widen.shape, op.ptr<float>(sa.pooled), op.ptr<float>(st.widen.w.value),
                            op.ptr<float>(dres), op.ptr<float>(dpooled), op.ptr<float>(st.widen.w.grad),
                            op.ptr<float>(st.widen.b.grad), false);
       }
+      ws.release(s);
       s.release(dres);
       auto dx = s.add_transient(n + "pool.dx", static_cast<std::uint64_t>(B) * st.pool.channels * st.pool.height *
                                                    st.pool.width * f32);
@@ -312,14 +342,17 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
       dres = dx;
     }
   }
+  const op_workspace stem_bwd_ws(s, "stem.backward.workspace", stem_.workspace);
   {
     const std::uint64_t bytes = out_bytes(stem_.shape);
-    auto op = s.op("stem.backward", {stem_out, images, stem_.w.value, dres}, {dres, stem_.w.grad, stem_.b.grad},
-                   2 * flops(stem_.shape));
+    auto op = s.op("stem.backward", {stem_out, images, stem_.w.value, dres},
+                   {dres, stem_.w.grad, stem_.b.grad, stem_bwd_ws.handle()}, 2 * flops(stem_.shape));
+    const auto bound = stem_bwd_ws.bind(op, ctx);
     k::relu_backward(ctx, op.stream(), op.ptr<float>(stem_out), op.ptr<float>(dres), op.ptr<float>(dres), bytes / f32);
     k::conv2d_backward(ctx, op.stream(), stem_.shape, op.ptr<float>(images), op.ptr<float>(stem_.w.value),
                        op.ptr<float>(dres), nullptr, op.ptr<float>(stem_.w.grad), op.ptr<float>(stem_.b.grad), false);
   }
+  stem_bwd_ws.release(s);
   for (auto t : {stem_out, images, dres}) s.release(t);
 
   params_.adam_step(s, ctx, k::adam_config{sh_.lr, 0.9f, 0.999f, 1e-8f, 0.0f}, step + 1);

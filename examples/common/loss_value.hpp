@@ -1,5 +1,7 @@
 // The step's mean loss as a Session tensor: one float, persistent, so that it can be read with
 // Session::read after the last op that touches it (a plan may drop a transient after its last op).
+// It is read into pinned memory: a copy to pageable memory would be synchronous for the caller
+// (Device contract), and one every step is the kind of stall the examples keep out.
 #pragma once
 
 #include "offload/swap_policy.hpp"
@@ -8,18 +10,30 @@ namespace spillway::examples {
 
 class loss_value {
  public:
+  loss_value() = default;
+  ~loss_value() {
+    if (pinned_ != nullptr) dev_->deallocate_pinned(pinned_, sizeof(float));
+  }
+  loss_value(const loss_value&) = delete;
+  loss_value& operator=(const loss_value&) = delete;
+
   /// Registers the tensor "loss" (call from model::build).
-  void add(Session& s) { t_ = s.add_persistent("loss", sizeof(float), tensor_kind::parameter); }
+  void add(Session& s) {
+    t_ = s.add_persistent("loss", sizeof(float), tensor_kind::parameter);
+    dev_ = &s.device();
+    pinned_ = static_cast<float*>(dev_->allocate_pinned(sizeof(float)));
+  }
   [[nodiscard]] tensor_handle handle() const noexcept { return t_; }
   /// The value the last op that wrote it left (waits for that op).
   [[nodiscard]] float read(Session& s) const {
-    float v = 0;
-    s.read(t_, &v, sizeof v);
-    return v;
+    s.read(t_, pinned_, sizeof(float));
+    return *pinned_;
   }
 
  private:
   tensor_handle t_;
+  Device* dev_ = nullptr;
+  float* pinned_ = nullptr;
 };
 
 }  // namespace spillway::examples

@@ -90,6 +90,8 @@ class training_run {
   /// Writes the Chrome trace if o.chrome_trace asks for one; the result of the steps run.
   run_result finish();
   [[nodiscard]] const run_result& result() const noexcept { return r_; }
+  /// The Session the steps run in (tests look at its device between steps).
+  [[nodiscard]] Session& session() noexcept { return *s_; }
 
  private:
   example_options o_;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "device/error.hpp"
+#include "examples/common/device_io.hpp"
 #include "examples/common/loss_value.hpp"
 #include "examples/common/names.hpp"
 #include "examples/common/parameters.hpp"
@@ -106,6 +107,7 @@ class gpt_model final : public model {
   parameter wte_, wpe_, lnf_g_, lnf_b_;
   std::vector<block_params> blocks_;
   std::vector<std::int32_t> batch_;  // tokens, targets, positions; read by the upload op
+  pinned_staging staging_;
 };
 
 void gpt_model::load_batch(std::int64_t step) {
@@ -141,9 +143,10 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
   auto positions = s.add_transient("positions", bt * i32);
   {
     auto op = s.op("batch.upload", {}, {tokens, targets, positions});
-    op.device().copy_async(op.ptr(tokens), batch_.data(), bt * i32, copy_kind::host_to_device, op.stream());
-    op.device().copy_async(op.ptr(targets), batch_.data() + bt, bt * i32, copy_kind::host_to_device, op.stream());
-    op.device().copy_async(op.ptr(positions), batch_.data() + 2 * bt, bt * i32, copy_kind::host_to_device, op.stream());
+    staging_.upload(op.device(), op.stream(),
+                    {{op.ptr(tokens), batch_.data(), bt * i32},
+                     {op.ptr(targets), batch_.data() + bt, bt * i32},
+                     {op.ptr(positions), batch_.data() + 2 * bt, bt * i32}});
   }
 
   // ---- forward ----
@@ -232,12 +235,15 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
                       BT, C, V);
   }
   const tensor_handle loss = loss_.handle();
+  const op_workspace loss_ws(s, "loss.workspace", k::softmax_cross_entropy_workspace_bytes(BT));
   {
     // The logits become d loss / d logits in place.
-    auto op = s.op("loss.forward", {logits, targets}, {logits, loss}, 5 * dbt * V);
+    auto op = s.op("loss.forward", {logits, targets}, {logits, loss, loss_ws.handle()}, 5 * dbt * V);
+    const auto bound = loss_ws.bind(op, ctx);
     k::softmax_cross_entropy(ctx, op.stream(), op.ptr<float>(logits), op.ptr<std::int32_t>(targets), nullptr,
                              op.ptr<float>(loss), op.ptr<float>(logits), BT, V, 1.0f / static_cast<float>(BT));
   }
+  loss_ws.release(s);
   s.release(targets);
 
   // ---- backward ----

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "device/error.hpp"
+#include "examples/common/device_io.hpp"
 #include "examples/common/loss_value.hpp"
 #include "examples/common/names.hpp"
 #include "examples/common/parameters.hpp"
@@ -82,6 +83,7 @@ class mlp_model final : public model {
   parameter head_w_, head_b_;
   std::vector<float> inputs_;
   std::vector<std::int32_t> labels_;
+  pinned_staging staging_;
 };
 
 void mlp_model::make_batch(std::int64_t step) {
@@ -122,9 +124,9 @@ float mlp_model::train_step(Session& s, std::int64_t step) {
   auto labels = s.add_transient("labels", b * sizeof(std::int32_t));
   {
     auto op = s.op("batch.upload", {}, {x, labels});
-    op.device().copy_async(op.ptr(x), inputs_.data(), inputs_.size() * f32, copy_kind::host_to_device, op.stream());
-    op.device().copy_async(op.ptr(labels), labels_.data(), labels_.size() * sizeof(std::int32_t),
-                           copy_kind::host_to_device, op.stream());
+    staging_.upload(op.device(), op.stream(),
+                    {{op.ptr(x), inputs_.data(), inputs_.size() * f32},
+                     {op.ptr(labels), labels_.data(), labels_.size() * sizeof(std::int32_t)}});
   }
 
   // Forward: h[i] = relu(W_i h[i-1] + b_i), h[-1] = inputs. The ReLU runs in place, and its
@@ -152,11 +154,14 @@ float mlp_model::train_step(Session& s, std::int64_t step) {
                       op.ptr<float>(head_b_.value), op.ptr<float>(logits), B, W, Cl);
   }
   const tensor_handle loss = loss_.handle();
+  const op_workspace loss_ws(s, "loss.workspace", k::softmax_cross_entropy_workspace_bytes(B));
   {
-    auto op = s.op("loss.forward", {logits, labels}, {logits, loss}, 5 * db * Cl);
+    auto op = s.op("loss.forward", {logits, labels}, {logits, loss, loss_ws.handle()}, 5 * db * Cl);
+    const auto bound = loss_ws.bind(op, ctx);
     k::softmax_cross_entropy(ctx, op.stream(), op.ptr<float>(logits), op.ptr<std::int32_t>(labels), nullptr,
                              op.ptr<float>(loss), op.ptr<float>(logits), B, Cl, 1.0f / static_cast<float>(B));
   }
+  loss_ws.release(s);
   s.release(labels);
 
   // Backward.

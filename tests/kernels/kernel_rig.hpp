@@ -20,13 +20,24 @@
 
 namespace spillway::kernels::testing {
 
+/// Workspace every rig binds for its whole life, as a program binds one before training
+/// (Note [Workspace] in kernels/context.hpp); large enough for every kernel test's shapes.
+inline constexpr std::size_t rig_workspace_bytes = std::size_t{64} << 20;
+
 class rig {
  public:
   explicit rig(std::string_view kind = "cpu")
-      : dev_(make_device(kind)), ctx_(std::make_unique<kernel_context>(*dev_)), s_(dev_->create_stream()) {}
+      : dev_(make_device(kind)), ctx_(std::make_unique<kernel_context>(*dev_)), s_(dev_->create_stream()) {
+    workspace_ = dev_->allocate(rig_workspace_bytes);
+    ctx_->bind_workspace(workspace_, rig_workspace_bytes);
+  }
   ~rig() {
-    dev_->synchronize();
+    try {
+      dev_->synchronize();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a test that made the device fail has checked it
+    }
     for (auto [p, n] : blocks_) dev_->deallocate(p, n);
+    dev_->deallocate(workspace_, rig_workspace_bytes);
     dev_->destroy_stream(s_);
     ctx_.reset();
   }
@@ -68,6 +79,7 @@ class rig {
   std::unique_ptr<Device> dev_;
   std::unique_ptr<kernel_context> ctx_;
   stream s_;
+  void* workspace_ = nullptr;
   std::vector<std::pair<void*, std::size_t>> blocks_;
 };
 

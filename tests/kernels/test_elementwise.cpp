@@ -150,7 +150,7 @@ TEST(LaunchContract, KernelsRunInStreamOrderNotAtTheCall) {
   r.sync();
   std::promise<void> gate;
   auto opened = gate.get_future().share();
-  r.dev().launch_host(r.s(), [opened] { opened.wait(); });  // holds the stream
+  r.dev().launch_kernel(r.s(), [opened] { opened.wait(); });  // holds the stream like a long kernel
   scale(r.ctx(), r.s(), dx, 2.0f, y, 4);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   std::vector<float> early(4);
