@@ -84,6 +84,7 @@ class session_impl {
     o.h2d_bytes_per_second = cfg.link_gbps * 1e9;
     o.d2h_bytes_per_second = cfg.link_gbps * 1e9;
     dev = make_device(cfg.device, o);
+    if (hooks.wrap_device) dev = hooks.wrap_device(std::move(dev));
     const std::uint64_t total = dev->properties().total_memory;
     if (cfg.device_budget > total) {
       throw config_error("device budget " + format_bytes(cfg.device_budget) + " is larger than the device's " +

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 
+#include "device/device.hpp"
 #include "swap/io_queue.hpp"
 
 namespace spillway {
@@ -12,6 +13,9 @@ namespace spillway {
 struct session_hooks {
   /// Makes each NVMe ring's I/O queue; empty means liburing (make_uring_queue).
   std::function<std::unique_ptr<io_queue>(unsigned depth)> make_io_queue;
+  /// Takes the device the Session opened and returns the one it uses: a tool's decorator that
+  /// forwards every call (to count or time them). Empty means the device as opened.
+  std::function<std::unique_ptr<Device>(std::unique_ptr<Device>)> wrap_device;
 };
 
 }  // namespace spillway
