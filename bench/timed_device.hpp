@@ -1,10 +1,14 @@
 // timed_device: a Device that forwards every call to another and adds up the calling thread's
 // CPU time spent inside them, for the overhead benchmark (what the host spends beyond the
-// Device's own work).
+// Device's own work). Reading the thread's CPU clock is a system call of a microsecond or more,
+// as much as the calls it would time, so calls that never block are timed by the steady clock
+// (a vDSO read, where wall time is CPU time), and only calls that may block (synchronize,
+// frees, copies that pageable memory makes synchronous) by the thread's CPU clock.
 #pragma once
 
 #include <time.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -30,29 +34,29 @@ class timed_device final : public Device {
 
   [[nodiscard]] const device_properties& properties() const noexcept override { return inner_->properties(); }
   [[nodiscard]] void* allocate(std::size_t b) override { return timed([&] { return inner_->allocate(b); }); }
-  void deallocate(void* p, std::size_t b) noexcept override { timed([&] { inner_->deallocate(p, b); }); }
+  void deallocate(void* p, std::size_t b) noexcept override { blocking([&] { inner_->deallocate(p, b); }); }
   [[nodiscard]] std::size_t used_memory() const override { return timed([&] { return inner_->used_memory(); }); }
   [[nodiscard]] std::size_t free_memory() const override { return timed([&] { return inner_->free_memory(); }); }
   [[nodiscard]] void* allocate_pinned(std::size_t b) override { return timed([&] { return inner_->allocate_pinned(b); }); }
-  void deallocate_pinned(void* p, std::size_t b) noexcept override { timed([&] { inner_->deallocate_pinned(p, b); }); }
+  void deallocate_pinned(void* p, std::size_t b) noexcept override { blocking([&] { inner_->deallocate_pinned(p, b); }); }
   [[nodiscard]] stream create_stream(stream_priority p) override { return timed([&] { return inner_->create_stream(p); }); }
-  void destroy_stream(stream s) noexcept override { timed([&] { inner_->destroy_stream(s); }); }
-  void synchronize_stream(stream s) override { timed([&] { inner_->synchronize_stream(s); }); }
+  void destroy_stream(stream s) noexcept override { blocking([&] { inner_->destroy_stream(s); }); }
+  void synchronize_stream(stream s) override { blocking([&] { inner_->synchronize_stream(s); }); }
   [[nodiscard]] event create_event() override { return timed([&] { return inner_->create_event(); }); }
   void destroy_event(event e) noexcept override { timed([&] { inner_->destroy_event(e); }); }
   void record_event(event e, stream s) override { timed([&] { inner_->record_event(e, s); }); }
   [[nodiscard]] bool query_event(event e) override { return timed([&] { return inner_->query_event(e); }); }
-  void synchronize_event(event e) override { timed([&] { inner_->synchronize_event(e); }); }
+  void synchronize_event(event e) override { blocking([&] { inner_->synchronize_event(e); }); }
   void stream_wait_event(stream s, event e) override { timed([&] { inner_->stream_wait_event(s, e); }); }
   [[nodiscard]] event create_timing_event() override { return timed([&] { return inner_->create_timing_event(); }); }
   [[nodiscard]] double elapsed_ms(event a, event b) override { return timed([&] { return inner_->elapsed_ms(a, b); }); }
   void copy_async(void* d, const void* s, std::size_t n, copy_kind k, stream st) override {
-    timed([&] { inner_->copy_async(d, s, n, k, st); });
+    blocking([&] { inner_->copy_async(d, s, n, k, st); });
   }
   void memset_async(void* d, int v, std::size_t n, stream s) override { timed([&] { inner_->memset_async(d, v, n, s); }); }
   void launch_host(stream s, std::function<void()> w) override { timed([&] { inner_->launch_host(s, std::move(w)); }); }
   void launch_kernel(stream s, std::function<void()> w) override { timed([&] { inner_->launch_kernel(s, std::move(w)); }); }
-  void synchronize() override { timed([&] { inner_->synchronize(); }); }
+  void synchronize() override { blocking([&] { inner_->synchronize(); }); }
   void make_current() override { timed([&] { inner_->make_current(); }); }
 
  private:
@@ -61,10 +65,21 @@ class timed_device final : public Device {
     return ns;
   }
   template <class F>
-  static auto timed(F&& f) -> decltype(f()) {
+  static auto blocking(F&& f) -> decltype(f()) {
     struct add_on_exit {
       std::uint64_t t0 = thread_cpu_ns();
       ~add_on_exit() { inside() += thread_cpu_ns() - t0; }
+    } guard;
+    return f();
+  }
+  template <class F>
+  static auto timed(F&& f) -> decltype(f()) {
+    using clk = std::chrono::steady_clock;
+    struct add_on_exit {
+      clk::time_point t0 = clk::now();
+      ~add_on_exit() {
+        inside() += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(clk::now() - t0).count());
+      }
     } guard;
     return f();
   }
