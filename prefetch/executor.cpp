@@ -326,7 +326,7 @@ bool executor::fetch(tensor_id id, bool on_demand) {
   const auto where = backing_->where(id);
   const bool from_nvme = where.has_value() && *where == tier::nvme;
   // A load from NVMe enqueues its H2D copy when the read completes, so stamps around load()
-  // would not bracket it: its read shows on the nvme_read track instead.
+  // would not bracket it: the backing times that copy itself (take_copy_spans).
   timeline_item* item =
       options_.timeline && !from_nvme ? stamp_start(h2d_, timeline_item::track::h2d, st.desc.name) : nullptr;
   st.pending_load = backing_->load(id, st.desc.name, dev, st.desc.bytes, h2d_);
@@ -669,6 +669,10 @@ executor_stats executor::end_iteration() {
   stats_.nvme_write_bytes = c.nvme_write_bytes - counters_at_start_.nvme_write_bytes;
   stats_.peak_device_bytes = peak_;
   if (options_.timeline) {
+    for (auto& c : backing_->take_copy_spans()) {
+      auto us = [&](const owned_event& e) { return origin_us_ + device_->elapsed_ms(origin_event_, e) * 1000.0; };
+      timeline_.push_back(timeline_item{timeline_item::track::h2d, std::move(c.name), us(*c.start), us(*c.end)});
+    }
     for (auto& io : backing_->take_io_spans()) {
       auto us = [&](std::chrono::steady_clock::time_point t) { return std::chrono::duration<double, std::micro>(t - origin_).count(); };
       timeline_.push_back(timeline_item{io.write ? timeline_item::track::nvme_write : timeline_item::track::nvme_read,

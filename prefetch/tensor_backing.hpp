@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,14 @@ struct io_span {
   bool write = false;  ///< to the NVMe tier (else from it)
   std::string name;
   std::chrono::steady_clock::time_point start, end;
+};
+
+/// A copy that the backing enqueued on its own (an NVMe load's H2D copy, enqueued when the read
+/// completes), bracketed by timing events, for timelines. The events are recorded on the copy's
+/// stream; read them (Device::elapsed_ms) after that stream is synchronised.
+struct copy_span {
+  std::string name;
+  std::shared_ptr<owned_event> start, end;
 };
 
 struct backing_counters {
@@ -64,6 +73,8 @@ class tensor_backing {
   virtual void keep_io_spans(bool on) { (void)on; }
   /// The NVMe transfers that ended since the last call, while keep_io_spans was on.
   [[nodiscard]] virtual std::vector<io_span> take_io_spans() { return {}; }
+  /// The copies the backing enqueued itself since the last call, while keep_io_spans was on.
+  [[nodiscard]] virtual std::vector<copy_span> take_copy_spans() { return {}; }
 };
 
 }  // namespace spillway

@@ -234,6 +234,11 @@ void tier_backing::note_io(bool write, const std::string& name, std::chrono::ste
   spans_.push_back(io_span{write, name, start, end});
 }
 
+std::vector<copy_span> tier_backing::take_copy_spans() {
+  std::lock_guard lock(spans_mutex_);
+  return std::exchange(copy_spans_, {});
+}
+
 std::vector<io_span> tier_backing::take_io_spans() {
   std::lock_guard lock(spans_mutex_);
   return std::exchange(spans_, {});
@@ -279,7 +284,7 @@ move_handle tier_backing::load(tensor_id id, const std::string& name, void* dst,
     (void)nvme_->read(file_name, staging, capacity_of(bytes),
                       [this, name, t0, dst, staging, bytes, s, mark, state](std::exception_ptr err) {
                         note_io(false, name, t0);
-                        land(dst, staging, bytes, s, mark, state, err);
+                        land(name, dst, staging, bytes, s, mark, state, err);
                       });
   } catch (...) {
     mark->abandon();
@@ -290,16 +295,26 @@ move_handle tier_backing::load(tensor_id id, const std::string& name, void* dst,
   return handle;
 }
 
-void tier_backing::land(void* dst, void* staging, std::uint64_t bytes, stream s,
+void tier_backing::land(const std::string& name, void* dst, void* staging, std::uint64_t bytes, stream s,
                         const std::shared_ptr<detail::device_mark>& mark,
                         const std::shared_ptr<detail::move_state>& state, std::exception_ptr err) {
   // On the I/O thread that finished the read: an ordinary thread, which may call the Device.
   bool copying = false;
   if (!err) {
     try {
+      copy_span span;
+      if (keep_spans_) {
+        span = copy_span{name, std::make_shared<owned_event>(device_, true), std::make_shared<owned_event>(device_, true)};
+        device_.record_event(*span.start, s);
+      }
       device_.copy_async(dst, staging, bytes, copy_kind::host_to_device, s);
       copying = true;
       mark->record(s);
+      if (span.end) {
+        device_.record_event(*span.end, s);
+        std::lock_guard lock(spans_mutex_);
+        copy_spans_.push_back(std::move(span));
+      }
     } catch (...) {
       err = std::current_exception();
     }

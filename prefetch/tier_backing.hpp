@@ -28,6 +28,7 @@ class tier_backing final : public tensor_backing {
   [[nodiscard]] std::optional<tier> where(tensor_id id) const override;
   void keep_io_spans(bool on) override { keep_spans_ = on; }
   [[nodiscard]] std::vector<io_span> take_io_spans() override;
+  [[nodiscard]] std::vector<copy_span> take_copy_spans() override;
   void discard(tensor_id id) override;
   void drain() override;
   [[nodiscard]] backing_counters counters() const override;
@@ -51,7 +52,7 @@ class tier_backing final : public tensor_backing {
   void free_staging(void* p, std::uint64_t bytes) noexcept;
   void write_staged(tensor_id id, const std::string& name, const std::string& file_name, void* staging,
                     std::uint64_t bytes, const std::shared_ptr<detail::move_state>& state, std::exception_ptr device_error);
-  void land(void* dst, void* staging, std::uint64_t bytes, stream s, const std::shared_ptr<detail::device_mark>& mark,
+  void land(const std::string& name, void* dst, void* staging, std::uint64_t bytes, stream s, const std::shared_ptr<detail::device_mark>& mark,
             const std::shared_ptr<detail::move_state>& state, std::exception_ptr err);
   void note_io(bool write, const std::string& name, std::chrono::steady_clock::time_point start);
   [[nodiscard]] std::size_t capacity_of(std::uint64_t bytes) const noexcept;
@@ -63,6 +64,7 @@ class tier_backing final : public tensor_backing {
   std::atomic<bool> keep_spans_{false};
   std::mutex spans_mutex_;
   std::vector<io_span> spans_;
+  std::vector<copy_span> copy_spans_;  // under spans_mutex_
   std::vector<copy> copies_;
   std::vector<copy> retired_;  // superseded copies that moves still read or write (Note [Retired copies])
   backing_counters counters_;
