@@ -12,7 +12,10 @@
 //    NCHW. Everything is float32; token ids and class targets are int32.
 //  * Determinism: see Note [Deterministic kernels] below.
 //  * A context is used from one host thread at a time (cuBLAS and cuDNN handles are not
-//    thread-safe); make one context per thread that launches.
+//    thread-safe); make one context per thread that launches. Kernels launch on the thread's
+//    current GPU: the context makes its device current when it is made and when a library
+//    handle is taken, and every Device call does the same, so a launch inside a Session op
+//    (whose scope has just called the Device) goes to the Session's GPU.
 //
 // Note [Deterministic kernels]
 // Invariant 1 (swapping never changes results) needs every kernel to give the same bits for

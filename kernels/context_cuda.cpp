@@ -24,6 +24,8 @@ struct cuda_handles {
 
 kernel_context::kernel_context(Device& device) : device_(&device), backend_(device.properties().backend) {
   if (backend_ != spillway::backend::cuda) return;
+  // Handles belong to the thread's current GPU, which is GPU 0 on a new thread.
+  device.make_current();
   auto h = std::make_unique<detail::cuda_handles>();
   SPILLWAY_CUBLAS_TRY(cublasCreate(&h->cublas));
   // Note [Deterministic kernels]: no atomics inside cuBLAS either.
@@ -39,11 +41,13 @@ kernel_context::~kernel_context() = default;
 
 void* kernel_context::cublas_handle() const {
   SPILLWAY_EXPECTS(cuda_ != nullptr, "cublas_handle: the context is not on the cuda backend");
+  device_->make_current();  // a library call runs on the thread's current GPU
   return cuda_->cublas;
 }
 
 void* kernel_context::cudnn_handle() const {
   SPILLWAY_EXPECTS(cuda_ != nullptr, "cudnn_handle: the context is not on the cuda backend");
+  device_->make_current();
   return cuda_->cudnn;
 }
 
