@@ -97,10 +97,18 @@ def tests_section(out, bundle, steps, v, dry):
         per_program.append({"name": name, "status": s["status"], "seconds": s.get("seconds"), "passed": p,
                             "failed": f, "skipped": k})
     hangs = [p["name"] for p in per_program if p["status"] == "hang"]
+    not_run = [p["name"] for p in per_program if p["status"] in ("skip", "missing")]
     detail = f"{passed} passed, {failed} failed, {skipped} skipped in {len(programs)} programs"
     if hangs:
         detail += f"; HANG: {', '.join(hangs)}"
-    v.add("tests pass", "PASS" if failed == 0 and not hangs else "MISS", detail,
+    if not_run:
+        detail += f"; {len(not_run)} not run (out of time): {', '.join(not_run[:8])}" + (" ..." if len(not_run) > 8 else "")
+    if failures:
+        detail += "; failed: " + "; ".join(failures[:5]) + (" ..." if len(failures) > 5 else "")
+    other_skips = [k for k in skips if k not in cuda_skips]
+    if other_skips and not dry:  # on a GPU every skip is named; the CUDA ones get their own line
+        detail += "; skipped: " + "; ".join(other_skips[:5]) + (" ..." if len(other_skips) > 5 else "")
+    v.add("tests pass", "PASS" if failed == 0 and not hangs and not not_run else "MISS", detail,
           {"passed": passed, "failed": failed, "skipped": skipped})
     if dry:
         v.add("CUDA instances run", "SKIP", f"dry run: {len(cuda_skips)} CUDA instances skipped (no GPU here), as they should",
