@@ -47,6 +47,25 @@ def load_lines(path):
     return rows
 
 
+def why_missing(out, steps, name):
+    """Why a step left no figures: HANG, out of time, or its exit status and last line of output."""
+    s = next((x for x in steps if x["name"] == name), None)
+    if s is None:
+        return "not run"
+    if s["status"] == "hang":
+        return f"HANG ({s.get('reason', '')})"
+    if s["status"] == "skip":
+        return s.get("reason", "skipped")
+    last = ""
+    try:
+        with open(os.path.join(out, "logs", name + ".txt")) as f:
+            lines = [l.strip() for l in f if l.strip()]
+        last = lines[-1][:160] if lines else ""
+    except OSError:
+        pass
+    return f"{s.get('reason') or s['status']}: {last}" if last else (s.get("reason") or s["status"])
+
+
 class Verdict:
     def __init__(self, dry):
         self.dry = dry
@@ -121,12 +140,13 @@ def tests_section(out, bundle, steps, v, dry):
             "skipped_cases": skips, "cuda_skipped_cases": cuda_skips, "failed_cases": failures}
 
 
-def train_section(out, v):
+def train_section(out, steps, v):
     section = {}
     for ex in ("gpt", "mlp", "cnn"):
         j = load(os.path.join(out, f"train-{ex}.json"))
         if not j:
-            v.add(f"{ex} at 1/4: speed", "FAIL", "no figures (see the step above)")
+            why = why_missing(out, steps, f"train-{ex}")
+            v.add(f"{ex} at 1/4: speed", "HANG" if why.startswith("HANG") else "FAIL", f"no figures: {why}")
             v.add(f"{ex} at 1/4: losses", "FAIL", "no figures")
             continue
         row = next((r for r in j.get("rows", []) if r.get("policy") == "auto"
@@ -159,7 +179,9 @@ def nvme_spill_section(out, steps, v):
     res = load(os.path.join(out, "gpt-resident.json"))
     nv = load(os.path.join(out, "gpt-nvme.json"))
     if not nv or not res:
-        v.add("gpt with NVMe tier", "FAIL", f"no report ({s['status']}; see logs/gpt-nvme.txt)")
+        name = "gpt-nvme" if not nv else "gpt-resident"
+        why = why_missing(out, steps, name)
+        v.add("gpt with NVMe tier", "HANG" if why.startswith("HANG") else "FAIL", f"no report from {name}: {why}")
         return None
     same = nv.get("losses") == res.get("losses") and bool(nv.get("losses"))
     figs = {"step_ms": nv.get("median_step_ms"), "resident_step_ms": res.get("median_step_ms"),
@@ -175,10 +197,11 @@ def nvme_spill_section(out, steps, v):
     return {"resident": res, "nvme": nv}
 
 
-def copies_section(out, v):
+def copies_section(out, steps, v):
     c = load(os.path.join(out, "copies.json"))
     if not c:
-        v.add("pinned copies vs plain loop", "FAIL", "no figures")
+        why = why_missing(out, steps, "copies")
+        v.add("pinned copies vs plain loop", "HANG" if why.startswith("HANG") else "FAIL", f"no figures: {why}")
         return None
     for d, name in (("h2d", "host-to-device"), ("d2h", "device-to-host")):
         ours, plain = c[f"{d}_gbps"], c[f"plain_{d}_gbps"]
@@ -189,10 +212,11 @@ def copies_section(out, v):
     return c
 
 
-def nvme_section(out, v):
+def nvme_section(out, steps, v):
     n = load(os.path.join(out, "nvme.json"))
     if not n:
-        v.add("NVMe tier vs plain liburing", "FAIL", "no figures")
+        why = why_missing(out, steps, "nvme")
+        v.add("NVMe tier vs plain liburing", "HANG" if why.startswith("HANG") else "FAIL", f"no figures: {why}")
         return None
     if n.get("skipped"):
         v.add("NVMe tier vs plain liburing", "SKIP", n.get("reason", ""))
@@ -224,7 +248,8 @@ def peers_section(out, steps, train, v):
         v.add("Spillway vs PyTorch at the same budget", "SKIP", s.get("reason", "not run") if s else "not run")
         return section
     if not p:
-        v.add("Spillway vs PyTorch at the same budget", "FAIL", f"no figures ({s['status']}; see logs/peers.txt)")
+        why = why_missing(out, steps, "peers")
+        v.add("Spillway vs PyTorch at the same budget", "HANG" if why.startswith("HANG") else "FAIL", f"no figures: {why}")
         return section
     if p.get("skipped"):
         v.add("Spillway vs PyTorch at the same budget", "SKIP", p.get("reason", ""))
@@ -282,14 +307,14 @@ def main():
     if a.missing_libs:
         v.add("CUDA libraries found", "MISS", f"{a.missing_libs} not found (see the lib: lines)")
     tests = tests_section(a.out, a.bundle, steps, v, a.dry_run)
-    train = train_section(a.out, v)
+    train = train_section(a.out, steps, v)
     spill = nvme_spill_section(a.out, steps, v)
-    copies = copies_section(a.out, v)
-    nvme = nvme_section(a.out, v)
+    copies = copies_section(a.out, steps, v)
+    nvme = nvme_section(a.out, steps, v)
     peers = peers_section(a.out, steps, train, v)
-    for s in steps:
-        if s["status"] in ("hang", "fail") and not s["name"].startswith("test-"):
-            v.add(f"step {s['name']}", s["status"].upper(), s.get("reason", ""))
+    for s in steps:  # the steps no target above speaks for
+        if s["status"] in ("hang", "fail") and s["name"] in ("starts", "cuda-info"):
+            v.add(f"step {s['name']}", s["status"].upper(), why_missing(a.out, steps, s["name"]))
 
     report = {
         "dry_run": a.dry_run,
