@@ -27,7 +27,7 @@ void wait_quietly(const move_handle& h) {
 }  // namespace
 
 tier_backing::tier_backing(Device& device, host_tier& host, nvme_tier* nvme)
-    : device_(device), host_(host), nvme_(nvme) {}
+    : device_(device), host_(host), nvme_(nvme), marks_(std::make_shared<detail::event_pool>(device)) {}
 
 tier_backing::~tier_backing() {
   drain();
@@ -129,7 +129,7 @@ void tier_backing::settle(tensor_id id) {
 
 move_handle tier_backing::save(tensor_id id, const std::string& name, const void* src, std::uint64_t bytes, tier to,
                                stream s) {
-  auto mark = detail::make_mark(device_);  // after the D2H copy (made here: it calls the Device)
+  auto mark = detail::make_mark(marks_);  // after the D2H copy (made here: it calls the Device)
   std::unique_lock lock(mutex_);
   free_settled();
   retire(slot(id));
@@ -254,7 +254,7 @@ move_handle tier_backing::load(tensor_id id, const std::string& name, void* dst,
     host_copy = c.where.has_value() && *c.where == tier::host;
   }
   if (!host_copy) settle(id);
-  auto mark = detail::make_mark(device_);  // recorded after the H2D copy
+  auto mark = detail::make_mark(marks_);  // recorded after the H2D copy
   std::unique_lock lock(mutex_);
   auto& c = slot(id);
   SPILLWAY_EXPECTS(c.where.has_value(), "tier backing: tensor \"" + name + "\" has no copy to load");

@@ -69,6 +69,7 @@ class tier_backing final : public tensor_backing {
   std::vector<copy> retired_;  // superseded copies that moves still read or write (Note [Retired copies])
   backing_counters counters_;
   std::uint64_t generation_ = 0;
+  std::shared_ptr<detail::event_pool> marks_;  // the events of this mover's device marks
   event_worker worker_;  // last: its jobs use the members above, and it is joined first
 };
 

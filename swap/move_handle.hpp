@@ -2,10 +2,12 @@
 // make a device stream wait for it, so the executor can chain GPU copies and file I/O.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "device/device.hpp"
 
@@ -40,13 +42,52 @@ struct move_state {
   }
 };
 
+/// Events for device marks, kept for reuse: on a GPU, making and destroying an event are a
+/// driver call each, and every move needs one. Marks hold the pool, so it outlives them.
+class event_pool {
+ public:
+  explicit event_pool(Device& d) : device_(&d) {}
+  ~event_pool() {
+    for (event e : free_) device_->destroy_event(e);
+  }
+  event_pool(const event_pool&) = delete;
+  event_pool& operator=(const event_pool&) = delete;
+
+  [[nodiscard]] Device& device() const noexcept { return *device_; }
+  [[nodiscard]] event take() {
+    {
+      std::lock_guard lock(m_);
+      if (!free_.empty()) {
+        const event e = free_.back();
+        free_.pop_back();
+        return e;
+      }
+    }
+    return device_->create_event();
+  }
+  /// Takes an event back. A wait enqueued on it earlier keeps the position it captured, and
+  /// the event's next record starts a new one, so it may still be in flight.
+  void give(event e) noexcept {
+    std::lock_guard lock(m_);
+    free_.push_back(e);
+  }
+
+ private:
+  Device* device_;
+  std::mutex m_;
+  std::vector<event> free_;
+};
+
 /// The device event recorded on a stream right after a move's copy onto (or off) the device.
 /// It may be recorded later than the move starts (after a file read, by an I/O thread), so it
 /// also says whether it has been recorded yet; a stream wait on an event not yet recorded does
 /// not wait, so nobody may wait on it before then. Owned by the move's handles and by the
-/// threads that record it, never by stream work: destroying it calls the Device.
+/// threads that record it, never by stream work: making and ending it calls the Device.
 struct device_mark {
-  explicit device_mark(Device& d) : device(&d), ev(d) {}
+  explicit device_mark(std::shared_ptr<event_pool> p) : device(&p->device()), ev(p->take()), pool(std::move(p)) {}
+  ~device_mark() { pool->give(ev); }
+  device_mark(const device_mark&) = delete;
+  device_mark& operator=(const device_mark&) = delete;
 
   /// Records the event on `s` after the work enqueued there so far (the copy).
   void record(stream s) {
@@ -65,9 +106,17 @@ struct device_mark {
     std::lock_guard lock(m);
     return recorded;
   }
+  /// True once the device has reached the event; remembered, so that polling a finished move
+  /// (as retired copies are, on every save) costs no more Device calls.
+  [[nodiscard]] bool reached() {
+    if (done.load(std::memory_order_acquire)) return true;
+    if (!device->query_event(ev)) return false;
+    done.store(true, std::memory_order_release);
+    return true;
+  }
 
   Device* device;
-  owned_event ev;
+  event ev;
 
  private:
   void settle(bool was_recorded) noexcept {
@@ -78,13 +127,17 @@ struct device_mark {
     }
     cv.notify_all();
   }
+  std::shared_ptr<event_pool> pool;
   std::mutex m;
   std::condition_variable cv;
   bool settled = false;
   bool recorded = false;
+  std::atomic<bool> done{false};
 };
 
-inline std::shared_ptr<device_mark> make_mark(Device& d) { return std::make_shared<device_mark>(d); }
+inline std::shared_ptr<device_mark> make_mark(const std::shared_ptr<event_pool>& pool) {
+  return std::make_shared<device_mark>(pool);
+}
 }  // namespace detail
 
 /// A handle to one move. Cheap to copy; all copies refer to the same move.
@@ -112,12 +165,12 @@ class move_handle {
   [[nodiscard]] bool ready() const {
     if (!state_->is_done()) return false;
     if (mark_ == nullptr || !mark_->is_recorded() || error()) return true;
-    return mark_->device->query_event(mark_->ev);
+    return mark_->reached();
   }
   /// Blocks until the move finishes; rethrows its error (io_error, corruption_error, ...).
   void wait() const {
     wait_enqueued();
-    if (mark_ != nullptr && mark_->is_recorded()) mark_->device->synchronize_event(mark_->ev);
+    if (mark_ != nullptr && mark_->is_recorded() && !mark_->reached()) mark_->device->synchronize_event(mark_->ev);
   }
   /// True once the move's host part is over: its file I/O is done and its device copy, if
   /// any, is enqueued (so stream_wait will not block). Never blocks.
@@ -148,7 +201,7 @@ class move_handle {
   [[nodiscard]] bool has_device_event() const noexcept { return mark_ != nullptr; }
   /// The device event recorded after the move's device copy (it may not be recorded yet: see
   /// stream_wait), or a null event for moves without one. Valid while a handle of the move lives.
-  [[nodiscard]] event device_event() const noexcept { return mark_ != nullptr ? mark_->ev.get() : event{}; }
+  [[nodiscard]] event device_event() const noexcept { return mark_ != nullptr ? mark_->ev : event{}; }
 
  private:
   std::shared_ptr<detail::move_state> state_;

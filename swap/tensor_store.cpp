@@ -35,7 +35,7 @@ const char* to_string(tier t) noexcept {
 }
 
 tensor_store::tensor_store(Device& device, host_tier& host, nvme_tier* nvme)
-    : device_(device), host_(host), nvme_(nvme) {}
+    : device_(device), host_(host), nvme_(nvme), marks_(std::make_shared<detail::event_pool>(device)) {}
 
 tensor_store::~tensor_store() {
   wait_idle();
@@ -201,7 +201,7 @@ move_handle tensor_store::to_host(const std::string& name, stream s) {
   if (from == tier::device) {
     std::shared_ptr<detail::device_mark> mark;
     try {
-      mark = detail::make_mark(device_);
+      mark = detail::make_mark(marks_);
       device_.copy_async(dst, src, n, copy_kind::device_to_host, s);
       mark->record(s);
     } catch (...) {
@@ -264,7 +264,7 @@ move_handle tensor_store::to_nvme(const std::string& name, stream s) {
   std::shared_ptr<detail::device_mark> mark;
   try {
     staging = host_.allocate(name, n);
-    mark = detail::make_mark(device_);
+    mark = detail::make_mark(marks_);
     device_.copy_async(staging, src, n, copy_kind::device_to_host, s);
     mark->record(s);
   } catch (...) {
@@ -311,7 +311,7 @@ move_handle tensor_store::to_device(const std::string& name, void* dst, stream s
   auto state = std::make_shared<detail::move_state>();
   std::shared_ptr<detail::device_mark> mark;
   try {
-    mark = detail::make_mark(device_);  // recorded right after the H2D copy
+    mark = detail::make_mark(marks_);  // recorded right after the H2D copy
   } catch (...) {
     abort_move(name);
     throw;
