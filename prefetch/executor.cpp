@@ -49,10 +49,13 @@ struct executor::tensor_state {
 // streams, read once the iteration's work is done (end_iteration), never with host functions:
 // on a GPU each host function is a round trip to the driver that stops kernels from running
 // back to back, which would inflate the very durations the planner is fed. Times are put on
-// the executor's clock (microseconds since it was made) through one origin event recorded on
-// the compute stream at begin_iteration, at a host time taken just before; the streams are
-// idle then (the last iteration ended with a synchronize). Events come from a pool that every
-// iteration reuses.
+// the executor's clock (microseconds since it was made) through origin events recorded on each
+// of the three streams at begin_iteration, at a host time taken just before; the streams are
+// idle then (the last iteration ended with a synchronize). Each stamp is read against the
+// origin of its own stream: an idle stream may reach its origin a little late (a worker that
+// has to wake, on the cpu backend), and so reaches everything after it later by the same
+// amount, while another stream's origin says nothing of that. Events come from a pool that
+// every iteration reuses.
 
 struct executor::probe {
   std::vector<std::string> tensors;
@@ -63,6 +66,7 @@ struct executor::probe {
 struct executor::stamp {
   timeline_item* item = nullptr;
   event at{};
+  event origin{};      // the origin of the stream `at` was recorded on
   bool start = false;  // sets item->start_us, else item->end_us
 };
 
@@ -159,6 +163,12 @@ event executor::timing_event() {
   return timing_events_[timing_used_++].get();
 }
 
+event executor::origin_of(stream s) const noexcept {
+  if (s == h2d_.get()) return origin_h2d_;
+  if (s == d2h_.get()) return origin_d2h_;
+  return origin_event_;
+}
+
 event executor::mark_time(stream s) {
   const event e = timing_event();
   device_->record_event(e, s);
@@ -168,18 +178,18 @@ event executor::mark_time(stream s) {
 timeline_item* executor::stamp_start(stream s, timeline_item::track track, const std::string& name) {
   timeline_.push_back(timeline_item{track, name, -1, -1});
   timeline_item* item = &timeline_.back();  // deque: the address stays valid as items are added
-  stamps_.push_back(stamp{item, mark_time(s), true});
+  stamps_.push_back(stamp{item, mark_time(s), origin_of(s), true});
   return item;
 }
 
 void executor::stamp_end(stream s, timeline_item* item) {
   if (item == nullptr) return;
-  stamps_.push_back(stamp{item, mark_time(s), false});
+  stamps_.push_back(stamp{item, mark_time(s), origin_of(s), false});
 }
 
 void executor::read_stamps() {
   for (const auto& st : stamps_) {
-    const double us = origin_us_ + device_->elapsed_ms(origin_event_, st.at) * 1000.0;
+    const double us = origin_us_ + device_->elapsed_ms(st.origin, st.at) * 1000.0;
     (st.start ? st.item->start_us : st.item->end_us) = us;
   }
   stamps_.clear();
@@ -433,6 +443,8 @@ void executor::begin_iteration() {
   timing_used_ = 0;  // the last iteration's events were all read (Note [Timing events])
   origin_us_ = now_us();
   origin_event_ = mark_time(compute_);
+  origin_h2d_ = mark_time(h2d_);
+  origin_d2h_ = mark_time(d2h_);
   host_stall_ms_ = 0;
   counters_at_start_ = backing_->counters();
   peak_ = in_use_;
@@ -670,7 +682,8 @@ executor_stats executor::end_iteration() {
   stats_.peak_device_bytes = peak_;
   if (options_.timeline) {
     for (auto& c : backing_->take_copy_spans()) {
-      auto us = [&](const owned_event& e) { return origin_us_ + device_->elapsed_ms(origin_event_, e) * 1000.0; };
+      // Recorded on h2d_, where the executor's loads go (fetch).
+      auto us = [&](const owned_event& e) { return origin_us_ + device_->elapsed_ms(origin_h2d_, e) * 1000.0; };
       timeline_.push_back(timeline_item{timeline_item::track::h2d, std::move(c.name), us(*c.start), us(*c.end)});
     }
     for (auto& io : backing_->take_io_spans()) {

@@ -193,7 +193,12 @@ class executor {
   std::deque<stamp> stamps_;
   std::deque<owned_event> timing_events_;  // reused every iteration
   std::size_t timing_used_ = 0;
-  event origin_event_{};   // recorded on compute at begin_iteration, at host time origin_us_
+  // Recorded on compute, h2d and d2h at begin_iteration, at host time origin_us_: each stream's
+  // stamps are read against its own origin (Note [Timing events]).
+  event origin_event_{};
+  event origin_h2d_{};
+  event origin_d2h_{};
+  [[nodiscard]] event origin_of(stream s) const noexcept;
   double origin_us_ = 0;
   std::deque<timeline_item> timeline_;
   std::vector<memory_sample> memory_samples_;
