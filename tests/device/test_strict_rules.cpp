@@ -235,8 +235,13 @@ TEST(StrictRules, WorkAfterAStickyFailureIsRefused) {
   auto dev = strict_cpu();
   owned_stream s(*dev);
   int ran = 0;
+  std::atomic<bool> go{false};
+  dev->launch_kernel(s, [&] {
+    while (!go) std::this_thread::yield();  // holds the stream until both kernels are queued
+  });
   dev->launch_kernel(s, [] { throw io_error("injected failure", 5); });
   dev->launch_kernel(s, [&] { ran = 1; });  // already queued: skipped, as on a failed context
+  go = true;
   EXPECT_THROW(dev->synchronize_stream(s), io_error);
   EXPECT_EQ(ran, 0);
   EXPECT_THROW(dev->launch_kernel(s, [] {}), io_error);
