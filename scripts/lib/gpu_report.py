@@ -233,6 +233,23 @@ def nvme_section(out, steps, v):
     return n
 
 
+def overhead_section(out, steps, v):
+    o = load(os.path.join(out, "overhead.json"))
+    if not o:
+        why = why_missing(out, steps, "overhead")
+        v.add("host cost per op", "HANG" if why.startswith("HANG") else "FAIL", f"no figures: {why}")
+        return None
+    for row in o.get("rows", []):
+        detail = (f"{row['host_us_per_op']:.2f} us per op beyond Device calls (<= {row['target_us']:g} us); "
+                  f"an empty kernel launch {row['launch_us_per_op']:.2f} us")
+        if "instructions_per_op" in row:
+            detail += f"; {row['instructions_per_op']:.0f} instructions per op"
+        # A speed figure like the others: informational in a dry run on a loaded 2-core machine;
+        # `spillway-bench overhead` on a quiet machine is the measurement of record.
+        v.speed(f"host cost per op, policy {row['policy']}", row["met"], detail, row)
+    return o
+
+
 def peers_section(out, steps, train, v):
     s = next((x for x in steps if x["name"] == "peers"), None)
     p = load(os.path.join(out, "peers.json"))
@@ -311,6 +328,7 @@ def main():
     spill = nvme_spill_section(a.out, steps, v)
     copies = copies_section(a.out, steps, v)
     nvme = nvme_section(a.out, steps, v)
+    overhead = overhead_section(a.out, steps, v)
     peers = peers_section(a.out, steps, train, v)
     for s in steps:  # the steps no target above speaks for
         if s["status"] in ("hang", "fail") and s["name"] in ("starts", "cuda-info"):
@@ -330,6 +348,7 @@ def main():
         "gpt_nvme": spill,
         "copies": copies,
         "nvme": nvme,
+        "overhead": overhead,
         "peers": peers,
         "targets": {"speed_at_quarter": SPEED_TARGET, "copies": COPY_TARGET, "nvme": NVME_TARGET},
         "verdict": v.lines,
