@@ -370,8 +370,11 @@ void cpu_device::set_stream_delay(stream s, std::chrono::nanoseconds extra) {
 
 // Note [Events]
 // An event keeps two counters. record_event bumps `recorded` and enqueues a mark that raises
-// `completed` to that generation when the stream reaches it. The event is finished when
-// completed >= recorded. stream_wait_event captures the generation at the time of the call, so
+// that generation off the event's outstanding list when the stream reaches it. The event is
+// finished when its latest generation is reached. Generations are reached one by one, not up to
+// a count: an event may be recorded again, on another stream, while an earlier record is still
+// pending (an event pool reuses events so), and the later record reaching the device says
+// nothing of the earlier one. stream_wait_event captures the generation at the time of the call, so
 // a later re-record does not change what an earlier wait waits for (as in CUDA). A timing
 // event also notes when its mark ran.
 
@@ -405,16 +408,28 @@ void cpu_device::record_event(event e, stream s) {
   {
     std::lock_guard lock(ev->m);
     generation = ++ev->recorded;
+    ev->outstanding.push_back(generation);
   }
+  auto unrecord = [&] {
+    std::lock_guard lock(ev->m);
+    std::erase(ev->outstanding, generation);
+  };
+  try {
+    enqueue_mark(s, ev, generation);
+  } catch (...) {
+    unrecord();  // never enqueued: nothing may wait for it
+    throw;
+  }
+}
+
+void cpu_device::enqueue_mark(stream s, const std::shared_ptr<event_impl>& ev, std::uint64_t generation) {
   enqueue(
       s,
       [ev, generation] {
         {
           std::lock_guard lock(ev->m);
-          if (generation > ev->completed) {
-            ev->completed = generation;
-            if (ev->timing) ev->completed_at = std::chrono::steady_clock::now();
-          }
+          std::erase(ev->outstanding, generation);
+          if (generation == ev->recorded && ev->timing) ev->completed_at = std::chrono::steady_clock::now();
         }
         ev->cv.notify_all();
       },
@@ -426,12 +441,12 @@ bool cpu_device::query_event(event e) {
   rethrow_sticky();
   auto ev = impl(e);
   std::lock_guard lock(ev->m);
-  return ev->completed >= ev->recorded;
+  return ev->reached(ev->recorded);
 }
 
 void cpu_device::wait_event(event_impl& ev, std::uint64_t target) const {
   std::unique_lock lock(ev.m);
-  while (ev.completed < target) {
+  while (!ev.reached(target)) {
     if (wedged_) return;
     ev.cv.wait_for(lock, wedge_poll);
   }
@@ -468,7 +483,7 @@ double cpu_device::elapsed_ms(event start, event end) {
   auto reached = [](event_impl& ev, std::chrono::steady_clock::time_point& at) {
     std::lock_guard lock(ev.m);
     at = ev.completed_at;
-    return ev.timing && ev.recorded > 0 && ev.completed >= ev.recorded;
+    return ev.timing && ev.recorded > 0 && ev.reached(ev.recorded);
   };
   std::chrono::steady_clock::time_point ta, tb;
   SPILLWAY_EXPECTS(reached(*a, ta) && reached(*b, tb),

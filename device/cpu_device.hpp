@@ -105,6 +105,7 @@ class cpu_device final : public Device {
   void run_host_function(stream_impl& q, std::function<void()> fn);
   void serve_callbacks();
   void run_copy(void* dst, const void* src, std::size_t bytes, copy_kind kind);
+  void enqueue_mark(stream s, const std::shared_ptr<event_impl>& ev, std::uint64_t generation);
   void wait_event(event_impl& ev, std::uint64_t target) const;  // returns early when wedged
   void fail(std::exception_ptr e) noexcept;  // records a failure of stream work (sticky)
   void rethrow_sticky() const;

@@ -11,6 +11,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
+#include <algorithm>
 
 #include "device/cpu_device.hpp"
 
@@ -20,9 +22,14 @@ struct cpu_device::event_impl {
   std::mutex m;
   std::condition_variable cv;
   std::uint64_t recorded = 0;
-  std::uint64_t completed = 0;
+  std::vector<std::uint64_t> outstanding;  // generations recorded and not yet reached, oldest first
   bool timing = false;
-  std::chrono::steady_clock::time_point completed_at{};  // timing events: when `completed` was reached
+  std::chrono::steady_clock::time_point completed_at{};  // timing events: when the latest generation was reached
+
+  /// Generation g (1-based) has been reached.
+  [[nodiscard]] bool reached(std::uint64_t g) const {
+    return g <= recorded && std::find(outstanding.begin(), outstanding.end(), g) == outstanding.end();
+  }
 };
 
 struct cpu_device::stream_impl {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <numeric>
@@ -139,6 +140,25 @@ TEST_P(DeviceConformance, StreamWaitEventOrdersWorkAcrossStreams) {
   dev_->synchronize();
   EXPECT_EQ(a_done, 0);
   EXPECT_EQ(b_done, 1);
+}
+
+TEST_P(DeviceConformance, AWaitKeepsTheRecordItCapturedWhenTheEventIsRecordedAgainElsewhere) {
+  // An event pool re-records an event on another stream while an earlier record may still be
+  // pending; a wait enqueued before must still wait for the earlier record.
+  owned_stream slow(*dev_), idle(*dev_), waiter(*dev_);
+  owned_event e(*dev_);
+  std::atomic<bool> slow_done{false};
+  std::atomic<bool> early{false};
+  dev_->launch_kernel(slow, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    slow_done = true;
+  });
+  dev_->record_event(e, slow);
+  dev_->stream_wait_event(waiter, e);
+  dev_->launch_kernel(waiter, [&] { early = !slow_done.load(); });
+  dev_->record_event(e, idle);  // reached at once: says nothing of the record on `slow`
+  dev_->synchronize();
+  EXPECT_FALSE(early.load()) << "the wait ended on the later record, before the slow stream got there";
 }
 
 TEST_P(DeviceConformance, FailureInStreamWorkIsRethrownOnSynchronizeAndStays) {
