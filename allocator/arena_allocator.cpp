@@ -13,7 +13,7 @@ std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a;
 }  // namespace
 
 arena_allocator::arena_allocator(Device& device, device_memory_resource& upstream, std::size_t capacity)
-    : device_(&device), upstream_(&upstream), capacity_(round_up(capacity, granule)) {
+    : device_(&device), events_(std::make_shared<event_pool>(device)), upstream_(&upstream), capacity_(round_up(capacity, granule)) {
   if (capacity == 0) throw config_error("arena allocator: a capacity of 0 bytes cannot hold anything");
   if (capacity > device.properties().total_memory) {
     throw config_error("arena allocator: capacity " + format_bytes(capacity) + " is more than the device's " +
@@ -150,14 +150,13 @@ void arena_allocator::do_deallocate(void* ptr, std::size_t /*bytes*/, stream s) 
   b.free = true;
   if (s.handle != nullptr) {
     try {
-      event e = device_->create_event();
-      device_->record_event(e, s);
-      Device* dev = device_;
-      auto holder = std::shared_ptr<void>(new void*(e.handle), [dev](void* p) {
+      event e = events_->take();
+      auto holder = std::shared_ptr<void>(new void*(e.handle), [pool = events_](void* p) {
         auto* h = static_cast<void**>(p);
-        dev->destroy_event(event{*h});
+        pool->give(event{*h});
         delete h;
       });
+      device_->record_event(e, s);
       b.deps.push_back(dependency{s.handle, std::move(holder), offset, offset + b.size});
     } catch (...) {
       // No event could be recorded: wait for the stream instead, so the block is safe for all.

@@ -25,6 +25,7 @@
 
 #include "allocator/memory_resource.hpp"
 #include "device/device.hpp"
+#include "device/event_pool.hpp"
 
 namespace spillway {
 
@@ -84,6 +85,7 @@ class arena_allocator final : public device_memory_resource {
   void* take(std::map<std::size_t, block>::iterator it, std::size_t offset, std::size_t need, stream s);
 
   Device* device_;
+  std::shared_ptr<event_pool> events_;  // the events recorded after frees
   device_memory_resource* upstream_;
   std::size_t capacity_;
   std::byte* base_ = nullptr;

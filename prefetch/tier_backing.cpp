@@ -27,7 +27,7 @@ void wait_quietly(const move_handle& h) {
 }  // namespace
 
 tier_backing::tier_backing(Device& device, host_tier& host, nvme_tier* nvme)
-    : device_(device), host_(host), nvme_(nvme), marks_(std::make_shared<detail::event_pool>(device)) {}
+    : device_(device), host_(host), nvme_(nvme), marks_(std::make_shared<event_pool>(device)) {}
 
 tier_backing::~tier_backing() {
   drain();
@@ -82,8 +82,16 @@ void tier_backing::free_copy(copy& c) {
 // I/O thread, enqueues the H2D copy and records the handle's event; until then stream_wait
 // waits on the caller's thread, as a stream wait on an event not yet recorded would not wait.
 
+namespace {
+/// Forgets the moves of `c` that are over, so that none is asked again; true when none is left.
+bool moves_over(std::vector<move_handle>& in_flight) {
+  std::erase_if(in_flight, [](const move_handle& h) { return h.ready(); });
+  return in_flight.empty();
+}
+}  // namespace
+
 void tier_backing::retire(copy& c) {
-  const bool busy = std::any_of(c.in_flight.begin(), c.in_flight.end(), [](const move_handle& h) { return !h.ready(); });
+  const bool busy = !moves_over(c.in_flight);
   if (busy && (c.host != nullptr || !c.nvme_name.empty())) {
     retired_.push_back(std::move(c));
     c = copy{};
@@ -94,8 +102,18 @@ void tier_backing::retire(copy& c) {
 }
 
 void tier_backing::free_settled() {
+  // Oldest first, up to the first copy still in use: moves end about in the order they were
+  // enqueued, so the copies behind it are most likely in use too, and asking each of them on
+  // every save would cost Device calls per retired copy per op. drain() and a host tier out of
+  // room (allocate_host) free the rest.
+  std::size_t n = 0;
+  while (n < retired_.size() && moves_over(retired_[n].in_flight)) free_copy(retired_[n++]);
+  retired_.erase(retired_.begin(), retired_.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
+void tier_backing::free_all_settled() {
   std::erase_if(retired_, [&](copy& c) {
-    if (std::any_of(c.in_flight.begin(), c.in_flight.end(), [](const move_handle& h) { return !h.ready(); })) return false;
+    if (!moves_over(c.in_flight)) return false;
     free_copy(c);
     return true;
   });
@@ -114,7 +132,7 @@ void* tier_backing::allocate_host(const std::string& name, std::uint64_t bytes, 
   lock.unlock();
   for (auto& h : pending) wait_quietly(h);
   lock.lock();
-  free_settled();
+  free_all_settled();
   return host_.allocate(name, bytes);
 }
 
@@ -428,7 +446,7 @@ void tier_backing::drain() {
   for (auto& h : pending) wait_quietly(h);
   worker_.drain();  // the staging frees that follow the copies
   std::lock_guard lock(mutex_);
-  free_settled();
+  free_all_settled();
 }
 
 backing_counters tier_backing::counters() const {

@@ -46,7 +46,8 @@ class tier_backing final : public tensor_backing {
   void settle(tensor_id id);                   // waits for id's moves; not under mutex_
   void free_copy(copy& c);                     // under mutex_
   void retire(copy& c);                        // under mutex_: frees c's copy, or keeps it until its moves end
-  void free_settled();                         // under mutex_: frees the retired copies no move uses now
+  void free_settled();                         // under mutex_: frees the oldest retired copies no move uses now
+  void free_all_settled();                     // under mutex_: frees every retired copy no move uses now
   void* allocate_host(const std::string& name, std::uint64_t bytes, std::unique_lock<std::mutex>& lock);
   void* staging_block(std::uint64_t bytes);
   void free_staging(void* p, std::uint64_t bytes) noexcept;
@@ -69,7 +70,7 @@ class tier_backing final : public tensor_backing {
   std::vector<copy> retired_;  // superseded copies that moves still read or write (Note [Retired copies])
   backing_counters counters_;
   std::uint64_t generation_ = 0;
-  std::shared_ptr<detail::event_pool> marks_;  // the events of this mover's device marks
+  std::shared_ptr<event_pool> marks_;  // the events of this mover's device marks
   event_worker worker_;  // last: its jobs use the members above, and it is joined first
 };
 

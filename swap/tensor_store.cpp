@@ -35,7 +35,7 @@ const char* to_string(tier t) noexcept {
 }
 
 tensor_store::tensor_store(Device& device, host_tier& host, nvme_tier* nvme)
-    : device_(device), host_(host), nvme_(nvme), marks_(std::make_shared<detail::event_pool>(device)) {}
+    : device_(device), host_(host), nvme_(nvme), marks_(std::make_shared<event_pool>(device)) {}
 
 tensor_store::~tensor_store() {
   wait_idle();

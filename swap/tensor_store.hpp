@@ -109,7 +109,7 @@ class tensor_store {
   std::condition_variable idle_cv_;
   std::unordered_map<std::string, entry> tensors_;
   std::uint64_t in_flight_ = 0;
-  std::shared_ptr<detail::event_pool> marks_;  // the events of this mover's device marks
+  std::shared_ptr<event_pool> marks_;  // the events of this mover's device marks
   event_worker worker_;  // last: its jobs use the members above, and it is joined first
 };
 
