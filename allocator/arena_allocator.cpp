@@ -8,9 +8,6 @@
 #include "device/units.hpp"
 
 namespace spillway {
-namespace {
-std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
-}  // namespace
 
 arena_allocator::arena_allocator(Device& device, device_memory_resource& upstream, std::size_t capacity)
     : device_(&device), events_(std::make_shared<event_pool>(device)), upstream_(&upstream), capacity_(round_up(capacity, granule)) {

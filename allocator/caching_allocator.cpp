@@ -49,8 +49,6 @@ constexpr std::size_t large_segment = 20 << 20;  // segment size for large reque
 constexpr std::size_t min_large_alone = 10 << 20;
 constexpr std::size_t large_rounding = 2 << 20;
 
-std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
-
 std::size_t checked_budget(const Device& device, std::size_t budget) {
   const std::size_t total = device.properties().total_memory;
   if (budget == 0) return total;

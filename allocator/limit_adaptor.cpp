@@ -11,7 +11,7 @@ namespace spillway {
 
 namespace {
 std::size_t charged(std::size_t bytes) {
-  return (bytes + device_memory_alignment - 1) / device_memory_alignment * device_memory_alignment;
+  return round_up(bytes, device_memory_alignment);
 }
 }  // namespace
 

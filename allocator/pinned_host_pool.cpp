@@ -39,7 +39,6 @@ struct pinned_host_pool::region : detail::pinned_region_impl {};
 namespace {
 constexpr std::size_t page_size = 4096;
 
-std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 bool is_power_of_two(std::size_t n) { return n != 0 && (n & (n - 1)) == 0; }
 }  // namespace
 

@@ -23,8 +23,6 @@ namespace {
 constexpr std::size_t device_alignment = 256;
 constexpr std::size_t page = 4096;
 
-std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
-
 std::size_t default_capacity(const device_options& o) {
   if (o.cpu_device_memory != 0) return o.cpu_device_memory;
   if (const char* env = std::getenv("SPILLWAY_CPU_DEVICE_MEMORY"); env != nullptr && *env != '\0')

@@ -23,7 +23,6 @@ namespace spillway {
 namespace {
 
 constexpr std::size_t page = 4096;
-std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
 cudaStream_t native(stream s) { return static_cast<cudaStream_t>(s.handle); }
 cudaEvent_t native(event e) { return static_cast<cudaEvent_t>(e.handle); }

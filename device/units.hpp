@@ -2,6 +2,7 @@
 // Parsing is strict: anything else is a config_error that quotes what was given.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -16,6 +17,9 @@ inline constexpr std::uint64_t max_size_bytes = 1ULL << 50;
 /// Throws config_error for empty, negative, zero (unless allow_zero), fractional bytes,
 /// unknown units and sizes above max_size_bytes. `what` names the setting in the message.
 std::uint64_t parse_size(std::string_view text, std::string_view what = "size", bool allow_zero = false);
+
+/// n rounded up to the next multiple of a (a > 0): block sizes, page lengths, alignments.
+constexpr std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
 /// "1.50 GiB", "512.00 MiB", "17 B": for reports and error messages.
 std::string format_bytes(std::uint64_t bytes);

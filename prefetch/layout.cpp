@@ -7,6 +7,8 @@
 #include <iterator>
 #include <random>
 
+#include "device/units.hpp"
+
 namespace spillway {
 namespace {
 
@@ -138,7 +140,7 @@ class residency {
   void open(tensor_id x, std::uint32_t from, std::uint32_t key, double at) {
     block b;
     b.id = x;
-    b.bytes = (t_.tensors[x].bytes + granule_ - 1) / granule_ * granule_;
+    b.bytes = round_up(t_.tensors[x].bytes, granule_);
     b.spans[0] = {from, from};
     b.keys[0] = key;
     if (timing_ != nullptr) {

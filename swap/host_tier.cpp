@@ -16,7 +16,7 @@ host_tier::host_tier(pinned_host_pool& pool, std::size_t capacity) : pool_(pool)
 
 std::size_t host_tier::footprint(std::size_t bytes) const noexcept {
   const std::size_t a = pool_.options().alignment;
-  return bytes == 0 ? 0 : (bytes + a - 1) / a * a;
+  return round_up(bytes, a);  // 0 stays 0
 }
 
 void* host_tier::allocate(const std::string& name, std::size_t bytes) {

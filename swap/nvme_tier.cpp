@@ -25,8 +25,6 @@ namespace spillway {
 
 namespace {
 
-std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
-
 struct free_deleter {
   void operator()(void* p) const noexcept { std::free(p); }
 };

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <utility>
 
+#include "device/units.hpp"
+
 namespace spillway::examples {
 
 pinned_staging::~pinned_staging() { release(); }
@@ -24,7 +26,7 @@ void pinned_staging::release() noexcept {
 void pinned_staging::upload(Device& dev, stream s, std::initializer_list<upload_part> parts) {
   constexpr std::size_t align = 256;
   std::size_t total = 0;
-  for (const auto& p : parts) total += (p.bytes + align - 1) / align * align;
+  for (const auto& p : parts) total += round_up(p.bytes, align);
   if (dev_ != &dev || total > bytes_) {
     release();
     dev_ = &dev;
@@ -37,7 +39,7 @@ void pinned_staging::upload(Device& dev, stream s, std::initializer_list<upload_
   for (const auto& p : parts) {
     std::memcpy(at, p.src, p.bytes);
     dev.copy_async(p.dst, at, p.bytes, copy_kind::host_to_device, s);
-    at += (p.bytes + align - 1) / align * align;
+    at += round_up(p.bytes, align);
   }
   dev.record_event(*done_, s);
 }
