@@ -23,8 +23,9 @@
 #include "device/error.hpp"
 #include "device/log.hpp"
 #include "device/units.hpp"
+#include "prefetch/tier_backing.hpp"
+#include "swap/host_tier.hpp"
 #include "swap/nvme_tier.hpp"
-#include "swap/tensor_store.hpp"
 
 namespace spillway::bench {
 namespace {
@@ -62,15 +63,18 @@ struct host_figures {
   double d2h = 0, h2d = 0, memcpy_d2h = 0, memcpy_h2d = 0;
 };
 
+// The host tier's moves are the executor's (tier_backing): a save copies device memory into a
+// new host-tier block (D2H), a load copies the block back (H2D); each timed until the device
+// has done the copy.
 host_figures bench_host(Device& dev, std::size_t n, int repeats) {
   pinned_host_pool pool(dev, {.capacity = 0, .region_size = n + (std::size_t{4} << 20), .alignment = 4096});
   host_tier host(pool, 0);
-  tensor_store store(dev, host);
+  tier_backing backing(dev, host, nullptr);
+  constexpr tensor_id id = 0;
   owned_stream s(dev);
   void* d = dev.allocate(n);
   dev.memset_async(d, 0x5A, n, s);
   dev.synchronize_stream(s);
-  store.add_on_device("bench", n, d);
   // Baseline: memcpy of the same bytes between the same kinds of memory (warm pages). Device
   // memory of the cpu backend is host memory; CUDA device memory is not host-addressable, so
   // there the baseline copies between two pinned buffers.
@@ -84,13 +88,13 @@ host_figures bench_host(Device& dev, std::size_t n, int repeats) {
   double best_d2h = 1e30, best_h2d = 1e30, m_d2h = 1e30, m_h2d = 1e30;
   for (int r = 0; r <= repeats; ++r) {
     auto t0 = clk::now();
-    store.to_host("bench", s).wait();
+    backing.save(id, "bench", d, n, tier::host, s).wait();
     const double t_d2h = seconds_since(t0);
     t0 = clk::now();
     std::memcpy(a, b, n);
     const double c_d2h = seconds_since(t0);
     t0 = clk::now();
-    store.to_device("bench", d, s).wait();
+    backing.load(id, "bench", d, n, s).wait();
     const double t_h2d = seconds_since(t0);
     t0 = clk::now();
     std::memcpy(b, a, n);
@@ -101,6 +105,8 @@ host_figures bench_host(Device& dev, std::size_t n, int repeats) {
       m_d2h = std::min(m_d2h, c_d2h);
       m_h2d = std::min(m_h2d, c_h2d);
     }
+    // The next save makes a new host-tier block, as the first did (a load keeps the tier copy).
+    backing.discard(id);
   }
   host_figures f;
   f.d2h = gbps(n, best_d2h);
@@ -109,7 +115,7 @@ host_figures bench_host(Device& dev, std::size_t n, int repeats) {
   f.memcpy_h2d = gbps(n, m_h2d);
   pool.deallocate(a, n);
   if (!cpu) pool.deallocate(b, n);
-  store.remove("bench");
+  backing.drain();
   dev.deallocate(d, n);
   return f;
 }

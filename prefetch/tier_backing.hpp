@@ -1,6 +1,7 @@
 // tier_backing: the executor's tensor_backing over the swap tiers (host tier, optional NVMe
-// tier). Unlike tensor_store's moves, a load keeps the tier copy, so a tensor that comes back
-// to the device unchanged can later leave it again without any copy (a "drop").
+// tier), and the one mover between device memory and the tiers: the executor stack (which
+// Session runs) and spillway-bench tiers use it. A load keeps the tier copy, so a tensor that
+// comes back to the device unchanged can later leave it again without any copy (a "drop").
 #pragma once
 
 #include <memory>
