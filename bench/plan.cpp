@@ -115,8 +115,8 @@ void add_chrome(json& events, int pid, const row& r, const trace& t) {
                       {"args", {{"bytes", e.bytes}}}});
   }
   for (const auto& m : r.sim.memory)
-    events.push_back({{"name", "device memory"}, {"ph", "C"}, {"pid", pid}, {"ts", m.time * 1e6},
-                      {"args", {{"allocated", m.device_bytes}, {"budget", r.budget}}}});
+    events.push_back({{"name", "device memory"}, {"ph", "C"}, {"pid", pid}, {"ts", m.at_us},
+                      {"args", {{"allocated", m.bytes}, {"budget", r.budget}}}});
 }
 
 void write_svg(const std::string& path, const std::vector<row>& rows) {

@@ -98,7 +98,7 @@ class replay {
   double d2h_free() const { return d2h_free_; }
 
   void sample(double time) {
-    if (opt_.record_timeline) r_.memory.push_back({time, device_cur_});
+    if (opt_.record_timeline) r_.memory.push_back({time * 1e6, device_cur_});
   }
   void event(sim_track tr, std::uint32_t id, double s, double e, std::uint64_t b) {
     if (opt_.record_timeline) r_.timeline.push_back({tr, id, s, e, b});

@@ -8,6 +8,7 @@
 
 #include "offload/lifetime.hpp"
 #include "offload/profile.hpp"
+#include "prefetch/memory_sample.hpp"
 #include "prefetch/plan.hpp"
 #include "prefetch/trace.hpp"
 
@@ -24,12 +25,6 @@ struct sim_event {
   double start = 0;
   double end = 0;
   std::uint64_t bytes = 0;
-};
-
-/// Device bytes allocated from `time` on.
-struct memory_sample {
-  double time = 0;
-  std::uint64_t device_bytes = 0;
 };
 
 struct sim_options {
@@ -64,7 +59,7 @@ struct sim_result {
   std::size_t violation_count = 0;
   std::vector<std::string> violations;  ///< first max_violations messages
   std::vector<sim_event> timeline;      ///< when record_timeline
-  std::vector<memory_sample> memory;    ///< when record_timeline
+  std::vector<memory_sample> memory;    ///< when record_timeline (at_us: replay time in µs)
   /// No violations: within budget and tier capacities, every read finds its tensor resident
   /// through the plan, no value lost, the iteration ends in the state it started from.
   [[nodiscard]] bool feasible() const noexcept { return violation_count == 0; }

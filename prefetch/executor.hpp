@@ -22,6 +22,7 @@
 #include "allocator/memory_resource.hpp"
 #include "device/device.hpp"
 #include "prefetch/layout.hpp"
+#include "prefetch/memory_sample.hpp"
 #include "prefetch/plan.hpp"
 #include "prefetch/tensor_backing.hpp"
 #include "prefetch/trace.hpp"
@@ -51,12 +52,6 @@ struct timeline_item {
   std::string name;
   double start_us = 0;  ///< since the executor was made
   double end_us = 0;
-};
-
-/// A sample of device memory in use, for the timeline's counter.
-struct memory_sample {
-  double at_us = 0;
-  std::uint64_t bytes = 0;
 };
 
 struct executor_stats {

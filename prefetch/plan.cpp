@@ -3,28 +3,27 @@
 #include "prefetch/plan.hpp"
 
 #include "device/error.hpp"
+#include "prefetch/enum_names.hpp"
 
 namespace spillway {
 
 namespace {
-constexpr std::string_view tier_names[] = {"device", "host", "nvme"};
 constexpr std::string_view action_names[] = {"evict_to_host", "evict_to_nvme", "drop"};
 }  // namespace
 
-std::string_view tier_name(tier t) noexcept { return tier_names[static_cast<int>(t)]; }
+// The tier's names are swap/tier.hpp's to_string(tier); this only gives them a string_view and a parse.
+std::string_view tier_name(tier t) noexcept { return to_string(t); }
 
 std::optional<tier> parse_tier(std::string_view s) noexcept {
-  for (int i = 0; i < 3; ++i)
-    if (tier_names[i] == s) return static_cast<tier>(i);
+  for (tier t : {tier::device, tier::host, tier::nvme})
+    if (to_string(t) == s) return t;
   return std::nullopt;
 }
 
-std::string_view to_string(evict_action a) noexcept { return action_names[static_cast<int>(a)]; }
+std::string_view to_string(evict_action a) noexcept { return detail::enum_name(action_names, a); }
 
 std::optional<evict_action> parse_evict_action(std::string_view s) noexcept {
-  for (int i = 0; i < 3; ++i)
-    if (action_names[i] == s) return static_cast<evict_action>(i);
-  return std::nullopt;
+  return detail::parse_enum<evict_action>(action_names, s);
 }
 
 plan plan::empty_for(const trace& t, std::string policy, std::uint64_t budget) {

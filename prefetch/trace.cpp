@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "device/error.hpp"
+#include "prefetch/enum_names.hpp"
 
 namespace spillway {
 
@@ -18,21 +19,15 @@ std::string op_label(const trace& t, op_index i) {
 }
 }  // namespace
 
-std::string_view to_string(tensor_kind k) noexcept { return kind_names[static_cast<int>(k)]; }
+std::string_view to_string(tensor_kind k) noexcept { return detail::enum_name(kind_names, k); }
 
 std::optional<tensor_kind> parse_tensor_kind(std::string_view s) noexcept {
-  for (int i = 0; i < 5; ++i)
-    if (kind_names[i] == s) return static_cast<tensor_kind>(i);
-  return std::nullopt;
+  return detail::parse_enum<tensor_kind>(kind_names, s);
 }
 
-std::string_view to_string(op_phase p) noexcept { return phase_names[static_cast<int>(p)]; }
+std::string_view to_string(op_phase p) noexcept { return detail::enum_name(phase_names, p); }
 
-std::optional<op_phase> parse_op_phase(std::string_view s) noexcept {
-  for (int i = 0; i < 4; ++i)
-    if (phase_names[i] == s) return static_cast<op_phase>(i);
-  return std::nullopt;
-}
+std::optional<op_phase> parse_op_phase(std::string_view s) noexcept { return detail::parse_enum<op_phase>(phase_names, s); }
 
 tensor_id trace::add_tensor(std::string name, std::uint64_t bytes, tensor_kind kind) {
   tensors.push_back({std::move(name), bytes, kind});
