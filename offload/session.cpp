@@ -217,19 +217,8 @@ class session_impl {
       io_failure = std::current_exception();  // report after the bookkeeping: nothing is lost
     }
     r.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - iteration_start).count();
-    r.stall_ms = st.stall_ms;
+    static_cast<iteration_counters&>(r) = st;  // every counter, as the executor counted it
     for (auto& [name, ms] : st.stalls) r.stalls.push_back(stall_record{name, ms});
-    r.h2d_bytes = st.h2d_bytes;
-    r.d2h_bytes = st.d2h_bytes;
-    r.nvme_read_bytes = st.nvme_read_bytes;
-    r.nvme_write_bytes = st.nvme_write_bytes;
-    r.peak_device_bytes = st.peak_device_bytes;
-    r.on_demand_fetches = st.on_demand_fetches;
-    r.on_demand_evictions = st.on_demand_evictions;
-    r.prefetches_deferred = st.prefetches_deferred;
-    r.fragmented_allocations = st.fragmented_allocations;
-    r.layout = st.layout;
-    r.layout_misses = st.layout_misses;
     history.push_back(r);
     if (!followed && !io_failure) {
       replan(st);

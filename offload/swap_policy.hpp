@@ -30,6 +30,7 @@
 
 #include "device/device.hpp"
 #include "offload/session_config.hpp"
+#include "prefetch/iteration_counters.hpp"
 #include "prefetch/plan.hpp"
 #include "prefetch/trace.hpp"
 
@@ -47,24 +48,15 @@ struct stall_record {
 };
 
 /// What one iteration did.
-struct iteration_report {
+/// stall_ms, the bytes moved per direction, peak_device_bytes, on_demand_fetches/evictions,
+/// prefetches_deferred, fragmented_allocations, layout and layout_misses come from
+/// iteration_counters (prefetch/iteration_counters.hpp), as the executor counted them.
+struct iteration_report : iteration_counters {
   std::uint64_t iteration = 0;   ///< 1-based
   bool planned = false;          ///< followed a plan (false: on demand, recording)
   std::string policy;            ///< planner whose plan it followed
   double step_ms = 0;            ///< wall time from begin_iteration to end_iteration
-  double stall_ms = 0;           ///< time ops waited for tensors that were not there in time
   std::vector<stall_record> stalls;
-  std::uint64_t h2d_bytes = 0;
-  std::uint64_t d2h_bytes = 0;
-  std::uint64_t nvme_read_bytes = 0;
-  std::uint64_t nvme_write_bytes = 0;
-  std::uint64_t peak_device_bytes = 0;   ///< device memory in use at the worst moment
-  std::uint64_t on_demand_fetches = 0;   ///< tensors fetched because the plan missed them
-  std::uint64_t on_demand_evictions = 0; ///< tensors evicted because an allocation would exceed the budget
-  std::uint64_t prefetches_deferred = 0;    ///< planned prefetches that found no room at their op
-  std::uint64_t fragmented_allocations = 0; ///< allocations the allocator refused with budget left (fragments)
-  bool layout = false;                      ///< device addresses came from a packed layout of the plan
-  std::uint64_t layout_misses = 0;          ///< planned addresses found taken
 };
 
 class session_impl;

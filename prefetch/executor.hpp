@@ -21,6 +21,7 @@
 #include "allocator/arena_allocator.hpp"
 #include "allocator/memory_resource.hpp"
 #include "device/device.hpp"
+#include "prefetch/iteration_counters.hpp"
 #include "prefetch/layout.hpp"
 #include "prefetch/memory_sample.hpp"
 #include "prefetch/plan.hpp"
@@ -54,21 +55,10 @@ struct timeline_item {
   double end_us = 0;
 };
 
-struct executor_stats {
+/// The counters (prefetch/iteration_counters.hpp), plus what only the executor sees.
+struct executor_stats : iteration_counters {
   double step_ms = 0;
-  double stall_ms = 0;
   std::vector<std::pair<std::string, double>> stalls;  ///< tensor name, ms
-  std::uint64_t h2d_bytes = 0;
-  std::uint64_t d2h_bytes = 0;
-  std::uint64_t nvme_read_bytes = 0;
-  std::uint64_t nvme_write_bytes = 0;
-  std::uint64_t peak_device_bytes = 0;   ///< most bytes of tensors held on the device at once
-  std::uint64_t on_demand_fetches = 0;
-  std::uint64_t on_demand_evictions = 0;
-  std::uint64_t prefetches_deferred = 0;     ///< plan prefetches left for later: no room at their op
-  std::uint64_t fragmented_allocations = 0;  ///< allocations refused with room left by the count
-  bool layout = false;                       ///< allocations followed a packed layout (prefetch/layout.hpp)
-  std::uint64_t layout_misses = 0;           ///< allocations with no planned address, or with it taken (the run left the plan)
   std::vector<double> op_ms;             ///< measured duration per op (timed iterations only)
 };
 

@@ -1,0 +1,25 @@
+// What one iteration moved and how it went against its plan. The executor counts them
+// (executor_stats) and the Session hands them to users as they are (iteration_report), so the
+// fields are declared once, here. Header only (plan types).
+#pragma once
+
+#include <cstdint>
+
+namespace spillway {
+
+struct iteration_counters {
+  double stall_ms = 0;  ///< time ops waited for tensors that were not there in time
+  std::uint64_t h2d_bytes = 0;
+  std::uint64_t d2h_bytes = 0;
+  std::uint64_t nvme_read_bytes = 0;
+  std::uint64_t nvme_write_bytes = 0;
+  std::uint64_t peak_device_bytes = 0;       ///< device memory in use at the worst moment (bytes of tensors held at once)
+  std::uint64_t on_demand_fetches = 0;       ///< tensors fetched because the plan missed them
+  std::uint64_t on_demand_evictions = 0;     ///< tensors evicted because an allocation would exceed the budget
+  std::uint64_t prefetches_deferred = 0;     ///< planned prefetches that found no room at their op
+  std::uint64_t fragmented_allocations = 0;  ///< allocations the allocator refused with budget left (fragments)
+  bool layout = false;                       ///< device addresses came from a packed layout of the plan (prefetch/layout.hpp)
+  std::uint64_t layout_misses = 0;           ///< allocations with no planned address, or with it taken (the run left the plan)
+};
+
+}  // namespace spillway
