@@ -59,7 +59,7 @@ struct lifetime_report {
   std::vector<std::uint64_t> needed_written_bytes_during;
   /// Per op: bytes of tensors the op does not touch whose value was written earlier in this
   /// iteration and is read later in it (a copy out must finish before the op, the copy back
-  /// start after it; see Note [Lower bound] in simulator.hpp).
+  /// start after it; see Note [Lower bound] in simulator_bounds.cpp).
   std::vector<std::uint64_t> in_iteration_idle_bytes;
   std::vector<std::uint64_t> working_set_bytes;   ///< per op
   std::uint64_t peak_live_bytes = 0;

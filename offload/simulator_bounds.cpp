@@ -1,0 +1,297 @@
+// The reference times every simulation result carries: compute alone and the lower bound that
+// no plan beats (Note [Lower bound]).
+#include "offload/simulator.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <tuple>
+#include <vector>
+
+namespace spillway::offload {
+
+// Note [Lower bound]
+// Let B be the budget and, for op j, N_j the needed bytes (Note [Live and needed bytes]) and
+// W_j those of tensors the iteration writes. Two families of bounds; lower_bound is the
+// largest of them and of compute time.
+// (1) Volume. While op j runs at least N_j - B needed bytes are off the device, and each must
+//     cross the link back before its next read: once per iteration in steady state, so
+//     H2D >= max_j (N_j - B). Of them at least W_j - B hold a value written by an iteration,
+//     which had to be copied out: D2H >= max_j (W_j - B). What the host tier cannot hold sits
+//     on NVMe: NVMe reads >= max_j (N_j - B - host), writes >= max_j (W_j - B - host).
+//     Time >= max(H2D/h2d_bw, D2H/d2h_bw, NVMe_r/nvme_r_bw, NVMe_w/nvme_w_bw), with the H2D
+//     and D2H terms added when the profile has one copy engine.
+// (2) Order around one op. Fix op j, running over [s_j, e_j], and an instant tau in it. The
+//     device holds the working set S_j of op j all that time, and at most B bytes in all, so
+//     at tau at least K_j = N_j - B bytes of needed tensors that op j does not touch are not
+//     allocated ("off"). Take such a tensor x. Its memory was freed before tau; it is taken
+//     again only after tau (a prefetch or an allocation takes memory at one instant, program
+//     order), and its copy in starts after that. So:
+//     (a) if its next use is in this iteration (at op r; it reads x, x being needed), an H2D
+//         of x runs after tau and ends before s_r, after which ops r.. still run: T >= tau +
+//         (bytes of such x with r <= k)/h2d_bw + F_k for every k, with F_k the compute of
+//         ops k..n-1. If its next read is in the next iteration, nothing is owed here (0).
+//     (b) if this iteration wrote x before j (last at op w), that value exists only on the
+//         device until copied out, and it is needed later, so a D2H of it ran after e_w (the
+//         eviction is issued at an op boundary >= e_w) and ended before tau: the D2H queue
+//         starts at 0 and serves one copy at a time, so tau >= E_w' + (bytes of such x with
+//         w >= w')/d2h_bw for every w', with E_w' the compute of ops 0..w'. Otherwise
+//         nothing is owed here (0).
+//     Which tensors are off is the plan's choice; the bound takes for each side separately the
+//     choice of K_j bytes that costs least there (a sum of two minima is at most the minimum
+//     of the sum): for (b), first the ones that owe nothing, then the earliest written; for
+//     (a), first the ones that owe nothing, then the latest read (for a fixed amount these
+//     sets make every term of the max smallest at once; the last one counts in part, which
+//     only lowers the bound). With D_j and H_j those two least values:
+//       tau = s_j:  T >= max(C_<j, D_j) + max(dur(j) + C_>j, H_j)
+//       tau -> e_j: T >= max(C_<=j, D_j) + max(C_>j, H_j)
+//     (C_<j, C_<=j, C_>j: compute before, through and after op j; s_j >= C_<j, e_j >= C_<=j.)
+//     The H2D of (a) may start during op j (an allocation made when op j has already
+//     started), which is why dur(j) is not added to both sides.
+//     (c) Late copies out. Among the tensors (b) lets off for free, take those the iteration
+//         writes again after op j (last at op w_x) and the next iteration reads. If such an x
+//         is off at tau and no D2H of it ran before tau in this iteration, it did not start
+//         the iteration on the device (freeing it there needs a copy out: no tier holds its
+//         value), so it started in a tier and must end there with its final value: a D2H
+//         after e_{w_x}. So each is either "pre" (a D2H before tau, which starts after op 0
+//         ends, as every eviction follows an op) or "late". With L the late bytes, for every
+//         op k after j: T >= tau + (bytes off at tau read at ops <= k)/h2d_bw +
+//         max(F_k, dur(k) + (late bytes with w_x >= k)/d2h_bw), their copies out starting
+//         after e_{w_x} >= e_k = s_k + dur(k). For a given amount L the least pre side
+//         D(L) (the untouched tensors that owe nothing first, then pre bytes, then the
+//         earliest written of (b)) falls as L grows and the least late side H'(L) (latest
+//         read first for the copies in, earliest last write first for the late ones) grows;
+//         on a grid L_0 = 0 < ... < L_G = all such bytes, every L in [L_i, L_i+1] gives at
+//         least max(C_<j, D(L_i+1)) + max(dur(j) + C_>j, H'(L_i)) (and the form at e_j), so
+//         the least of these over i is a bound.
+// Both ignore latency and every other dependency, so no plan beats them. ideal is compute
+// alone (unlimited memory).
+
+namespace {
+
+// Family (2) of Note [Lower bound]: the order bound around op j, for every j in one sweep.
+class order_bound {
+ public:
+  order_bound(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget)
+      : t_(t), r_(r), hw_(hw), budget_(budget), n_(t.ops.size()) {
+    dur_.resize(n_);
+    before_.assign(n_ + 1, 0);  // before_[k]: compute of ops < k
+    for (std::size_t k = 0; k < n_; ++k) {
+      dur_[k] = hw.op_seconds(t.ops[k]);
+      before_[k + 1] = before_[k] + dur_[k];
+    }
+  }
+
+  // Returns {seconds, op}.
+  std::pair<double, op_index> run() {
+    const std::size_t nt = t_.tensors.size();
+    std::vector<std::size_t> next(nt, 0);  // index of the first use at an op > j (after advancing)
+    std::vector<std::int64_t> last_write(nt, -1), final_write(nt, -1);
+    for (tensor_id x = 0; x < nt; ++x)
+      for (const auto& u : r_.tensors[x].uses)
+        if (u.writes) final_write[x] = u.op;
+    std::vector<char> touched(nt, 0);
+    double best = 0;
+    op_index best_op = 0;
+    for (op_index j = 0; j < n_; ++j) {
+      const auto& op = t_.ops[j];
+      for (tensor_id x : op.reads) touched[x] = 1;
+      for (tensor_id x : op.writes) touched[x] = 1;
+      std::uint64_t needed = r_.working_set_bytes[j], free_d = 0, free_h = 0;
+      d_.clear();
+      h_.clear();
+      l_.clear();
+      std::uint64_t late_total = 0;
+      for (tensor_id x = 0; x < nt; ++x) {
+        const auto& lt = r_.tensors[x];
+        if (touched[x] || !lt.used()) continue;
+        const std::uint64_t b = t_.tensors[x].bytes;
+        const bool has_next = next[x] < lt.uses.size();
+        const bool is_needed = has_next ? lt.uses[next[x]].reads : lt.crosses_boundary;
+        if (!is_needed) continue;
+        needed += b;
+        if (last_write[x] >= 0) {
+          d_.push_back({static_cast<std::size_t>(last_write[x]), b});
+        } else {
+          free_d += b;
+          if (lt.crosses_boundary && final_write[x] > static_cast<std::int64_t>(j)) {
+            l_.push_back({static_cast<std::size_t>(final_write[x]), b});
+            late_total += b;
+          }
+        }
+        if (has_next)
+          h_.push_back({lt.uses[next[x]].op, b});
+        else
+          free_h += b;
+      }
+      if (needed > budget_) {
+        const std::uint64_t off = needed - budget_;
+        const double dmin = d2h_before(off > free_d ? off - free_d : 0);
+        const double hmin = h2d_after(off > free_h ? off - free_h : 0);
+        const double after = before_[n_] - before_[j + 1];
+        const double at_start = std::max(before_[j], dmin) + std::max(dur_[j] + after, hmin);
+        const double at_end = std::max(before_[j + 1], dmin) + std::max(after, hmin);
+        const double v = std::max({at_start, at_end, late_chain(j, off, free_d - late_total, free_h, late_total)});
+        if (v > best) {
+          best = v;
+          best_op = j;
+        }
+      }
+      for (tensor_id x : op.reads) touched[x] = 0;
+      for (tensor_id x : op.writes) touched[x] = 0;
+      auto advance = [&](tensor_id x) {
+        const auto& uses = r_.tensors[x].uses;
+        while (next[x] < uses.size() && uses[next[x]].op <= j) {
+          if (uses[next[x]].writes) last_write[x] = uses[next[x]].op;
+          ++next[x];
+        }
+      };
+      for (tensor_id x : op.reads) advance(x);
+      for (tensor_id x : op.writes) advance(x);
+    }
+    return {best, best_op};
+  }
+
+ private:
+  struct item {
+    std::size_t op;  // the write before (d_) or the read after (h_)
+    std::uint64_t bytes;
+  };
+
+  // Least time the D2H queue needs to have copied out `need` bytes of values written at the ops
+  // in d_ (each copy starts after its op ends, so after the compute up to it): the earliest
+  // written ones, a part of the last one.
+  double d2h_before(std::uint64_t need) {
+    return least(d_, need, false, hw_.d2h_bytes_per_s, [&](std::size_t w) { return before_[w + 1]; });
+  }
+
+  // Least time from the moment `need` bytes are off to the end of the step when they must come
+  // back before their reads at the ops in h_ (the H2D of what op k reads ends before op k
+  // starts, and ops k.. still run): the ones read latest, a part of the first one.
+  double h2d_after(std::uint64_t need) {
+    return least(h_, need, true, hw_.h2d_bytes_per_s, [&](std::size_t r) { return before_[n_] - before_[r]; });
+  }
+
+  // Part (c) of the order bound at the start of op j: `off` bytes are off, `free` of them may
+  // owe no copy out at all, and up to `late` bytes (l_) are values of the previous iteration
+  // that the iteration writes again and the next one reads: each either copied out before op j
+  // (with the values of d_) or copied out after its last write. Takes the least over how many
+  // bytes go late, on a grid: the pre side falls and the late side grows with them.
+  double late_chain(op_index j, std::uint64_t off, std::uint64_t free, std::uint64_t free_h, std::uint64_t late) {
+    if (late == 0) return 0;
+    std::sort(d_.begin(), d_.end(), [](const item& a, const item& b) { return a.op < b.op; });
+    std::sort(h_.begin(), h_.end(), [](const item& a, const item& b) { return a.op < b.op; });
+    std::sort(l_.begin(), l_.end(), [](const item& a, const item& b) { return a.op < b.op; });
+    const double after = before_[n_] - before_[j + 1];
+    constexpr int grid = 8;
+    double best = std::numeric_limits<double>::infinity();
+    double h_prev = h2d_with_late(off, free_h, 0);
+    for (int i = 0; i < grid; ++i) {
+      const double lam_hi = static_cast<double>(late) * (i + 1) / grid;
+      const double d = d2h_with_pre(static_cast<double>(off) - static_cast<double>(free) - lam_hi,
+                                    static_cast<double>(late) - lam_hi);
+      const double at_start = std::max(before_[j], d) + std::max(dur_[j] + after, h_prev);
+      const double at_end = std::max(before_[j + 1], d) + std::max(after, h_prev);
+      best = std::min(best, std::max(at_start, at_end));
+      h_prev = h2d_with_late(off, free_h, lam_hi);
+    }
+    return best;
+  }
+
+  // Least D2H time before the instant when `need` bytes must have been copied out: up to `pre`
+  // of them held since before the iteration (ready once op 0 ends: an eviction follows an op),
+  // the rest values in d_ (sorted by the op that wrote them), earliest written first.
+  double d2h_with_pre(double need, double pre) const {
+    if (need <= 0) return 0;
+    const double bw = hw_.d2h_bytes_per_s;
+    double rest = need - std::min(pre, need), out = before_[1] + need / bw;  // copies out follow op 0
+    double taken = 0;
+    std::vector<double> take;
+    for (const auto& it : d_) {
+      if (taken >= rest) break;
+      take.push_back(std::min(static_cast<double>(it.bytes), rest - taken));
+      taken += take.back();
+    }
+    double suffix = taken;
+    for (std::size_t i = 0; i < take.size(); ++i) {
+      out = std::max(out, before_[d_[i].op + 1] + suffix / bw);
+      suffix -= take[i];
+    }
+    return out;
+  }
+
+  // Least time from the instant to the end of the step when the `off` bytes (less `free_h`
+  // that need no copy in) come back before their reads (h_, latest read first) and `lam`
+  // bytes of l_ (earliest last write first) are copied out after their last write: for every
+  // op k, the copies in of what ops <= k read end before op k starts; after that start the
+  // compute from k still runs, and so do op k and then the copies out of what ops >= k last
+  // write (those copies start when their writing op ends, at or after the end of op k).
+  double h2d_with_late(std::uint64_t off, std::uint64_t free_h, double lam) const {
+    const double need = off > free_h ? static_cast<double>(off - free_h) : 0.0;
+    double avail_after = 0;  // bytes of h_ read after k
+    for (const auto& it : h_) avail_after += static_cast<double>(it.bytes);
+    double late_before = 0;  // bytes of l_ last written before k
+    double out = 0;
+    std::size_t hi = 0, li = 0;
+    while (hi < h_.size() || li < l_.size()) {
+      const std::size_t k = li >= l_.size() || (hi < h_.size() && h_[hi].op <= l_[li].op) ? h_[hi].op : l_[li].op;
+      while (hi < h_.size() && h_[hi].op <= k) avail_after -= static_cast<double>(h_[hi++].bytes);
+      const double in = std::max(0.0, need - avail_after);
+      const double late_here = std::max(0.0, lam - late_before);
+      out = std::max(out, in / hw_.h2d_bytes_per_s +
+                              std::max(before_[n_] - before_[k], dur_[k] + late_here / hw_.d2h_bytes_per_s));
+      while (li < l_.size() && l_[li].op <= k) late_before += static_cast<double>(l_[li++].bytes);
+    }
+    return out;
+  }
+
+  // Takes `need` bytes of `v` in op order (latest first when `latest`), and returns the largest
+  // fixed(op_i) + (bytes taken at i and after)/bw over the items taken.
+  template <class F>
+  static double least(std::vector<item>& v, std::uint64_t need, bool latest, double bw, F fixed) {
+    if (need == 0) return 0;
+    std::sort(v.begin(), v.end(), [latest](const item& a, const item& b) { return latest ? a.op > b.op : a.op < b.op; });
+    std::size_t m = 0;
+    std::uint64_t got = 0;
+    while (m < v.size() && got < need) got += v[m++].bytes;
+    double out = 0, rest = static_cast<double>(std::min(got, need));
+    for (std::size_t i = 0; i < m && rest > 0; ++i) {
+      out = std::max(out, fixed(v[i].op) + rest / bw);
+      rest -= static_cast<double>(v[i].bytes);
+    }
+    return out;
+  }
+
+  const trace& t_;
+  const lifetime_report& r_;
+  const hw_profile& hw_;
+  std::uint64_t budget_;
+  std::size_t n_;
+  std::vector<double> dur_, before_;
+  std::vector<item> d_, h_, l_;
+};
+
+}  // namespace
+
+bounds compute_bounds(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) {
+  bounds b;
+  for (const auto& op : t.ops) b.ideal_seconds += hw.op_seconds(op);
+  auto over = [](std::uint64_t v, std::uint64_t cap) { return v > cap ? v - cap : 0; };
+  for (std::size_t j = 0; j < t.ops.size(); ++j) {
+    const auto n = r.needed_bytes_during[j];
+    const auto w = r.needed_written_bytes_during[j];
+    b.h2d_min_bytes = std::max(b.h2d_min_bytes, over(n, budget));
+    b.d2h_min_bytes = std::max(b.d2h_min_bytes, over(w, budget));
+    b.nvme_read_min_bytes = std::max(b.nvme_read_min_bytes, over(over(n, budget), hw.host_bytes));
+    b.nvme_write_min_bytes = std::max(b.nvme_write_min_bytes, over(over(w, budget), hw.host_bytes));
+  }
+  const double h2d = static_cast<double>(b.h2d_min_bytes) / hw.h2d_bytes_per_s;
+  const double d2h = static_cast<double>(b.d2h_min_bytes) / hw.d2h_bytes_per_s;
+  const double link = hw.copy_engines >= 2 ? std::max(h2d, d2h) : h2d + d2h;
+  b.volume_bound_seconds = std::max({link, static_cast<double>(b.nvme_read_min_bytes) / hw.nvme_read_bytes_per_s,
+                                     static_cast<double>(b.nvme_write_min_bytes) / hw.nvme_write_bytes_per_s});
+  std::tie(b.order_bound_seconds, b.order_bound_op) = order_bound(t, r, hw, budget).run();
+  b.lower_bound_seconds = std::max({b.ideal_seconds, b.volume_bound_seconds, b.order_bound_seconds});
+  return b;
+}
+
+}  // namespace spillway::offload
