@@ -42,8 +42,7 @@ tier_backing::copy& tier_backing::slot(tensor_id id) {
 }
 
 std::size_t tier_backing::capacity_of(std::uint64_t bytes) const noexcept {
-  const std::size_t a = host_.pool().options().alignment;
-  return (bytes + a - 1) / a * a;
+  return round_up(bytes, host_.pool().options().alignment);
 }
 
 void* tier_backing::staging_block(std::uint64_t bytes) { return host_.pool().allocate(bytes); }
