@@ -148,20 +148,8 @@ class cuda_device final : public Device {
     rethrow_host_failure();
   }
 
-  event create_event() override {
-    check_caller("create_event");
-    activate();
-    cudaEvent_t e = nullptr;
-    SPILLWAY_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    return event{e};
-  }
-  event create_timing_event() override {
-    check_caller("create_timing_event");
-    activate();
-    cudaEvent_t e = nullptr;
-    SPILLWAY_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDefault));
-    return event{e};
-  }
+  event create_event() override { return make_event("create_event", cudaEventDisableTiming); }
+  event create_timing_event() override { return make_event("create_timing_event", cudaEventDefault); }
   double elapsed_ms(event start, event end) override {
     check_caller("elapsed_ms");
     float ms = 0;
@@ -261,6 +249,13 @@ class cuda_device final : public Device {
     int current = -1;
     if (cudaGetDevice(&current) == cudaSuccess && current == ordinal_) return;  // no driver call
     SPILLWAY_CUDA_TRY(cudaSetDevice(ordinal_));
+  }
+  event make_event(const char* call, unsigned flags) {
+    check_caller(call);
+    activate();
+    cudaEvent_t e = nullptr;
+    SPILLWAY_CUDA_TRY(cudaEventCreateWithFlags(&e, flags));
+    return event{e};
   }
   // A host function may not call the runtime (CUDA answers cudaErrorNotPermitted, or hangs).
   static void check_caller(const char* call) {

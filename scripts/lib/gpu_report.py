@@ -197,47 +197,50 @@ def nvme_spill_section(out, steps, v):
     return {"resident": res, "nvme": nv}
 
 
+def step_figures(out, steps, v, step, target):
+    """The JSON a step left, or None after a FAIL/HANG line that says why there is none."""
+    figures = load(os.path.join(out, f"{step}.json"))
+    if not figures:
+        why = why_missing(out, steps, step)
+        v.add(target, "HANG" if why.startswith("HANG") else "FAIL", f"no figures: {why}")
+    return figures
+
+
+def ratio_line(v, target, figures, key, goal, note):
+    """A speed target: ours against the plain loop's GB/s of the same run."""
+    ours, plain = figures[f"{key}_gbps"], figures[f"plain_{key}_gbps"]
+    x = ours / plain if plain else 0
+    v.speed(target, x >= goal, f"{ours:.2f} GB/s vs {plain:.2f} GB/s ({x:.2f}x, >= {goal}x; {note})",
+            {"gbps": ours, "plain_gbps": plain, "ratio": x})
+
+
 def copies_section(out, steps, v):
-    c = load(os.path.join(out, "copies.json"))
+    c = step_figures(out, steps, v, "copies", "pinned copies vs plain loop")
     if not c:
-        why = why_missing(out, steps, "copies")
-        v.add("pinned copies vs plain loop", "HANG" if why.startswith("HANG") else "FAIL", f"no figures: {why}")
         return None
     for d, name in (("h2d", "host-to-device"), ("d2h", "device-to-host")):
-        ours, plain = c[f"{d}_gbps"], c[f"plain_{d}_gbps"]
-        x = ours / plain if plain else 0
-        v.speed(f"pinned {name} vs plain loop", x >= COPY_TARGET,
-                f"{ours:.2f} GB/s vs {plain:.2f} GB/s ({x:.2f}x, >= {COPY_TARGET}x; plain: {c['plain']})",
-                {"gbps": ours, "plain_gbps": plain, "ratio": x})
+        ratio_line(v, f"pinned {name} vs plain loop", c, d, COPY_TARGET, f"plain: {c['plain']}")
     return c
 
 
 def nvme_section(out, steps, v):
-    n = load(os.path.join(out, "nvme.json"))
+    n = step_figures(out, steps, v, "nvme", "NVMe tier vs plain liburing")
     if not n:
-        why = why_missing(out, steps, "nvme")
-        v.add("NVMe tier vs plain liburing", "HANG" if why.startswith("HANG") else "FAIL", f"no figures: {why}")
         return None
     if n.get("skipped"):
         v.add("NVMe tier vs plain liburing", "SKIP", n.get("reason", ""))
         return n
+    kind = ("O_DIRECT" if n.get("direct_io") else "buffered") + (
+        "" if n.get("direct_io") == n.get("plain_direct_io") else " vs plain " +
+        ("O_DIRECT" if n.get("plain_direct_io") else "buffered"))
     for d in ("write", "read"):
-        ours, plain = n[f"{d}_gbps"], n[f"plain_{d}_gbps"]
-        x = ours / plain if plain else 0
-        kind = ("O_DIRECT" if n.get("direct_io") else "buffered") + (
-            "" if n.get("direct_io") == n.get("plain_direct_io") else " vs plain " +
-            ("O_DIRECT" if n.get("plain_direct_io") else "buffered"))
-        v.speed(f"NVMe tier {d} vs plain liburing", x >= NVME_TARGET,
-                f"{ours:.2f} GB/s vs {plain:.2f} GB/s ({x:.2f}x, >= {NVME_TARGET}x; {kind})",
-                {"gbps": ours, "plain_gbps": plain, "ratio": x})
+        ratio_line(v, f"NVMe tier {d} vs plain liburing", n, d, NVME_TARGET, kind)
     return n
 
 
 def overhead_section(out, steps, v):
-    o = load(os.path.join(out, "overhead.json"))
+    o = step_figures(out, steps, v, "overhead", "host cost per op")
     if not o:
-        why = why_missing(out, steps, "overhead")
-        v.add("host cost per op", "HANG" if why.startswith("HANG") else "FAIL", f"no figures: {why}")
         return None
     for row in o.get("rows", []):
         detail = (f"{row['host_us_per_op']:.2f} us per op beyond Device calls (<= {row['target_us']:g} us); "
