@@ -11,7 +11,7 @@
 namespace spillway::detail {
 [[noreturn]] inline void throw_cuda(cudaError_t status, const char* call, const char* file, int line) {
   std::string msg = std::string(call) + " failed: " + cudaGetErrorName(status) + " (" +
-                    cudaGetErrorString(status) + ") at " + file + ":" + std::to_string(line);
+                    cudaGetErrorString(status) + ")" + location_suffix(file, line);
   if (status == cudaErrorMemoryAllocation) throw out_of_memory(msg);
   throw cuda_error(msg);
 }

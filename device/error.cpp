@@ -1,11 +1,14 @@
-// Out-of-line pieces of the error hierarchy.
-// Keeps the string building out of every call site of SPILLWAY_EXPECTS.
+// Out-of-line pieces of the error hierarchy: the one location format.
 #include "device/error.hpp"
+
+#include <string_view>
 
 namespace spillway::detail {
 
-void throw_expects(const char* file, int line, const char* cond, const std::string& msg) {
-  throw error(msg + " [check failed: " + cond + " at " + file + ":" + std::to_string(line) + "]");
+std::string location_suffix(const char* file, int line) {
+  std::string_view f(file);
+  while (f.starts_with("../")) f.remove_prefix(3);
+  return " [at " + std::string(f) + ":" + std::to_string(line) + "]";
 }
 
 }  // namespace spillway::detail
