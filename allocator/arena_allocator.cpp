@@ -9,26 +9,50 @@
 
 namespace spillway {
 
-arena_allocator::arena_allocator(Device& device, device_memory_resource& upstream, std::size_t capacity)
-    : device_(&device), events_(std::make_shared<event_pool>(device)), upstream_(&upstream), capacity_(round_up(capacity, granule)) {
-  if (capacity == 0) throw config_error("arena allocator: a capacity of 0 bytes cannot hold anything");
-  if (capacity > device.properties().total_memory) {
-    throw config_error("arena allocator: capacity " + format_bytes(capacity) + " is more than the device's " +
-                       format_bytes(device.properties().total_memory));
-  }
-  capacity_ = std::min(capacity_, device.properties().total_memory / granule * granule);
-  base_ = static_cast<std::byte*>(upstream_->allocate(capacity_, stream{}));
-  blocks_[0] = block{capacity_, true, {}};
-  index_free(0, capacity_);
-  stats_.capacity_bytes = capacity_;
+arena_allocator::arena_allocator(Device& device, device_memory_resource& upstream, device_budget budget)
+    : device_(&device), events_(std::make_shared<event_pool>(device)), upstream_(&upstream) {
+  reserve(budget);
 }
 
 arena_allocator::~arena_allocator() {
-  for (auto& [off, b] : blocks_) {
-    for (auto& d : b.deps) device_->synchronize_event(event{*static_cast<void**>(d.done.get())});
-  }
+  wait_for_frees();
   blocks_.clear();
   upstream_->deallocate(base_, capacity_, stream{});
+}
+
+void arena_allocator::reserve(device_budget budget) {
+  budget.check_fits(*device_);
+  const std::size_t total = device_->properties().total_memory;
+  capacity_ = std::min<std::size_t>(round_up(budget.bytes(), granule), total / granule * granule);
+  base_ = static_cast<std::byte*>(upstream_->allocate(capacity_, stream{}));
+  budget_ = budget;
+  blocks_.clear();
+  by_size_.clear();
+  blocks_[0] = block{capacity_, true, {}};
+  index_free(0, capacity_);
+  stats_ = arena_stats{};
+  stats_.capacity_bytes = capacity_;
+}
+
+void arena_allocator::wait_for_frees() {
+  for (auto& [off, b] : blocks_) {
+    for (auto& d : b.deps) device_->synchronize_event(event{*static_cast<void**>(d.done.get())});
+    b.deps.clear();
+  }
+}
+
+void arena_allocator::set_budget(device_budget budget) {
+  std::lock_guard lock(mutex_);
+  SPILLWAY_EXPECTS_T(usage_error, stats_.allocated_bytes == 0,
+                     "arena allocator: set_budget with " + format_bytes(stats_.allocated_bytes) +
+                         " still allocated; free every block first");
+  budget.check_fits(*device_);
+  wait_for_frees();
+  blocks_.clear();
+  by_size_.clear();
+  upstream_->deallocate(base_, capacity_, stream{});
+  base_ = nullptr;
+  reserve(budget);
 }
 
 void arena_allocator::index_free(std::size_t offset, std::size_t size) { by_size_.emplace(size, offset); }
@@ -63,7 +87,7 @@ void* arena_allocator::do_allocate(std::size_t bytes, stream s) {
     ++stats_.failures;
     const std::size_t largest = by_size_.empty() ? 0 : by_size_.rbegin()->first;
     throw out_of_memory("arena allocator: out of memory allocating " + format_bytes(bytes) + " (" +
-                        std::to_string(bytes) + " bytes): budget " + format_bytes(capacity_) + ", allocated " +
+                        std::to_string(bytes) + " bytes): budget " + format_bytes(budget_.bytes()) + ", allocated " +
                         format_bytes(stats_.allocated_bytes) + ", reserved " + format_bytes(capacity_) +
                         ", largest free block " + format_bytes(largest));
   }

@@ -1,12 +1,14 @@
-// Arena allocator: the whole device budget reserved once as one region and carved best fit,
-// with free neighbours merged at once. For the executor, whose tensors fill the budget exactly.
+// Arena allocator: the device budget (device_budget.hpp) reserved once as one region and carved
+// best fit, with free neighbours merged at once. The runtime's one device allocator: the executor
+// places every tensor and every op's scratch here.
 //
-// Why a second caching allocator. The pool allocator (caching_allocator.hpp) keeps small and
-// large requests in separate segments of fixed sizes, which serves a training loop with memory
-// to spare. Under a budget that a plan fills to the last few percent, its segments fragment
-// (a small tensor pins a 2 MiB segment; a large free block cannot serve a small request). One
-// region with best fit and immediate coalescing (the shape of TensorFlow's BFC allocator, which
-// IBM's LMS ran on) fragments far less, and never reserves more than the budget.
+// Why one region and not pools. A PyTorch/RMM-style pool allocator keeps small and large requests
+// in separate segments of fixed sizes, which serves a training loop with memory to spare. Under a
+// budget that a plan fills to the last few percent, such segments fragment (a small tensor pins a
+// 2 MiB segment; a large free block cannot serve a small request), and a second pool beside the
+// arena would take a slice of the budget the plan could not use. One region with best fit and
+// immediate coalescing (the shape of TensorFlow's BFC allocator, which IBM's LMS ran on) fragments
+// far less, never reserves more than the budget, and can place at addresses a layout chose.
 //
 // Streams (Note [Arena handoff]). A freed block remembers the stream that last used it and an
 // event recorded there at the free, with the byte range it covers. Allocating bytes for another
@@ -23,6 +25,7 @@
 #include <mutex>
 #include <vector>
 
+#include "allocator/device_budget.hpp"
 #include "allocator/memory_resource.hpp"
 #include "device/device.hpp"
 #include "device/event_pool.hpp"
@@ -41,17 +44,22 @@ struct arena_stats {
 
 class arena_allocator final : public device_memory_resource {
  public:
-  /// Reserves `capacity` bytes from `upstream` (not owned; it must outlive the arena) at once.
-  /// A capacity of 0 or above the device's memory is a config_error.
-  arena_allocator(Device& device, device_memory_resource& upstream, std::size_t capacity);
+  /// Reserves the budget's bytes (rounded up to the granule) from `upstream` (not owned; it must
+  /// outlive the arena) at once. A budget of 0 or above the device's memory is a config_error.
+  arena_allocator(Device& device, device_memory_resource& upstream, device_budget budget);
   ~arena_allocator() override;
 
   [[nodiscard]] const char* name() const noexcept override { return "arena allocator"; }
-  /// Granule of every block (and so of the least budget an op's tensors need).
-  static constexpr std::size_t granule = 512;
+  /// Granule of every block: the budget's (and so of the least budget an op's tensors need).
+  static constexpr std::size_t granule = device_budget::granule;
   [[nodiscard]] arena_stats stats() const;
+  /// The budget the region was reserved for: the one the executor keeps within.
+  [[nodiscard]] const device_budget& budget() const noexcept { return budget_; }
   /// Bytes of the region.
   [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
+  /// Gives the region back and reserves one for `budget` (checked as the constructor does).
+  /// Every block must be free (a usage_error otherwise); waits for the work that used them.
+  void set_budget(device_budget budget);
   /// Allocates exactly [offset, offset + bytes rounded to the granule) of the region for `s` if
   /// that range lies within one free block (with the same stream handoff as allocate), else
   /// returns nullptr and changes nothing. For callers that planned the layout themselves
@@ -83,11 +91,14 @@ class arena_allocator final : public device_memory_resource {
   void prune(std::vector<dependency>& deps);
   static std::vector<dependency> within(const std::vector<dependency>& deps, std::size_t lo, std::size_t hi);
   void* take(std::map<std::size_t, block>::iterator it, std::size_t offset, std::size_t need, stream s);
+  void reserve(device_budget budget);  // the region for `budget`, one free block
+  void wait_for_frees();               // every dependency of every block has finished
 
   Device* device_;
   std::shared_ptr<event_pool> events_;  // the events recorded after frees
   device_memory_resource* upstream_;
-  std::size_t capacity_;
+  device_budget budget_;
+  std::size_t capacity_ = 0;
   std::byte* base_ = nullptr;
   mutable std::mutex mutex_;
   std::map<std::size_t, block> blocks_;               // by offset

@@ -1,4 +1,4 @@
-// spillway-bench: one program, one subcommand per benchmark (alloc, tiers, plan, replay, train).
+// spillway-bench: one program, one subcommand per benchmark (tiers, plan, replay, train, ...).
 // Each subcommand prints a table, can write JSON, and reports its targets against baselines.
 #include <algorithm>
 #include <iostream>

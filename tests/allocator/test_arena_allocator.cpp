@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <algorithm>
 #include <map>
 #include <random>
 #include <thread>
@@ -27,7 +28,7 @@ TEST(ArenaAllocator, RandomOpsAgainstAReferenceModel) {
   cpu_device dev(o);
   device_resource up(dev);
   constexpr std::size_t capacity = 8_MiB;
-  auto arena = std::make_unique<arena_allocator>(dev, up, capacity);
+  auto arena = std::make_unique<arena_allocator>(dev, up, device_budget(capacity));
   std::vector<owned_stream> streams;
   for (int i = 0; i < 3; ++i) streams.emplace_back(dev);
   struct live {
@@ -100,7 +101,7 @@ TEST(ArenaAllocator, BlockFreedOnASlowStreamWaitsBeforeAnotherStreamUsesIt) {
   o.cpu_device_memory = 16_MiB;
   cpu_device dev(o);
   device_resource up(dev);
-  arena_allocator arena(dev, up, 1_MiB);
+  arena_allocator arena(dev, up, device_budget(1_MiB));
   owned_stream slow(dev), fast(dev);
   dev.set_stream_delay(slow, std::chrono::milliseconds(50));
   std::atomic<bool> slow_done{false};
@@ -124,9 +125,9 @@ TEST(ArenaAllocator, BadCapacityAndExhaustionAreClearErrors) {
   o.cpu_device_memory = 16_MiB;
   cpu_device dev(o);
   device_resource up(dev);
-  EXPECT_THROW(arena_allocator(dev, up, 0), config_error);
-  EXPECT_THROW(arena_allocator(dev, up, 32_MiB), config_error);
-  arena_allocator arena(dev, up, 1_MiB);
+  EXPECT_THROW(arena_allocator(dev, up, device_budget(0)), config_error);
+  EXPECT_THROW(arena_allocator(dev, up, device_budget(32_MiB)), config_error);
+  arena_allocator arena(dev, up, device_budget(1_MiB));
   void* a = arena.allocate(600_KiB, stream{});
   try {
     (void)arena.allocate(600_KiB, stream{});
@@ -148,7 +149,7 @@ TEST(ArenaAllocator, AllocateAtTakesExactlyTheRangeAskedForWhenItIsFree) {
   cpu_device dev(o);
   device_resource up(dev);
   constexpr std::size_t capacity = 2_MiB;
-  arena_allocator arena(dev, up, capacity);
+  arena_allocator arena(dev, up, device_budget(capacity));
   std::map<std::size_t, std::size_t> live;  // offset -> rounded bytes
   std::map<std::size_t, void*> where;
   std::mt19937 rng(7);
@@ -210,7 +211,7 @@ TEST(ArenaAllocator, CarvedBlockWaitsOnlyForTheEarlierUsersOfItsOwnBytes) {
   o.cpu_device_memory = 16_MiB;
   cpu_device dev(o);
   device_resource up(dev);
-  arena_allocator arena(dev, up, 2_MiB);
+  arena_allocator arena(dev, up, device_budget(2_MiB));
   owned_stream slow(dev), fast(dev), third(dev);
   void* b = arena.try_allocate_at(0, 1_MiB, fast);
   void* a = arena.try_allocate_at(1_MiB, 1_MiB, slow);
@@ -242,4 +243,63 @@ TEST(ArenaAllocator, CarvedBlockWaitsOnlyForTheEarlierUsersOfItsOwnBytes) {
   arena.deallocate(c, 1_MiB, third);
   arena.deallocate(d, 1_MiB, third);
   for (auto* s : {&slow, &fast, &third}) arena.forget_stream(*s);
+}
+
+// set_budget: refused while a block is live (a misuse), refused past the device (bad input, the
+// old region stays usable), and otherwise a fresh region of the new size, empty and whole.
+TEST(ArenaAllocator, SetBudgetReservesANewRegionOnlyWhenEmpty) {
+  device_options o;
+  o.cpu_device_memory = 16_MiB;
+  cpu_device dev(o);
+  device_resource up(dev);
+  owned_stream s(dev);
+  arena_allocator arena(dev, up, device_budget(2_MiB));
+  void* p = arena.allocate(1_MiB, s);
+  EXPECT_THROW(arena.set_budget(device_budget(4_MiB)), usage_error);
+  arena.deallocate(p, 1_MiB, s);
+  EXPECT_THROW(arena.set_budget(device_budget(32_MiB)), config_error);
+  EXPECT_EQ(arena.budget().bytes(), 2_MiB);
+  void* q = arena.allocate(2_MiB, s);  // the old region still serves all of itself
+  arena.deallocate(q, 2_MiB, s);
+
+  arena.set_budget(device_budget(5_MiB));
+  EXPECT_EQ(arena.budget().bytes(), 5_MiB);
+  EXPECT_EQ(arena.capacity(), 5_MiB);
+  EXPECT_EQ(arena.stats().largest_free_bytes, 5_MiB);
+  EXPECT_EQ(arena.stats().allocated_bytes, 0u);
+  void* r = arena.allocate(5_MiB, s);
+  EXPECT_THROW((void)arena.allocate(512, s), out_of_memory);
+  arena.deallocate(r, 5_MiB, s);
+  arena.set_budget(device_budget(1_MiB));
+  EXPECT_EQ(arena.capacity(), 1_MiB);
+  arena.forget_stream(s);
+}
+
+// The budget's rules, checked against the arithmetic they replace: placed() rounds up to the
+// granule, planning_bytes() leaves 1/32 doubled per step and never more than 1/4, and admits()
+// is the plain sum.
+TEST(DeviceBudget, PlacedPlanningAndAdmitsFollowTheHeadroomRule) {
+  EXPECT_EQ(device_budget::placed(1), device_budget::granule);
+  EXPECT_EQ(device_budget::placed(device_budget::granule), device_budget::granule);
+  EXPECT_EQ(device_budget::placed(device_budget::granule + 1), 2 * device_budget::granule);
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 2000; ++i) {
+    const std::uint64_t b = 1 + rng() % (std::uint64_t{1} << 44);
+    const device_budget budget(b);
+    for (int d = 0; d <= device_budget::max_margin_doublings + 2; ++d) {
+      const double share = std::min(0.25, (1.0 / 32) * static_cast<double>(std::uint64_t{1} << d));
+      EXPECT_EQ(budget.planning_bytes(d), b - static_cast<std::uint64_t>(share * static_cast<double>(b))) << b << " " << d;
+    }
+    const std::uint64_t used = rng() % (b + 1);
+    EXPECT_TRUE(budget.admits(used, b - used));
+    EXPECT_FALSE(budget.admits(used, b - used + 1));
+  }
+  device_options o;
+  o.cpu_device_memory = 16_MiB;
+  cpu_device dev(o);
+  EXPECT_THROW(device_budget(17_MiB).check_fits(dev), config_error);
+  EXPECT_THROW(device_budget(0).check_fits(dev), config_error);
+  EXPECT_NO_THROW(device_budget(16_MiB).check_fits(dev));
+  EXPECT_EQ(device_budget::of_free_memory(dev).bytes() % device_budget::granule, 0u);
+  EXPECT_LE(device_budget::of_free_memory(dev).bytes(), 16_MiB);
 }

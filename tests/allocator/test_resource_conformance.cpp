@@ -1,5 +1,5 @@
 // One conformance suite for every device memory resource: the upstream device resource, the
-// caching allocator and each adaptor, on both backends (cuda instances skip without a GPU).
+// arena and each adaptor, on both backends (cuda instances skip without a GPU).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "allocator/arena_allocator.hpp"
-#include "allocator/caching_allocator.hpp"
 #include "allocator/device_resource.hpp"
 #include "allocator/limit_adaptor.hpp"
 #include "allocator/statistics_adaptor.hpp"
@@ -41,25 +40,24 @@ void push(resource_stack& st, A&&... args) {
 }
 
 const auto device_layer = [](Device& d, resource_stack& st) { push<device_resource>(st, d); };
-const auto caching_layer = [](Device& d, resource_stack& st) { push<caching_allocator>(st, d); };
+const auto arena_layer = [](Device& d, resource_stack& st) {
+  push<device_resource>(st, d);
+  push<arena_allocator>(st, d, st.top(), device_budget(200_MiB));
+};
 
 std::vector<resource_kind> kinds() {
   std::vector<resource_kind> out;
   for (const char* b : {"cpu", "cuda"}) {
     out.push_back({"device", b, device_layer});
-    out.push_back({"caching", b, caching_layer});
     out.push_back({"statistics", b, [](Device& d, resource_stack& st) {
-                     caching_layer(d, st);
+                     arena_layer(d, st);
                      push<statistics_adaptor>(st, st.top());
                    }});
     out.push_back({"limit", b, [](Device& d, resource_stack& st) {
-                     caching_layer(d, st);
-                     push<limit_adaptor>(st, st.top(), 200_MiB);
+                     arena_layer(d, st);
+                     push<limit_adaptor>(st, st.top(), 100_MiB);
                    }});
-    out.push_back({"arena", b, [](Device& d, resource_stack& st) {
-                     device_layer(d, st);
-                     push<arena_allocator>(st, d, st.top(), 200_MiB);
-                   }});
+    out.push_back({"arena", b, arena_layer});
     out.push_back({"tracing", b, [](Device& d, resource_stack& st) {
                      device_layer(d, st);
                      push<tracing_adaptor>(st, st.top(), 64);
@@ -185,8 +183,9 @@ TEST_P(ResourceConformance, ManyThreadsAllocateAndFreeConcurrently) {
       }
       for (auto [p, n] : mine) mr().deallocate(p, n, s);
       dev_->synchronize_stream(s);
-      // The stream dies with this thread: the caching allocator must stop using it first.
-      if (auto* ca = dynamic_cast<caching_allocator*>(stack_.layers.front().get())) ca->forget_stream(s);
+      // The stream dies with this thread: the arena must stop using it first.
+      for (auto& layer : stack_.layers)
+        if (auto* arena = dynamic_cast<arena_allocator*>(layer.get())) arena->forget_stream(s);
       ++finished;
     });
   }
