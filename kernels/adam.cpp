@@ -24,10 +24,7 @@ void adam_step(kernel_context& ctx, stream s, float* params, const float* grads,
                            config.weight_decay,
                            static_cast<float>(1.0 - std::pow(static_cast<double>(config.beta1), static_cast<double>(step))),
                            static_cast<float>(1.0 - std::pow(static_cast<double>(config.beta2), static_cast<double>(step)))};
-#if SPILLWAY_HAVE_CUDA
-  if (ctx.is_cuda()) return detail::cuda_adam_step(ctx, s, params, grads, m, v, n, c);
-#endif
-  detail::enqueue_cpu(ctx, s, [=] {
+  SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_adam_step(ctx, s, params, grads, m, v, n, c), [=] {
     detail::parallel_for(n, 1u << 14, [&](std::size_t b, std::size_t e) {
       for (std::size_t i = b; i < e; ++i) ops::adam_update(params[i], grads[i], m[i], v[i], c);
     });

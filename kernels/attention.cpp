@@ -14,10 +14,7 @@ namespace spillway::kernels {
 void causal_softmax_forward(kernel_context& ctx, stream s, float* scores, int batch, int seq) {
   SPILLWAY_KERNEL_EXPECTS(batch >= 0 && seq > 0, "causal_softmax_forward");
   if (batch == 0) return;
-#if SPILLWAY_HAVE_CUDA
-  if (ctx.is_cuda()) return detail::cuda_causal_softmax_forward(ctx, s, scores, batch, seq);
-#endif
-  detail::enqueue_cpu(ctx, s, [=] {
+  SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_causal_softmax_forward(ctx, s, scores, batch, seq), [=] {
     const auto t = static_cast<std::size_t>(seq);
     detail::parallel_for(static_cast<std::size_t>(batch) * t, detail::grain_for(t), [&](std::size_t b, std::size_t e) {
       for (std::size_t row = b; row < e; ++row) {
@@ -42,10 +39,8 @@ void causal_softmax_backward(kernel_context& ctx, stream s, const float* probs, 
                              int batch, int seq, float scale) {
   SPILLWAY_KERNEL_EXPECTS(batch >= 0 && seq > 0, "causal_softmax_backward");
   if (batch == 0) return;
-#if SPILLWAY_HAVE_CUDA
-  if (ctx.is_cuda()) return detail::cuda_causal_softmax_backward(ctx, s, probs, dprobs, batch, seq, scale);
-#endif
-  detail::enqueue_cpu(ctx, s, [=] {
+  SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_causal_softmax_backward(ctx, s, probs, dprobs, batch, seq, scale),
+                         [=] {
     const auto t = static_cast<std::size_t>(seq);
     detail::parallel_for(static_cast<std::size_t>(batch) * t, detail::grain_for(t), [&](std::size_t b, std::size_t e) {
       for (std::size_t row = b; row < e; ++row) {

@@ -15,8 +15,7 @@ namespace {
 
 void check(const conv2d_shape& sh, const char* kernel) {
   SPILLWAY_KERNEL_EXPECTS(sh.batch >= 0 && sh.in_channels > 0 && sh.out_channels > 0 &&
-                              sh.kernel > 0 && sh.stride > 0 && sh.pad >= 0 &&
-                              sh.height + 2 * sh.pad >= sh.kernel && sh.width + 2 * sh.pad >= sh.kernel,
+                              sh.kernel.fits(sh.height) && sh.kernel.fits(sh.width),
                           kernel);
 }
 
@@ -30,7 +29,7 @@ conv_sizes sizes_of(const conv2d_shape& sh) {
   z.h = static_cast<std::size_t>(sh.height);
   z.w = static_cast<std::size_t>(sh.width);
   z.k = static_cast<std::size_t>(sh.out_channels);
-  z.r = static_cast<std::size_t>(sh.kernel);
+  z.r = static_cast<std::size_t>(sh.kernel.size);
   z.p = static_cast<std::size_t>(sh.out_height());
   z.q = static_cast<std::size_t>(sh.out_width());
   z.pq = z.p * z.q;
@@ -49,9 +48,9 @@ void im2col(const conv2d_shape& sh, const conv_sizes& z, const float* x, float* 
       const auto j = static_cast<long>(row % z.r);
       float* out = col + row * z.pq;
       for (std::size_t p = 0; p < z.p; ++p) {
-        const long y = static_cast<long>(p) * sh.stride - sh.pad + i;
+        const long y = static_cast<long>(p) * sh.kernel.stride - sh.kernel.pad + i;
         for (std::size_t q = 0; q < z.q; ++q) {
-          const long xx = static_cast<long>(q) * sh.stride - sh.pad + j;
+          const long xx = static_cast<long>(q) * sh.kernel.stride - sh.kernel.pad + j;
           const bool inside = y >= 0 && y < static_cast<long>(z.h) && xx >= 0 && xx < static_cast<long>(z.w);
           out[p * z.q + q] = inside ? x[(c * z.h + static_cast<std::size_t>(y)) * z.w + static_cast<std::size_t>(xx)] : 0.0f;
         }
@@ -70,10 +69,10 @@ void col2im(const conv2d_shape& sh, const conv_sizes& z, const float* dcol, floa
         for (std::size_t j = 0; j < z.r; ++j) {
           const float* in = dcol + ((c * z.r + i) * z.r + j) * z.pq;
           for (std::size_t p = 0; p < z.p; ++p) {
-            const long y = static_cast<long>(p) * sh.stride - sh.pad + static_cast<long>(i);
+            const long y = static_cast<long>(p) * sh.kernel.stride - sh.kernel.pad + static_cast<long>(i);
             if (y < 0 || y >= static_cast<long>(z.h)) continue;
             for (std::size_t q = 0; q < z.q; ++q) {
-              const long xx = static_cast<long>(q) * sh.stride - sh.pad + static_cast<long>(j);
+              const long xx = static_cast<long>(q) * sh.kernel.stride - sh.kernel.pad + static_cast<long>(j);
               if (xx < 0 || xx >= static_cast<long>(z.w)) continue;
               plane[static_cast<std::size_t>(y) * z.w + static_cast<std::size_t>(xx)] += in[p * z.q + q];
             }
@@ -101,10 +100,7 @@ void conv2d_forward(kernel_context& ctx, stream s, const conv2d_shape& shape, co
                     const float* w, const float* bias, float* y) {
   check(shape, "conv2d_forward");
   if (shape.batch == 0) return;
-#if SPILLWAY_HAVE_CUDA
-  if (ctx.is_cuda()) return detail::cuda_conv2d_forward(ctx, s, shape, x, w, bias, y);
-#endif
-  detail::enqueue_cpu(ctx, s, [=] {
+  SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_conv2d_forward(ctx, s, shape, x, w, bias, y), [=] {
     const conv_sizes z = sizes_of(shape);
     std::vector<float> columns(z.ckk * z.pq);
     float* col = columns.data();
@@ -127,11 +123,8 @@ void conv2d_backward(kernel_context& ctx, stream s, const conv2d_shape& shape, c
                      const float* w, const float* dy, float* dx, float* dw, float* dbias,
                      bool accumulate) {
   check(shape, "conv2d_backward");
-  SPILLWAY_KERNEL_EXPECTS(dw != nullptr, "conv2d_backward: dw is required");
-#if SPILLWAY_HAVE_CUDA
-  if (ctx.is_cuda()) return detail::cuda_conv2d_backward(ctx, s, shape, x, w, dy, dx, dw, dbias, accumulate);
-#endif
-  detail::enqueue_cpu(ctx, s, [=] {
+  SPILLWAY_KERNEL_EXPECTS(dw != nullptr, "conv2d_backward");
+  SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_conv2d_backward(ctx, s, shape, x, w, dy, dx, dw, dbias, accumulate), [=] {
     const conv_sizes z = sizes_of(shape);
     const auto batch = static_cast<std::size_t>(shape.batch);
     std::vector<float> columns(z.ckk * z.pq);

@@ -5,24 +5,23 @@
 #include <cstddef>
 
 #include "kernels/context.hpp"
+#include "kernels/window2d.hpp"
 
 namespace spillway::kernels {
 
-/// x [batch, in_channels, height, width], w [out_channels, in_channels, kernel, kernel],
-/// y [batch, out_channels, out_height(), out_width()], bias [out_channels]. Square kernels,
-/// one stride and one zero padding for both axes.
+/// x [batch, in_channels, height, width], w [out_channels, in_channels, kernel.size, kernel.size],
+/// y [batch, out_channels, out_height(), out_width()], bias [out_channels]. Square kernels, one
+/// stride and one zero padding for both axes: conv2d_shape{batch, in, h, w, out, {size, stride, pad}}.
 struct conv2d_shape {
   int batch = 0;
   int in_channels = 0;
   int height = 0;
   int width = 0;
   int out_channels = 0;
-  int kernel = 1;
-  int stride = 1;
-  int pad = 0;
+  window2d kernel{};
 
-  [[nodiscard]] int out_height() const noexcept { return (height + 2 * pad - kernel) / stride + 1; }
-  [[nodiscard]] int out_width() const noexcept { return (width + 2 * pad - kernel) / stride + 1; }
+  [[nodiscard]] int out_height() const noexcept { return kernel.out(height); }
+  [[nodiscard]] int out_width() const noexcept { return kernel.out(width); }
 };
 
 /// Workspace the convolution of `shape` needs, forward and backward, on ctx's backend: cuDNN's

@@ -32,19 +32,29 @@ void set_nchw(cudnnTensorDescriptor_t d, int n, int c, int h, int w) {
   SPILLWAY_CUDNN_TRY(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
 }
 
-/// The descriptors of one convolution.
-struct conv_setup {
+/// The input and output descriptors of an image kernel: x [batch, in_c, height, width] and
+/// y [batch, out_c, out_height(), out_width()] of a conv2d_shape or a pool2d_shape.
+struct image_descs {
   tensor_desc x{cudnnCreateTensorDescriptor};
   tensor_desc y{cudnnCreateTensorDescriptor};
+
+  template <class Shape>
+  image_descs(const Shape& sh, int in_c, int out_c) {
+    set_nchw(x, sh.batch, in_c, sh.height, sh.width);
+    set_nchw(y, sh.batch, out_c, sh.out_height(), sh.out_width());
+  }
+};
+
+/// The descriptors of one convolution.
+struct conv_setup : image_descs {
   filter_desc w{cudnnCreateFilterDescriptor};
   conv_desc conv{cudnnCreateConvolutionDescriptor};
 
-  explicit conv_setup(const conv2d_shape& sh) {
-    set_nchw(x, sh.batch, sh.in_channels, sh.height, sh.width);
-    set_nchw(y, sh.batch, sh.out_channels, sh.out_height(), sh.out_width());
+  explicit conv_setup(const conv2d_shape& sh) : image_descs(sh, sh.in_channels, sh.out_channels) {
+    const window2d& k = sh.kernel;
     SPILLWAY_CUDNN_TRY(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, sh.out_channels,
-                                                  sh.in_channels, sh.kernel, sh.kernel));
-    SPILLWAY_CUDNN_TRY(cudnnSetConvolution2dDescriptor(conv, sh.pad, sh.pad, sh.stride, sh.stride, 1, 1,
+                                                  sh.in_channels, k.size, k.size));
+    SPILLWAY_CUDNN_TRY(cudnnSetConvolution2dDescriptor(conv, k.pad, k.pad, k.stride, k.stride, 1, 1,
                                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     SPILLWAY_CUDNN_TRY(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
   }
@@ -134,16 +144,14 @@ void cuda_conv2d_backward(kernel_context& ctx, stream s, const conv2d_shape& sha
 
 namespace {
 
-struct pool_setup {
-  tensor_desc x{cudnnCreateTensorDescriptor};
-  tensor_desc y{cudnnCreateTensorDescriptor};
+/// The descriptors of one max pooling.
+struct pool_setup : image_descs {
   pool_desc pool{cudnnCreatePoolingDescriptor};
 
-  explicit pool_setup(const pool2d_shape& sh) {
-    set_nchw(x, sh.batch, sh.channels, sh.height, sh.width);
-    set_nchw(y, sh.batch, sh.channels, sh.out_height(), sh.out_width());
+  explicit pool_setup(const pool2d_shape& sh) : image_descs(sh, sh.channels, sh.channels) {
+    const window2d& w = sh.window;
     SPILLWAY_CUDNN_TRY(cudnnSetPooling2dDescriptor(pool, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_NOT_PROPAGATE_NAN,
-                                                   sh.window, sh.window, sh.pad, sh.pad, sh.stride, sh.stride));
+                                                   w.size, w.size, w.pad, w.pad, w.stride, w.stride));
   }
 };
 

@@ -1,5 +1,6 @@
 // The cuda backend's launchers, one per public kernel, called by the dispatchers in the .cpp
-// files. Declared with plain C++ types so g++ can include this; defined only in CUDA builds.
+// files (SPILLWAY_KERNEL_LAUNCH). A launcher has the type of the kernel it serves, so it is
+// declared by that type and cannot drift from it; defined only in CUDA builds.
 #pragma once
 
 #include <cstddef>
@@ -8,66 +9,46 @@
 #include "kernels/context.hpp"
 #include "kernels/conv2d.hpp"
 #include "kernels/ops.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/layer_norm.hpp"
 #include "kernels/pooling.hpp"
+#include "kernels/softmax_cross_entropy.hpp"
 
 namespace spillway::kernels::detail {
 
-// gemm_cuda.cpp (cuBLAS)
+// gemm_cuda.cpp (cuBLAS): one launcher for every GEMM the dispatchers in gemm.cpp form.
 void cuda_gemm(kernel_context& ctx, stream s, bool ta, bool tb, int m, int n, int k, float alpha,
                const float* a, int lda, long long stride_a, const float* b, int ldb, long long stride_b,
                float beta, float* c, int ldc, long long stride_c, int batch);
 
-// elementwise.cu
-void cuda_bias_add(kernel_context& ctx, stream s, float* y, const float* bias, int rows, int cols);
-void cuda_bias_backward(kernel_context& ctx, stream s, const float* dy, float* dbias, int rows, int cols,
-                        bool accumulate);
-void cuda_gelu_forward(kernel_context& ctx, stream s, const float* x, float* y, std::size_t n);
-void cuda_gelu_backward(kernel_context& ctx, stream s, const float* x, const float* dy, float* dx, std::size_t n);
-void cuda_relu_forward(kernel_context& ctx, stream s, const float* x, float* y, std::size_t n);
-void cuda_relu_backward(kernel_context& ctx, stream s, const float* x, const float* dy, float* dx, std::size_t n);
-void cuda_add(kernel_context& ctx, stream s, const float* a, const float* b, float* y, std::size_t n);
-void cuda_scale(kernel_context& ctx, stream s, const float* x, float alpha, float* y, std::size_t n);
+// elementwise.cu. cuda_map runs f(i) for every i < n on s, for each functor of
+// kernels/elementwise_ops.hpp (SPILLWAY_ELEMENTWISE_FUNCTORS); `kernel` names it in errors.
+decltype(kernels::bias_add) cuda_bias_add;
+decltype(kernels::bias_backward) cuda_bias_backward;
+template <class F>
+void cuda_map(const char* kernel, stream s, std::size_t n, const F& f);
 
-// softmax_cross_entropy.cu
-void cuda_softmax_cross_entropy(kernel_context& ctx, stream s, const float* logits, const std::int32_t* targets,
-                                float* losses, float* mean_loss, float* dlogits, int rows, int cols,
-                                float grad_scale);
-
-// layer_norm.cu
-void cuda_layer_norm_forward(kernel_context& ctx, stream s, const float* x, const float* gamma,
-                             const float* beta, float* y, float* mean, float* rstd, int rows, int cols,
-                             float eps);
-void cuda_layer_norm_backward(kernel_context& ctx, stream s, const float* x, const float* gamma,
-                              const float* mean, const float* rstd, const float* dy, float* dx,
-                              float* dgamma, float* dbeta, int rows, int cols, bool accumulate);
-
-// embedding.cu
-void cuda_embedding_forward(kernel_context& ctx, stream s, const std::int32_t* ids, const float* table,
-                            float* out, int tokens, int vocab, int dim, bool accumulate);
-void cuda_embedding_backward(kernel_context& ctx, stream s, const std::int32_t* ids, const float* dout,
-                             float* dtable, int tokens, int vocab, int dim, bool accumulate);
-
-// attention.cu
-void cuda_causal_softmax_forward(kernel_context& ctx, stream s, float* scores, int batch, int seq);
-void cuda_causal_softmax_backward(kernel_context& ctx, stream s, const float* probs, float* dprobs,
-                                  int batch, int seq, float scale);
+// softmax_cross_entropy.cu, layer_norm.cu, embedding.cu, attention.cu
+decltype(kernels::softmax_cross_entropy) cuda_softmax_cross_entropy;
+decltype(kernels::layer_norm_forward) cuda_layer_norm_forward;
+decltype(kernels::layer_norm_backward) cuda_layer_norm_backward;
+decltype(kernels::embedding_forward) cuda_embedding_forward;
+decltype(kernels::embedding_backward) cuda_embedding_backward;
+decltype(kernels::causal_softmax_forward) cuda_causal_softmax_forward;
+decltype(kernels::causal_softmax_backward) cuda_causal_softmax_backward;
 
 // conv_cuda.cpp (cuDNN)
-std::size_t cuda_conv2d_workspace_bytes(kernel_context& ctx, const conv2d_shape& shape);
-void cuda_conv2d_forward(kernel_context& ctx, stream s, const conv2d_shape& shape, const float* x,
-                         const float* w, const float* bias, float* y);
-void cuda_conv2d_backward(kernel_context& ctx, stream s, const conv2d_shape& shape, const float* x,
-                          const float* w, const float* dy, float* dx, float* dw, float* dbias,
-                          bool accumulate);
-void cuda_max_pool2d_forward(kernel_context& ctx, stream s, const pool2d_shape& shape, const float* x, float* y);
-void cuda_max_pool2d_backward(kernel_context& ctx, stream s, const pool2d_shape& shape, const float* x,
-                              const float* y, const float* dy, float* dx);
+decltype(kernels::conv2d_workspace_bytes) cuda_conv2d_workspace_bytes;
+decltype(kernels::conv2d_forward) cuda_conv2d_forward;
+decltype(kernels::conv2d_backward) cuda_conv2d_backward;
+decltype(kernels::max_pool2d_forward) cuda_max_pool2d_forward;
+decltype(kernels::max_pool2d_backward) cuda_max_pool2d_backward;
 
-// pooling.cu
-void cuda_global_avg_pool_forward(kernel_context& ctx, stream s, const float* x, float* y, int batch,
-                                  int channels, int plane);
-void cuda_global_avg_pool_backward(kernel_context& ctx, stream s, const float* dy, float* dx, int batch,
-                                   int channels, int plane);
+// pooling.cu; the per-channel bias pair serves conv2d (its launchers only)
+decltype(kernels::global_avg_pool_forward) cuda_global_avg_pool_forward;
+decltype(kernels::global_avg_pool_backward) cuda_global_avg_pool_backward;
 void cuda_channel_bias_add(kernel_context& ctx, stream s, float* y, const float* bias, int batch,
                            int channels, int plane);
 void cuda_channel_bias_backward(kernel_context& ctx, stream s, const float* dy, float* dbias, int batch,

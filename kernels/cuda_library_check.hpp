@@ -1,5 +1,6 @@
 // SPILLWAY_CUBLAS_TRY / SPILLWAY_CUDNN_TRY: turn a cuBLAS or cuDNN status into a cuda_error
-// that names the call, like SPILLWAY_CUDA_TRY does for the runtime. CUDA builds only.
+// (out_of_memory for a failed allocation) that names the call, in the location format of
+// SPILLWAY_CUDA_TRY (device/error.hpp). CUDA builds only.
 #pragma once
 
 #include <cublas_v2.h>
@@ -12,32 +13,35 @@
 
 namespace spillway::kernels::detail {
 
-[[noreturn]] inline void throw_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
-  std::string msg = std::string(call) + " failed: " + cublasGetStatusName(status) + " (" +
-                    cublasGetStatusString(status) + ") at " + file + ":" + std::to_string(line);
-  if (status == CUBLAS_STATUS_ALLOC_FAILED) throw out_of_memory(msg);
-  throw cuda_error(msg);
+/// What a library status says: its text, and whether it is a failed allocation.
+struct library_status {
+  std::string text;
+  bool out_of_memory;
+};
+
+inline library_status describe(cublasStatus_t status) {
+  return {std::string(cublasGetStatusName(status)) + " (" + cublasGetStatusString(status) + ")",
+          status == CUBLAS_STATUS_ALLOC_FAILED};
 }
 
-[[noreturn]] inline void throw_cudnn(cudnnStatus_t status, const char* call, const char* file, int line) {
-  std::string msg = std::string(call) + " failed: " + cudnnGetErrorString(status) + " at " + file +
-                    ":" + std::to_string(line);
-  if (status == CUDNN_STATUS_ALLOC_FAILED) throw out_of_memory(msg);
+inline library_status describe(cudnnStatus_t status) {
+  return {cudnnGetErrorString(status), status == CUDNN_STATUS_ALLOC_FAILED};
+}
+
+/// Throws for a failed library call `call`; returns when the status is its library's success.
+template <class Status>
+void check_library(Status status, Status success, const char* call, const char* file, int line) {
+  if (status == success) return;
+  const library_status what = describe(status);
+  const std::string msg = std::string(call) + " failed: " + what.text + ::spillway::detail::location_suffix(file, line);
+  if (what.out_of_memory) throw out_of_memory(msg);
   throw cuda_error(msg);
 }
 
 }  // namespace spillway::kernels::detail
 
-#define SPILLWAY_CUBLAS_TRY(call)                                                          \
-  do {                                                                                     \
-    const cublasStatus_t spillway_status_ = (call);                                        \
-    if (spillway_status_ != CUBLAS_STATUS_SUCCESS)                                         \
-      ::spillway::kernels::detail::throw_cublas(spillway_status_, #call, __FILE__, __LINE__); \
-  } while (0)
+#define SPILLWAY_CUBLAS_TRY(call) \
+  ::spillway::kernels::detail::check_library((call), CUBLAS_STATUS_SUCCESS, #call, __FILE__, __LINE__)
 
-#define SPILLWAY_CUDNN_TRY(call)                                                           \
-  do {                                                                                     \
-    const cudnnStatus_t spillway_status_ = (call);                                         \
-    if (spillway_status_ != CUDNN_STATUS_SUCCESS)                                          \
-      ::spillway::kernels::detail::throw_cudnn(spillway_status_, #call, __FILE__, __LINE__); \
-  } while (0)
+#define SPILLWAY_CUDNN_TRY(call) \
+  ::spillway::kernels::detail::check_library((call), CUDNN_STATUS_SUCCESS, #call, __FILE__, __LINE__)

@@ -24,11 +24,8 @@ void embedding_forward(kernel_context& ctx, stream s, const std::int32_t* ids, c
                        float* out, int tokens, int vocab, int dim, bool accumulate) {
   SPILLWAY_KERNEL_EXPECTS(tokens >= 0 && vocab > 0 && dim > 0, "embedding_forward");
   if (tokens == 0) return;
-#if SPILLWAY_HAVE_CUDA
-  if (ctx.is_cuda())
-    return detail::cuda_embedding_forward(ctx, s, ids, table, out, tokens, vocab, dim, accumulate);
-#endif
-  detail::enqueue_cpu(ctx, s, [=] {
+  SPILLWAY_KERNEL_LAUNCH(ctx, s,
+                         detail::cuda_embedding_forward(ctx, s, ids, table, out, tokens, vocab, dim, accumulate), [=] {
     check_ids(ids, tokens, vocab);
     const auto d = static_cast<std::size_t>(dim);
     detail::parallel_for(static_cast<std::size_t>(tokens), detail::grain_for(d), [&](std::size_t b, std::size_t e) {
@@ -47,11 +44,8 @@ void embedding_forward(kernel_context& ctx, stream s, const std::int32_t* ids, c
 void embedding_backward(kernel_context& ctx, stream s, const std::int32_t* ids, const float* dout,
                         float* dtable, int tokens, int vocab, int dim, bool accumulate) {
   SPILLWAY_KERNEL_EXPECTS(tokens >= 0 && vocab > 0 && dim > 0, "embedding_backward");
-#if SPILLWAY_HAVE_CUDA
-  if (ctx.is_cuda())
-    return detail::cuda_embedding_backward(ctx, s, ids, dout, dtable, tokens, vocab, dim, accumulate);
-#endif
-  detail::enqueue_cpu(ctx, s, [=] {
+  SPILLWAY_KERNEL_LAUNCH(ctx, s,
+                         detail::cuda_embedding_backward(ctx, s, ids, dout, dtable, tokens, vocab, dim, accumulate), [=] {
     check_ids(ids, tokens, vocab);
     const auto d = static_cast<std::size_t>(dim);
     const auto v = static_cast<std::size_t>(vocab);

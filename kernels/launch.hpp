@@ -47,6 +47,19 @@ inline std::size_t grain_for(std::size_t cost, std::size_t work_per_chunk = 1u <
 
 }  // namespace spillway::kernels::detail
 
-/// Checks a launch argument; throws spillway::error naming the kernel.
+/// Checks a launch argument; a false one is a misuse of the kernel: usage_error naming the kernel
+/// and the condition the arguments broke.
 #define SPILLWAY_KERNEL_EXPECTS(cond, kernel) \
-  SPILLWAY_EXPECTS(cond, std::string(kernel) + ": bad argument")
+  SPILLWAY_EXPECTS_T(::spillway::usage_error, cond, std::string(kernel) + ": bad argument, needs " #cond)
+
+/// The one dispatch of a kernel, after its checks: `cuda_call` (its launcher, cuda_launchers.hpp)
+/// on the cuda backend of a CUDA build, else the cpu work (the rest of the arguments) enqueued on
+/// s. A macro so that a build without CUDA never names a launcher it does not define.
+#if SPILLWAY_HAVE_CUDA
+#define SPILLWAY_KERNEL_LAUNCH(ctx, s, cuda_call, ...)                       \
+  ((ctx).is_cuda() ? static_cast<void>(cuda_call)                             \
+                   : ::spillway::kernels::detail::enqueue_cpu((ctx), (s), __VA_ARGS__))
+#else
+#define SPILLWAY_KERNEL_LAUNCH(ctx, s, cuda_call, ...) \
+  ::spillway::kernels::detail::enqueue_cpu((ctx), (s), __VA_ARGS__)
+#endif

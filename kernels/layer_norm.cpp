@@ -15,11 +15,8 @@ void layer_norm_forward(kernel_context& ctx, stream s, const float* x, const flo
                         float eps) {
   SPILLWAY_KERNEL_EXPECTS(rows >= 0 && cols > 0 && eps >= 0.0f, "layer_norm_forward");
   if (rows == 0) return;
-#if SPILLWAY_HAVE_CUDA
-  if (ctx.is_cuda())
-    return detail::cuda_layer_norm_forward(ctx, s, x, gamma, beta, y, mean, rstd, rows, cols, eps);
-#endif
-  detail::enqueue_cpu(ctx, s, [=] {
+  SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_layer_norm_forward(ctx, s, x, gamma, beta, y, mean, rstd, rows, cols, eps),
+                         [=] {
     const auto c = static_cast<std::size_t>(cols);
     detail::parallel_for(static_cast<std::size_t>(rows), detail::grain_for(c), [&](std::size_t b, std::size_t e) {
       for (std::size_t r = b; r < e; ++r) {
@@ -46,12 +43,10 @@ void layer_norm_backward(kernel_context& ctx, stream s, const float* x, const fl
                          const float* mean, const float* rstd, const float* dy, float* dx,
                          float* dgamma, float* dbeta, int rows, int cols, bool accumulate) {
   SPILLWAY_KERNEL_EXPECTS(rows >= 0 && cols > 0, "layer_norm_backward");
-#if SPILLWAY_HAVE_CUDA
-  if (ctx.is_cuda())
-    return detail::cuda_layer_norm_backward(ctx, s, x, gamma, mean, rstd, dy, dx, dgamma, dbeta,
-                                            rows, cols, accumulate);
-#endif
-  detail::enqueue_cpu(ctx, s, [=] {
+  SPILLWAY_KERNEL_LAUNCH(ctx, s,
+                         detail::cuda_layer_norm_backward(ctx, s, x, gamma, mean, rstd, dy, dx, dgamma, dbeta,
+                                                          rows, cols, accumulate),
+                         [=] {
     const auto c = static_cast<std::size_t>(cols);
     const auto nr = static_cast<std::size_t>(rows);
     const auto n = static_cast<float>(cols);

@@ -3,22 +3,21 @@
 #pragma once
 
 #include "kernels/context.hpp"
+#include "kernels/window2d.hpp"
 
 namespace spillway::kernels {
 
-/// x [batch, channels, height, width] -> y [batch, channels, out_height(), out_width()].
-/// Square window, one stride and one padding for both axes; padding never wins a max.
+/// x [batch, channels, height, width] -> y [batch, channels, out_height(), out_width()]:
+/// pool2d_shape{batch, channels, h, w, {size, stride, pad}}. Padding never wins a max.
 struct pool2d_shape {
   int batch = 0;
   int channels = 0;
   int height = 0;
   int width = 0;
-  int window = 2;
-  int stride = 2;
-  int pad = 0;
+  window2d window{2, 2, 0};
 
-  [[nodiscard]] int out_height() const noexcept { return (height + 2 * pad - window) / stride + 1; }
-  [[nodiscard]] int out_width() const noexcept { return (width + 2 * pad - window) / stride + 1; }
+  [[nodiscard]] int out_height() const noexcept { return window.out(height); }
+  [[nodiscard]] int out_width() const noexcept { return window.out(width); }
 };
 
 void max_pool2d_forward(kernel_context& ctx, stream s, const pool2d_shape& shape, const float* x, float* y);

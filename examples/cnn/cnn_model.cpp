@@ -72,7 +72,7 @@ class cnn_model final : public model {
       const std::string n = indexed("s", si);
       if (si > 0) {
         st.has_transition = true;
-        st.pool = {sh_.batch, c, size, size, 2, 2, 0};
+        st.pool = {sh_.batch, c, size, size, {2, 2, 0}};
         size /= 2;
         st.widen = add_conv(s, r, n + "widen", c, sh_.stage_channels[si], 1, size, 1.0);
         c = sh_.stage_channels[si];
@@ -112,7 +112,7 @@ class cnn_model final : public model {
  private:
   conv_param add_conv(Session& s, rng& r, const std::string& name, int cin, int cout, int kernel, int size, double gain) {
     conv_param p;
-    p.shape = {sh_.batch, cin, size, size, cout, kernel, 1, kernel / 2};
+    p.shape = {sh_.batch, cin, size, size, cout, {kernel, 1, kernel / 2}};
     const std::size_t fan_in = static_cast<std::size_t>(cin) * static_cast<std::size_t>(kernel * kernel);
     p.w = params_.add(s, name + ".weight",
                       normal_values(r, static_cast<std::size_t>(cout) * fan_in, gain * std::sqrt(2.0 / static_cast<double>(fan_in))));
@@ -126,7 +126,7 @@ class cnn_model final : public model {
            static_cast<std::uint64_t>(c.out_height()) * static_cast<std::uint64_t>(c.out_width()) * f32;
   }
   static double flops(const k::conv2d_shape& c) {
-    return 2.0 * c.batch * c.out_channels * c.out_height() * c.out_width() * c.in_channels * c.kernel * c.kernel;
+    return 2.0 * c.batch * c.out_channels * c.out_height() * c.out_width() * c.in_channels * c.kernel.size * c.kernel.size;
   }
 
   cnn_shape sh_;

@@ -34,7 +34,7 @@ std::string error_of(F&& f) {
   return "";
 }
 
-const conv2d_shape small_conv{2, 3, 8, 8, 4, 3, 1, 1};  // batch, in, height, width, out, kernel, stride, pad
+const conv2d_shape small_conv{2, 3, 8, 8, 4, {3, 1, 1}};  // batch, in, height, width, out, {kernel, stride, pad}
 
 }  // namespace
 
@@ -80,7 +80,7 @@ TEST(Workspace, StepsWithABoundWorkspaceNeverAllocateOrFree) {
   owned_stream s(*dev);
   const conv2d_shape& sh = small_conv;
   const std::size_t x_n = static_cast<std::size_t>(sh.batch) * sh.in_channels * sh.height * sh.width;
-  const std::size_t w_n = static_cast<std::size_t>(sh.out_channels) * sh.in_channels * sh.kernel * sh.kernel;
+  const std::size_t w_n = static_cast<std::size_t>(sh.out_channels) * sh.in_channels * sh.kernel.size * sh.kernel.size;
   const std::size_t y_n = static_cast<std::size_t>(sh.batch) * sh.out_channels * sh.out_height() * sh.out_width();
   const int rows = sh.batch, cols = static_cast<int>(y_n) / sh.batch;
   auto* x = static_cast<float*>(dev->allocate(x_n * sizeof(float)));

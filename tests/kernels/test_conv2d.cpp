@@ -13,7 +13,7 @@ namespace {
 
 std::vector<double> conv_ref(const conv2d_shape& sh, const std::vector<double>& x, const std::vector<double>& w,
                              const std::vector<double>& b) {
-  const int P = sh.out_height(), Q = sh.out_width(), R = sh.kernel;
+  const int P = sh.out_height(), Q = sh.out_width(), R = sh.kernel.size;
   std::vector<double> y(static_cast<std::size_t>(sh.batch) * sh.out_channels * P * Q);
   for (int n = 0; n < sh.batch; ++n)
     for (int k = 0; k < sh.out_channels; ++k)
@@ -23,7 +23,7 @@ std::vector<double> conv_ref(const conv2d_shape& sh, const std::vector<double>& 
           for (int c = 0; c < sh.in_channels; ++c)
             for (int i = 0; i < R; ++i)
               for (int j = 0; j < R; ++j) {
-                const int yy = p * sh.stride - sh.pad + i, xx = q * sh.stride - sh.pad + j;
+                const int yy = p * sh.kernel.stride - sh.kernel.pad + i, xx = q * sh.kernel.stride - sh.kernel.pad + j;
                 if (yy < 0 || yy >= sh.height || xx < 0 || xx >= sh.width) continue;
                 s += x[((n * sh.in_channels + c) * sh.height + yy) * sh.width + xx] *
                      w[((k * sh.in_channels + c) * R + i) * R + j];
@@ -37,7 +37,7 @@ std::size_t x_size(const conv2d_shape& sh) {
   return static_cast<std::size_t>(sh.batch) * sh.in_channels * sh.height * sh.width;
 }
 std::size_t w_size(const conv2d_shape& sh) {
-  return static_cast<std::size_t>(sh.out_channels) * sh.in_channels * sh.kernel * sh.kernel;
+  return static_cast<std::size_t>(sh.out_channels) * sh.in_channels * sh.kernel.size * sh.kernel.size;
 }
 std::size_t y_size(const conv2d_shape& sh) {
   return static_cast<std::size_t>(sh.batch) * sh.out_channels * sh.out_height() * sh.out_width();
@@ -81,21 +81,21 @@ TEST_P(ConvShapes, ForwardMatchesFloat64AndBackwardMatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(StridesAndPadding, ConvShapes,
-                         ::testing::Values(conv2d_shape{2, 3, 6, 6, 4, 3, 1, 1},   // 3x3 same
-                                           conv2d_shape{2, 3, 7, 6, 4, 3, 2, 1},   // 3x3 stride 2
-                                           conv2d_shape{1, 4, 5, 5, 2, 1, 2, 0},   // 1x1 projection shortcut
-                                           conv2d_shape{1, 2, 9, 9, 3, 5, 2, 2})); // a wide stem
+                         ::testing::Values(conv2d_shape{2, 3, 6, 6, 4, {3, 1, 1}},   // 3x3 same
+                                           conv2d_shape{2, 3, 7, 6, 4, {3, 2, 1}},   // 3x3 stride 2
+                                           conv2d_shape{1, 4, 5, 5, 2, {1, 2, 0}},   // 1x1 projection shortcut
+                                           conv2d_shape{1, 2, 9, 9, 3, {5, 2, 2}})); // a wide stem
 
 TEST(Conv2d, RejectsAKernelLargerThanThePaddedImage) {
   rig r;
   float* d = r.alloc<float>(64);
-  EXPECT_THROW(conv2d_forward(r.ctx(), r.s(), conv2d_shape{1, 1, 2, 2, 1, 5, 1, 1}, d, d, nullptr, d),
+  EXPECT_THROW(conv2d_forward(r.ctx(), r.s(), conv2d_shape{1, 1, 2, 2, 1, {5, 1, 1}}, d, d, nullptr, d),
                spillway::error);
 }
 
 TEST(Conv2dCuda, MatchesCpu) {
   SPILLWAY_NEEDS_CUDA();
-  const conv2d_shape sh{4, 16, 16, 16, 32, 3, 2, 1};
+  const conv2d_shape sh{4, 16, 16, 16, 32, {3, 2, 1}};
   const auto x = random_floats(x_size(sh), 5);
   const auto w = random_floats(w_size(sh), 6);
   const auto b = random_floats(sh.out_channels, 7);

@@ -109,7 +109,7 @@ outputs run_everything(rig& r, std::size_t offset) {
     keep(dqkv, nq);
   }
   {  // convolution and pooling
-    const conv2d_shape sh{4, 8, 16, 16, 16, 3, 1, 1};
+    const conv2d_shape sh{4, 8, 16, 16, 16, {3, 1, 1}};
     const std::size_t nx = 4 * 8 * 16 * 16, nw = 16 * 8 * 9, ny = 4 * 16 * 16 * 16;
     const float* x = up(random_floats(nx, 14));
     const float* w = up(random_floats(nw, 15));
@@ -123,7 +123,7 @@ outputs run_everything(rig& r, std::size_t offset) {
     keep(dx, nx);
     keep(dw, nw);
     keep(db, 16);
-    const pool2d_shape ps{4, 16, 16, 16, 3, 2, 1};
+    const pool2d_shape ps{4, 16, 16, 16, {3, 2, 1}};
     const std::size_t np = 4 * 16 * static_cast<std::size_t>(ps.out_height() * ps.out_width());
     float* py = zeros(np);
     max_pool2d_forward(r.ctx(), r.s(), ps, y, py);

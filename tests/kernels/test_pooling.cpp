@@ -27,9 +27,9 @@ pool_ref max_pool_ref(const pool2d_shape& sh, const std::vector<float>& x, const
       for (int q = 0; q < Q; ++q) {
         float best = -std::numeric_limits<float>::infinity();
         int at = -1;
-        for (int i = 0; i < sh.window; ++i)
-          for (int j = 0; j < sh.window; ++j) {
-            const int yy = p * sh.stride - sh.pad + i, xx = q * sh.stride - sh.pad + j;
+        for (int i = 0; i < sh.window.size; ++i)
+          for (int j = 0; j < sh.window.size; ++j) {
+            const int yy = p * sh.window.stride - sh.window.pad + i, xx = q * sh.window.stride - sh.window.pad + j;
             if (yy < 0 || yy >= sh.height || xx < 0 || xx >= sh.width) continue;
             const int idx = (pl * sh.height + yy) * sh.width + xx;
             if (at < 0 || x[idx] > best) {
@@ -66,8 +66,8 @@ TEST_P(MaxPoolShapes, ForwardAndBackwardMatchReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Windows, MaxPoolShapes,
-                         ::testing::Values(pool2d_shape{2, 3, 8, 8, 2, 2, 0},    // 2x2 stride 2
-                                           pool2d_shape{2, 3, 9, 7, 3, 2, 1}));  // ResNet stem: 3x3/2 pad 1
+                         ::testing::Values(pool2d_shape{2, 3, 8, 8, {2, 2, 0}},    // 2x2 stride 2
+                                           pool2d_shape{2, 3, 9, 7, {3, 2, 1}}));  // ResNet stem: 3x3/2 pad 1
 
 TEST(GlobalAvgPool, ForwardAndBackward) {
   const int batch = 3, channels = 5, plane = 49;
@@ -91,7 +91,7 @@ TEST(GlobalAvgPool, ForwardAndBackward) {
 
 TEST(PoolingCuda, MatchesCpu) {
   SPILLWAY_NEEDS_CUDA();
-  const pool2d_shape sh{4, 16, 32, 32, 3, 2, 1};
+  const pool2d_shape sh{4, 16, 32, 32, {3, 2, 1}};
   const std::size_t nx = static_cast<std::size_t>(sh.batch) * sh.channels * sh.height * sh.width;
   const std::size_t ny = static_cast<std::size_t>(sh.batch) * sh.channels * sh.out_height() * sh.out_width();
   const auto x = random_floats(nx, 5);
