@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/command.hpp"
+#include "examples/common/flags.hpp"
 #include "device/device.hpp"
 #include "device/units.hpp"
 
@@ -15,7 +16,7 @@ namespace spillway::bench {
 namespace {
 
 struct bandwidth_args {
-  std::string backend = "auto";
+  examples::config_flags config;  // --config, --backend, --cpu-device-memory, --link-gbps, ...
   std::string size = "256MiB";
   int repeats = 5;
   std::string json;
@@ -33,9 +34,13 @@ double measure(Device& dev, stream s, void* dst, const void* src, std::size_t n,
 
 int run(const bandwidth_args& a) {
   const std::size_t n = parse_size(a.size, "--size");
+  session_config c = examples::load_config(a.config);
+  c.validate();
   device_options o;
-  o.cpu_device_memory = n + (std::size_t{64} << 20);
-  auto dev = make_device(a.backend, o);
+  o.cpu_device_memory = c.cpu_device_memory != 0 ? c.cpu_device_memory : n + (std::size_t{64} << 20);
+  o.strict.callback_seed = c.cpu_callback_seed;
+  o.h2d_bytes_per_second = o.d2h_bytes_per_second = c.link_gbps * 1e9;
+  auto dev = make_device(c.backend, o);
   owned_stream s(*dev);
   void* host = dev->allocate_pinned(n);
   std::memset(host, 1, n);
@@ -63,7 +68,7 @@ int run(const bandwidth_args& a) {
 const command_registration registration{"bandwidth", [](CLI::App& app, int& exit_code) {
   auto args = std::make_shared<bandwidth_args>();
   auto* cmd = app.add_subcommand("bandwidth", "pinned host <-> device copy bandwidth");
-  cmd->add_option("--backend", args->backend, "auto, cpu or cuda")->capture_default_str();
+  examples::add_config_flags(*cmd, args->config, {"backend", "cpu_device_memory", "cpu_callback_seed", "link_gbps"});
   cmd->add_option("--size", args->size, "bytes per copy (e.g. 256MiB)")->capture_default_str();
   cmd->add_option("--repeats", args->repeats, "copies per direction")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--json", args->json, "write the figures as JSON");

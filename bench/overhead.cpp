@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/command.hpp"
+#include "examples/common/flags.hpp"
 #include "bench/timed_device.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
@@ -32,7 +33,8 @@ namespace spillway::bench {
 namespace {
 
 struct overhead_args {
-  std::string backend = "cpu";
+  examples::config_flags config;     // --config and the session settings' flags
+  session_config base;               // loaded from them (load_base) before the run
   int layers = 100;                  // 3 ops and 3 tensors per layer per iteration
   std::string tensor_size = "64KiB";
   int ops = 10000;                   // measured ops per run
@@ -121,12 +123,22 @@ class zero_model {
   std::vector<tensor_handle> params_, grads_;
 };
 
+/// The Session settings of the run: this benchmark's defaults (cpu backend, a 12 GB/s link on
+/// it) < --config < SPILLWAY_* < flags; validated before any work.
+session_config load_base(const examples::config_flags& flags) {
+  session_config d;
+  d.backend = "cpu";
+  d.link_gbps = 12;
+  session_config c = examples::load_config(flags, d);
+  if (c.backend != "cpu" && c.source_of("link_gbps") == "link_gbps") c.link_gbps = 0;  // measured on a GPU
+  c.validate();
+  return c;
+}
+
 session_config config_for(const overhead_args& a, const std::string& policy, std::uint64_t budget) {
-  session_config c;
-  c.device = a.backend;
+  session_config c = a.base;
   c.policy = policy;
   c.device_budget = budget;
-  c.link_gbps = a.backend == "cpu" ? 12 : 0;
   return c;
 }
 
@@ -169,7 +181,10 @@ run_figures measure(const overhead_args& a, const std::string& policy, std::uint
 }
 
 double empty_launch_us(const overhead_args& a) {
-  auto dev = make_device(a.backend);
+  device_options o;
+  o.cpu_device_memory = a.base.cpu_device_memory;
+  o.strict.callback_seed = a.base.cpu_callback_seed;
+  auto dev = make_device(a.base.backend, o);
   owned_stream s(*dev);
   constexpr int n = 10000;
   const auto t0 = thread_cpu_ns();
@@ -192,7 +207,7 @@ int run(const overhead_args& a) {
   const std::uint64_t planned_budget = static_cast<std::uint64_t>(static_cast<double>(footprint) * a.budget_ratio);
   std::cout << "overhead: " << a.layers * 3 << " zero-duration ops per iteration over " << a.layers * 3
             << " tensors of " << a.tensor_size << ", " << a.ops << " ops per run, median of " << a.runs
-            << " runs, backend " << a.backend << "\n"
+            << " runs, backend " << a.base.backend << "\n"
             << "footprint " << format_bytes(footprint) << "; planned policies at " << a.budget_ratio << " of it ("
             << format_bytes(planned_budget) << ")\n\n";
   std::vector<double> launches;
@@ -236,7 +251,7 @@ int run(const overhead_args& a) {
     rows.push_back(row);
   }
   if (!a.json.empty()) {
-    nlohmann::json j = {{"benchmark", "overhead"}, {"backend", a.backend}, {"footprint_bytes", footprint}, {"rows", rows}};
+    nlohmann::json j = {{"benchmark", "overhead"}, {"backend", a.base.backend}, {"footprint_bytes", footprint}, {"rows", rows}};
     std::ofstream(a.json) << j.dump(2) << "\n";
   }
   return met ? 0 : 1;
@@ -245,7 +260,9 @@ int run(const overhead_args& a) {
 const command_registration registration{"overhead", [](CLI::App& app, int& exit_code) {
   auto args = std::make_shared<overhead_args>();
   auto* cmd = app.add_subcommand("overhead", "host CPU time per op of the Session and executor, beyond Device calls");
-  cmd->add_option("--backend", args->backend, "auto, cpu or cuda")->capture_default_str();
+  examples::add_config_flags(*cmd, args->config,
+                             {"backend", "cpu_device_memory", "cpu_callback_seed", "link_gbps", "host_budget", "nvme.directories",
+                              "nvme.reserve", "lms_swapout_threshold", "lms_swapin_ahead", "lms_swapin_groupby", "vdnn_variant"});
   cmd->add_option("--layers", args->layers, "layers of the zero-work model (3 ops each)")->capture_default_str();
   cmd->add_option("--tensor-size", args->tensor_size, "bytes of each tensor")->capture_default_str();
   cmd->add_option("--ops", args->ops, "measured ops per run")->capture_default_str()->check(CLI::PositiveNumber);
@@ -257,7 +274,10 @@ const command_registration registration{"overhead", [](CLI::App& app, int& exit_
   cmd->add_option("--target-planned-us", args->target_planned_us, "target host us per op with planned policies")
       ->capture_default_str();
   cmd->add_option("--json", args->json, "write the figures as JSON");
-  cmd->callback([args, &exit_code] { exit_code = run(*args); });
+  cmd->callback([args, &exit_code] {
+    args->base = load_base(args->config);
+    exit_code = run(*args);
+  });
 }};
 
 }  // namespace

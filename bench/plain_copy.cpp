@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/command.hpp"
+#include "examples/common/flags.hpp"
 #include "device/device.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
@@ -23,7 +24,7 @@ namespace {
 using clk = std::chrono::steady_clock;
 
 struct copies_args {
-  std::string backend = "auto";
+  examples::config_flags config;  // --config, --backend, --cpu-device-memory, ...
   std::string size = "256MiB";
   int copies = 4;
   int repeats = 5;
@@ -80,9 +81,12 @@ struct cuda_loop final : plain_loop {
 
 int run(const copies_args& a) {
   const std::size_t n = parse_size(a.size, "--size");
+  session_config c = examples::load_config(a.config);
+  c.validate();
   device_options o;
-  o.cpu_device_memory = n + (std::size_t{64} << 20);
-  auto dev = make_device(a.backend, o);
+  o.cpu_device_memory = c.cpu_device_memory != 0 ? c.cpu_device_memory : n + (std::size_t{64} << 20);
+  o.strict.callback_seed = c.cpu_callback_seed;
+  auto dev = make_device(c.backend, o);
   const bool cpu = dev->properties().backend == backend::cpu;
   owned_stream s(*dev);
   void* host = dev->allocate_pinned(n);
@@ -96,7 +100,7 @@ int run(const copies_args& a) {
 #if SPILLWAY_HAVE_CUDA
   else plain = std::make_unique<cuda_loop>(n);
 #endif
-  SPILLWAY_EXPECTS_T(config_error, plain != nullptr, "copies: no plain loop for backend " + a.backend);
+  SPILLWAY_EXPECTS_T(config_error, plain != nullptr, "copies: no plain loop for backend " + c.backend);
   const std::string what = plain->what();
 
   // Turns: ours then the plain loop, each direction, every round; best of each. Round 0 warms
@@ -151,7 +155,7 @@ int run(const copies_args& a) {
 const command_registration registration{"copies", [](CLI::App& app, int& exit_code) {
   auto args = std::make_shared<copies_args>();
   auto* cmd = app.add_subcommand("copies", "pinned host <-> device copies against a plain copy loop, same run");
-  cmd->add_option("--backend", args->backend, "auto, cpu or cuda")->capture_default_str();
+  examples::add_config_flags(*cmd, args->config, {"backend", "cpu_device_memory", "cpu_callback_seed"});
   cmd->add_option("--size", args->size, "bytes per copy (e.g. 256MiB)")->capture_default_str();
   cmd->add_option("--copies", args->copies, "copies per timed turn")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--repeats", args->repeats, "timed turns per side (best taken)")->capture_default_str()->check(CLI::PositiveNumber);

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/command.hpp"
+#include "examples/common/flags.hpp"
 #include "device/cpu_device.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
@@ -40,7 +41,7 @@ struct replay_args {
   double scale = 0;         // replay seconds per profile second; 0: ideal step of about target_ms
   double target_ms = 300;
   double link_gbps = 0;     // 0: set so the least forced transfer takes 40% of the ideal step
-  std::string replay_memory = "160MiB";
+  examples::config_flags config;  // --config, --cpu-device-memory (emulated device memory; default 160 MiB)
   std::vector<double> ratios = {0.5, 0.25};
   std::vector<std::string> policies = {"lms", "vdnn", "auto"};
   int iterations = 3;
@@ -180,7 +181,11 @@ int run(const replay_args& a) {
     traces.emplace_back(m, make_model_trace(m, zo));
   }
   if (traces.empty()) throw config_error("replay: give --model NAME (e.g. gpt2-small) or --trace FILE");
-  const std::uint64_t memory = parse_size(a.replay_memory, "--replay-memory");
+  session_config defaults;
+  defaults.cpu_device_memory = std::uint64_t{160} << 20;
+  const session_config c = examples::load_config(a.config, defaults);
+  c.validate();
+  const std::uint64_t memory = c.cpu_device_memory;
 
   std::vector<result_row> rows;
   std::printf("%-12s %-9s %6s %10s %11s %12s %10s %9s %8s %9s %9s\n", "model", "policy", "budget", "bytes",
@@ -290,7 +295,7 @@ const command_registration registration{"replay", [](CLI::App& app, int& exit_co
   cmd->add_option("--target-ms", a->target_ms, "ideal replay step when --scale is not given")->capture_default_str();
   cmd->add_option("--link-gbps", a->link_gbps,
                   "replay link GB/s each way (default: transfers that can be hidden: the lower bound is the ideal step)");
-  cmd->add_option("--replay-memory", a->replay_memory, "emulated device memory for the replay")->capture_default_str();
+  examples::add_config_flags(*cmd, a->config, {"cpu_device_memory"});
   cmd->add_option("--budget-ratio", a->ratios, "budgets as fractions of peak live bytes")->capture_default_str();
   cmd->add_option("--policy", a->policies, "none, lms, vdnn, vdnn-conv, auto")->capture_default_str();
   cmd->add_option("--iterations", a->iterations, "measured iterations (after one warm-up)")->capture_default_str()->check(CLI::PositiveNumber);

@@ -23,6 +23,7 @@
 #include "device/error.hpp"
 #include "device/log.hpp"
 #include "device/units.hpp"
+#include "examples/common/flags.hpp"
 #include "prefetch/tier_backing.hpp"
 #include "swap/host_tier.hpp"
 #include "swap/nvme_tier.hpp"
@@ -33,13 +34,12 @@ namespace {
 using clk = std::chrono::steady_clock;
 
 struct tiers_args {
-  std::string dirs;
+  examples::config_flags config;  // --config, --backend, --cpu-device-memory, --nvme-directories
   std::string size = "256MiB";
   std::string block_size = "1MiB";
   unsigned queue_depth = 32;
   unsigned rings = 1;
   int repeats = 3;
-  std::string backend = "auto";
   std::string json;
   bool tune = false;
   bool no_huge_pages = false;
@@ -135,7 +135,7 @@ nvme_figures bench_nvme(Device& dev, const std::vector<std::string>& dirs, std::
                               .alignment = 4096});
   nvme_options o;
   o.directories = dirs;
-  o.capacity = n + static_cast<std::uint64_t>(bs) * dirs.size();
+  o.reserve = n + static_cast<std::uint64_t>(bs) * dirs.size();
   o.block_size = bs;
   o.queue_depth = depth;
   o.rings = rings;
@@ -270,19 +270,19 @@ std::string target_line(const char* what, double got, double baseline, double ra
 int run(const tiers_args& a) {
   const std::size_t n = parse_size(a.size, "--size");
   const auto bs = static_cast<std::uint32_t>(parse_size(a.block_size, "--block-size"));
-  std::string dir_text = a.dirs;
-  if (dir_text.empty()) {
-    const char* env = std::getenv("SPILLWAY_NVME_PATHS");
-    dir_text = env != nullptr && *env != '\0' ? env : "/tmp";
-  }
-  const auto dirs = split(dir_text, ',');
-  SPILLWAY_EXPECTS_T(config_error, !dirs.empty(), "tiers: no swap directory");
+  session_config c = examples::load_config(a.config);
+  if (c.nvme.directories.empty()) c.nvme.directories = {"/tmp"};
+  c.validate();
+  const auto& dirs = c.nvme.directories;
+  std::string dir_text;
+  for (const auto& d : dirs) dir_text += (dir_text.empty() ? "" : ",") + d;
   set_log_sink([](log_level l, const std::string& m) { std::cerr << "[" << to_string(l) << "] " << m << "\n"; });
 
   device_options o;
   o.pinned_huge_pages = !a.no_huge_pages;
-  o.cpu_device_memory = n + (std::size_t{64} << 20);
-  auto dev = make_device(a.backend, o);
+  o.cpu_device_memory = c.cpu_device_memory != 0 ? c.cpu_device_memory : n + (std::size_t{64} << 20);
+  o.strict.callback_seed = c.cpu_callback_seed;
+  auto dev = make_device(c.backend, o);
   std::cout << std::fixed << std::setprecision(2);
   std::cout << "device: " << dev->properties().name << "\n"
             << "size " << format_bytes(n) << ", swap directories " << dir_text << ", best of " << a.repeats << "\n";
@@ -313,7 +313,7 @@ int run(const tiers_args& a) {
     }
     std::cout << "best: block " << format_bytes(best_bs) << ", depth " << best_depth << "\n";
     nlohmann::json snippet = {{"nvme",
-                               {{"paths", dirs},
+                               {{"directories", dirs},
                                 {"block_size", format_bytes(best_bs)},
                                 {"block_size_bytes", best_bs},
                                 {"queue_depth", best_depth},
@@ -389,13 +389,12 @@ int run(const tiers_args& a) {
 const command_registration registration{"tiers", [](CLI::App& app, int& exit_code) {
   auto args = std::make_shared<tiers_args>();
   auto* cmd = app.add_subcommand("tiers", "host tier vs memcpy and NVMe tier vs fio, GB/s");
-  cmd->add_option("--dir", args->dirs, "swap directories, comma-separated (default: SPILLWAY_NVME_PATHS, else /tmp)");
+  examples::add_config_flags(*cmd, args->config, {"backend", "cpu_device_memory", "cpu_callback_seed", "nvme.directories"});
   cmd->add_option("--size", args->size, "bytes moved per measurement")->capture_default_str();
   cmd->add_option("--block-size", args->block_size, "NVMe block size")->capture_default_str();
   cmd->add_option("--queue-depth", args->queue_depth, "NVMe queue depth")->capture_default_str()->check(CLI::Range(1, 4096));
   cmd->add_option("--rings", args->rings, "io_uring rings (I/O threads)")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--repeats", args->repeats, "measurements per figure (best taken)")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--backend", args->backend, "auto, cpu or cuda")->capture_default_str();
   cmd->add_option("--json", args->json, "write the figures as JSON");
   cmd->add_flag("--no-huge-pages", args->no_huge_pages, "pinned buffers on 4 KiB pages (device_options::pinned_huge_pages off)");
   cmd->add_flag("--tune", args->tune, "sweep block size and queue depth; write the best as a config snippet");

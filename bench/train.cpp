@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/command.hpp"
+#include "examples/common/flags.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
 #include "examples/cnn/cnn_model.hpp"
@@ -31,10 +32,8 @@ struct train_args {
   std::vector<double> ratios = {0.5, 0.25};
   std::vector<std::string> policies = {"none", "lms", "vdnn", "auto"};
   int steps = 6;
-  std::string backend = "cpu";
+  examples::config_flags config;  // --config and the session settings' flags but --policy, --device-budget
   std::string preset = "small";
-  std::string device_memory;
-  double link_gbps = 12;
   std::uint64_t seed = 1;
   std::string json;
 };
@@ -124,9 +123,11 @@ int run(const train_args& a) {
   for (double r : a.ratios)
     if (!(r > 0)) throw config_error("--budget-ratio: " + std::to_string(r) + " is not a ratio above 0");
   example_options base;
-  base.backend = a.backend;
-  if (!a.device_memory.empty()) base.device_memory = parse_size(a.device_memory, "--device-memory");
-  base.link_gbps = a.link_gbps;
+  session_config defaults;  // this benchmark's: the cpu backend behind a PCIe 3.0 x16-like link
+  defaults.backend = "cpu";
+  defaults.link_gbps = 12;
+  static_cast<session_config&>(base) = examples::load_config(a.config, defaults);
+  if (base.backend != "cpu" && base.source_of("link_gbps") == "link_gbps") base.link_gbps = 0;  // measured on a GPU
   base.steps = a.steps;
   base.seed = a.seed;
   base.size = examples::parse_preset(a.preset);
@@ -143,7 +144,7 @@ int run(const train_args& a) {
   // On a GPU the runs share one device: the everything-resident run takes its footprint and a
   // tenth more (learned by a probe step), not all the free memory, so the others fit beside it.
   example_options resident_options = base;
-  if (a.backend != "cpu") resident_options.budget_ratio = 1.1;
+  if (base.backend != "cpu") resident_options.budget_ratio = 1.1;
   examples::training_run resident_run(resident_options, make);
   resident_run.step();  // the first step learns the footprint the budgets are fractions of
   const std::uint64_t footprint = resident_run.result().footprint_bytes;
@@ -188,7 +189,7 @@ int run(const train_args& a) {
   std::cout << "train " << a.example << ": " << resident.model << "\n"
             << "backend " << resident.backend;
   if (cpu)
-    std::cout << ", link " << (a.link_gbps > 0 ? fmt("%.1f GB/s each way (PCIe-like)", a.link_gbps) : std::string("unlimited"));
+    std::cout << ", link " << (base.link_gbps > 0 ? fmt("%.1f GB/s each way (PCIe-like)", base.link_gbps) : std::string("unlimited"));
   std::cout << ", " << a.steps << " steps (median without the recording step), footprint "
             << format_bytes(footprint) << ", least budget " << format_bytes(least) << "\n"
             << "runs interleaved step by step; ratio = median over planned steps of step time / the resident "
@@ -246,7 +247,7 @@ int run(const train_args& a) {
                         {"backend", resident.backend},
                         {"preset", a.preset},
                         {"steps", a.steps},
-                        {"link_gbps", cpu ? nlohmann::json(a.link_gbps) : nlohmann::json(nullptr)},
+                        {"link_gbps", cpu ? nlohmann::json(base.link_gbps) : nlohmann::json(nullptr)},
                         {"footprint_bytes", resident.footprint_bytes},
                         {"min_budget_bytes", resident.min_budget_bytes},
                         {"resident_step_ms", resident.median_step_ms()},
@@ -269,11 +270,11 @@ const command_registration registration{"train", [](CLI::App& app, int& exit_cod
       ->capture_default_str();
   cmd->add_option("--policy", args->policies, "none, lms, vdnn or auto (repeatable)")->capture_default_str();
   cmd->add_option("--steps", args->steps, "training steps per run (the first records)")->capture_default_str();
-  cmd->add_option("--backend", args->backend, "auto, cpu or cuda")->capture_default_str();
   cmd->add_option("--preset", args->preset, "tiny, small, medium or large")->capture_default_str();
-  cmd->add_option("--device-memory", args->device_memory, "cpu backend: emulated device memory (default 1 GiB)");
-  cmd->add_option("--link-gbps", args->link_gbps, "cpu backend: link GB/s each way, 0 = unlimited (default: PCIe 3.0 x16-like)")
-      ->capture_default_str();
+  examples::add_config_flags(*cmd, args->config,
+                             {"backend", "cpu_device_memory", "cpu_callback_seed", "link_gbps", "host_budget",
+                              "nvme.directories", "nvme.reserve", "lms_swapout_threshold", "lms_swapin_ahead",
+                              "lms_swapin_groupby", "vdnn_variant"});
   cmd->add_option("--seed", args->seed, "seed of weights and data")->capture_default_str();
   cmd->add_option("--json", args->json, "write the rows as JSON");
   cmd->callback([args, &exit_code] { exit_code = run(*args); });

@@ -24,23 +24,10 @@ constexpr std::size_t device_alignment = 256;
 constexpr std::size_t page = 4096;
 
 std::size_t default_capacity(const device_options& o) {
-  if (o.cpu_device_memory != 0) return o.cpu_device_memory;
-  if (const char* env = std::getenv("SPILLWAY_CPU_DEVICE_MEMORY"); env != nullptr && *env != '\0')
-    return parse_size(env, "SPILLWAY_CPU_DEVICE_MEMORY");
-  return std::size_t{1} << 30;
+  return o.cpu_device_memory != 0 ? o.cpu_device_memory : std::size_t{1} << 30;
 }
 
-std::uint64_t default_seed(std::uint64_t given) {
-  if (given != 0) return given;
-  if (const char* env = std::getenv("SPILLWAY_CPU_CALLBACK_SEED"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(env, &end, 10);
-    if (end == env || *end != '\0')
-      throw config_error(std::string("SPILLWAY_CPU_CALLBACK_SEED: \"") + env + "\" is not a whole number");
-    return v;
-  }
-  return 1;
-}
+std::uint64_t default_seed(std::uint64_t given) { return given != 0 ? given : 1; }
 
 // Sleeps until just before `deadline`, then spins the last few tens of microseconds. Stream
 // threads run with a 1 us timer slack (see serve); spinning longer would steal the core that

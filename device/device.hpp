@@ -75,8 +75,8 @@ struct device_properties {
 
 /// Options for make_device. Fields a backend does not use are ignored by it.
 struct device_options {
-  /// cpu backend: capacity of the emulated device memory. 0 takes SPILLWAY_CPU_DEVICE_MEMORY
-  /// from the environment, else 1 GiB.
+  /// cpu backend: capacity of the emulated device memory; 0 = 1 GiB. (session_config's
+  /// cpu_device_memory; nothing below the Session reads the environment.)
   std::size_t cpu_device_memory = 0;
   /// cpu backend: link bandwidth per direction in bytes/s (0 = unlimited). A copy of n bytes
   /// then takes at least n / bandwidth seconds on its copy engine.
@@ -106,8 +106,8 @@ struct device_options {
     bool free_synchronizes = true;
     /// The first failure of stream work is rethrown by every later call, for the device's life.
     bool sticky_errors = true;
-    /// Picks the order of host functions that are ready at once; 0 takes
-    /// SPILLWAY_CPU_CALLBACK_SEED from the environment, else 1.
+    /// Picks the order of host functions that are ready at once; 0 = 1. (session_config's
+    /// cpu_callback_seed.)
     std::uint64_t callback_seed = 0;
   };
   strict_rules strict;

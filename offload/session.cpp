@@ -27,7 +27,36 @@
 namespace spillway {
 
 namespace {
-constexpr std::uint64_t default_nvme_reserve = std::uint64_t{2} << 30;
+// Note [Sizing the NVMe tier]
+// nvme.reserve 0 means "sized from the plan". Before a plan exists the tier holds only
+// initial_nvme_reserve and grows on demand (iteration 1 evicts on demand when the host tier is
+// full). The planner is told what the swap directories' file systems have free
+// (nvme_tier::reservable_bytes), and once a plan is made the tier grows, before the plan runs,
+// to what the plan places on NVMe, each tensor rounded as the tier stores it (whole blocks over
+// the striped files: at most block_size x files more per tensor). That rounding is the only
+// margin: the sum is an upper bound for the plan, and what the executor evicts beyond the plan
+// grows the tier when it happens. A full disk is thus an error when the plan is made, not in
+// the middle of an iteration. A non-zero nvme.reserve is reserved at start and is all there is;
+// the planner is given exactly that.
+constexpr std::uint64_t initial_nvme_reserve = std::uint64_t{64} << 20;
+
+/// Bytes the plan may keep on the NVMe tier at once, as the tier with options `o` stores them.
+std::uint64_t nvme_bytes_of(const plan& p, const trace& t, const nvme_options& o) {
+  std::vector<bool> on_nvme(t.tensors.size(), false);
+  for (std::size_t i = 0; i < p.initial_tier.size() && i < on_nvme.size(); ++i)
+    if (p.initial_tier[i] == tier::nvme) on_nvme[i] = true;
+  for (const auto& step : p.steps) {
+    for (const auto& e : step.evictions)
+      if (e.action == evict_action::evict_to_nvme) on_nvme[e.tensor] = true;
+    for (const auto& f : step.prefetches)
+      if (f.from == tier::nvme) on_nvme[f.tensor] = true;
+  }
+  const std::uint64_t stripe = std::uint64_t{o.block_size} * o.directories.size();
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < on_nvme.size(); ++i)
+    if (on_nvme[i]) sum += round_up(t.tensors[i].bytes, stripe);
+  return sum;
+}
 
 /// The phase of an op from its name, for planners that act on phases (vDNN): names that say
 /// forward/fwd, backward/bwd/grad, or adam/sgd/optim/step. Anything else is "other".
@@ -81,9 +110,10 @@ class session_impl {
     cfg.validate();
     device_options o;
     o.cpu_device_memory = cfg.cpu_device_memory;
+    o.strict.callback_seed = cfg.cpu_callback_seed;
     o.h2d_bytes_per_second = cfg.link_gbps * 1e9;
     o.d2h_bytes_per_second = cfg.link_gbps * 1e9;
-    dev = make_device(cfg.device, o);
+    dev = make_device(cfg.backend, o);
     if (hooks.wrap_device) dev = hooks.wrap_device(std::move(dev));
     const std::uint64_t total = dev->properties().total_memory;
     if (cfg.device_budget > total) {
@@ -103,10 +133,11 @@ class session_impl {
     so.device_budget = budget;
     so.host_budget = cfg.host_budget;
     so.timeline = !cfg.chrome_trace.empty();
-    if (!cfg.nvme_paths.empty()) {
-      nvme_options no;
-      no.directories = cfg.nvme_paths;
-      no.capacity = cfg.nvme_reserve != 0 ? cfg.nvme_reserve : default_nvme_reserve;
+    if (!cfg.nvme.directories.empty()) {
+      nvme_options no;  // Note [Sizing the NVMe tier]
+      no.directories = cfg.nvme.directories;
+      no.reserve = cfg.nvme.reserve != 0 ? cfg.nvme.reserve : initial_nvme_reserve;
+      no.grow_on_demand = cfg.nvme.reserve == 0;
       if (hooks.make_io_queue) no.make_queue = hooks.make_io_queue;
       so.nvme = no;
     }
@@ -257,7 +288,9 @@ class session_impl {
     hw.host_bytes = cfg.host_budget != 0 ? cfg.host_budget : (std::uint64_t{1} << 50);
     hw.nvme_read_bytes_per_s = 2e9;
     hw.nvme_write_bytes_per_s = 1.5e9;
-    hw.nvme_bytes = stack->nvme() != nullptr ? stack->nvme()->stats().capacity_bytes : 0;
+    hw.nvme_bytes = stack->nvme() == nullptr ? 0
+                    : cfg.nvme.reserve != 0 ? stack->nvme()->stats().capacity_bytes
+                                            : stack->nvme()->reservable_bytes();  // Note [Sizing the NVMe tier]
     offload::planner_options po;
     if (cfg.lms_swapout_threshold) po.swapout_threshold = static_cast<std::uint32_t>(cfg.lms_swapout_threshold);
     if (cfg.lms_swapin_ahead) po.swapin_ahead = static_cast<std::uint32_t>(cfg.lms_swapin_ahead);
@@ -269,6 +302,8 @@ class session_impl {
     current = std::move(fitted.p);
     current_layout = std::move(fitted.layout);
     current.validate(t);
+    if (stack->nvme() != nullptr && cfg.nvme.reserve == 0)  // Note [Sizing the NVMe tier]
+      stack->nvme()->reserve(nvme_bytes_of(current, t, stack->nvme()->options()));
     planned = std::move(t);
     footprint = report.peak_live_bytes;
     least = 0;

@@ -1,9 +1,20 @@
-// Filling a session_config from the environment or JSON, and checking it before any work starts.
-// Every error names the variable or key and quotes the value given.
+// Filling a session_config from JSON, the environment or flags through one table of settings,
+// and checking it before any work starts. Every error names the input the value came from.
 #include "offload/session_config.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -11,15 +22,17 @@
 #include "device/error.hpp"
 #include "device/units.hpp"
 
+extern char** environ;  // NOLINT: POSIX declares it only with _GNU_SOURCE in some headers
+
 namespace spillway {
 namespace {
 
-const char* env(const char* name) {
-  const char* v = std::getenv(name);
-  return (v != nullptr && *v != '\0') ? v : nullptr;
-}
+// Names in messages go in single quotes ('greedy'); text that failed to parse in double quotes,
+// as parse_size writes it ("4.1XB").
+std::string in_quotes(std::string_view text) { return "'" + std::string(text) + "'"; }
+std::string as_given(std::string_view text) { return "\"" + std::string(text) + "\""; }
 
-std::uint64_t parse_count(std::string_view text, std::string_view what) {
+std::uint64_t parse_count(std::string_view text, const std::string& where, std::uint64_t max) {
   std::uint64_t v = 0;
   std::size_t used = 0;
   try {
@@ -27,12 +40,12 @@ std::uint64_t parse_count(std::string_view text, std::string_view what) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || used != text.size())
-    throw config_error(std::string(what) + ": \"" + std::string(text) + "\" is not a whole number >= 0");
+  if (used == 0 || used != text.size() || v > max)
+    throw config_error(where + ": cannot use " + as_given(text) + ": give a whole number from 0 to " + std::to_string(max));
   return v;
 }
 
-double parse_real(std::string_view text, std::string_view what) {
+double parse_real(std::string_view text, const std::string& where) {
   double v = 0;
   std::size_t used = 0;
   try {
@@ -40,12 +53,12 @@ double parse_real(std::string_view text, std::string_view what) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || used != text.size() || !(v >= 0))
-    throw config_error(std::string(what) + ": \"" + std::string(text) + "\" is not a number >= 0");
+  if (used == 0 || used != text.size() || !std::isfinite(v) || v < 0)
+    throw config_error(where + ": cannot use " + as_given(text) + ": give a number >= 0, such as 12.5");
   return v;
 }
 
-std::vector<std::string> split_paths(std::string_view text) {
+std::vector<std::string> split_list(std::string_view text) {
   std::vector<std::string> out;
   std::string cur;
   for (char c : text) {
@@ -60,22 +73,185 @@ std::vector<std::string> split_paths(std::string_view text) {
   return out;
 }
 
+std::string join_list(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
+std::string show_real(double v) {
+  std::ostringstream s;
+  s.precision(17);
+  s << v;
+  return s.str();
+}
+
+// One row per setting: its names and help (public), how text becomes the field, and the
+// field's value as text (to tell whether it still holds what an input gave).
+struct row {
+  session_config::setting names;
+  void (*assign)(session_config&, std::string_view text, const std::string& where);
+  std::string (*show)(const session_config&);
+};
+
+constexpr std::uint64_t u32_max = std::numeric_limits<std::uint32_t>::max();
+
+const row rows[] = {
+    {{"backend", "auto|cpu|cuda", "where to run: cuda when a GPU answers (auto), the cpu backend, or cuda"},
+     [](session_config& c, std::string_view t, const std::string&) { c.backend = std::string(t); },
+     [](const session_config& c) { return c.backend; }},
+    {{"cpu_device_memory", "SIZE", "cpu backend: emulated device memory (0: 1 GiB)"},
+     [](session_config& c, std::string_view t, const std::string& w) { c.cpu_device_memory = parse_size(t, w, true); },
+     [](const session_config& c) { return std::to_string(c.cpu_device_memory); }},
+    {{"cpu_callback_seed", "N", "cpu backend: seed of the order of host functions ready at once (0: 1)"},
+     [](session_config& c, std::string_view t, const std::string& w) {
+       c.cpu_callback_seed = parse_count(t, w, std::numeric_limits<std::uint64_t>::max());
+     },
+     [](const session_config& c) { return std::to_string(c.cpu_callback_seed); }},
+    {{"link_gbps", "GBPS", "cpu backend: host<->device link GB/s each way (0: unlimited)"},
+     [](session_config& c, std::string_view t, const std::string& w) { c.link_gbps = parse_real(t, w); },
+     [](const session_config& c) { return show_real(c.link_gbps); }},
+    {{"device_budget", "SIZE", "device memory Spillway may use (0: what is free when the Session opens)"},
+     [](session_config& c, std::string_view t, const std::string& w) { c.device_budget = parse_size(t, w, true); },
+     [](const session_config& c) { return std::to_string(c.device_budget); }},
+    {{"host_budget", "SIZE", "pinned host tier capacity (0: no limit)"},
+     [](session_config& c, std::string_view t, const std::string& w) { c.host_budget = parse_size(t, w, true); },
+     [](const session_config& c) { return std::to_string(c.host_budget); }},
+    {{"nvme.directories", "DIR[,DIR...]", "NVMe-tier swap directories, one per drive, striped"},
+     [](session_config& c, std::string_view t, const std::string&) { c.nvme.directories = split_list(t); },
+     [](const session_config& c) { return join_list(c.nvme.directories); }},
+    {{"nvme.reserve", "SIZE", "swap space reserved over the NVMe directories (0: sized from the plan)"},
+     [](session_config& c, std::string_view t, const std::string& w) { c.nvme.reserve = parse_size(t, w, true); },
+     [](const session_config& c) { return std::to_string(c.nvme.reserve); }},
+    {{"policy", "none|lms|vdnn|auto", "swap policy"},
+     [](session_config& c, std::string_view t, const std::string&) { c.policy = std::string(t); },
+     [](const session_config& c) { return c.policy; }},
+    {{"lms_swapout_threshold", "N", "lms: ops a tensor must sit idle before it is swapped out (0: tuned)"},
+     [](session_config& c, std::string_view t, const std::string& w) { c.lms_swapout_threshold = parse_count(t, w, u32_max); },
+     [](const session_config& c) { return std::to_string(c.lms_swapout_threshold); }},
+    {{"lms_swapin_ahead", "N", "lms: ops ahead of use to start a swap-in (0: tuned)"},
+     [](session_config& c, std::string_view t, const std::string& w) { c.lms_swapin_ahead = parse_count(t, w, u32_max); },
+     [](const session_config& c) { return std::to_string(c.lms_swapin_ahead); }},
+    {{"lms_swapin_groupby", "N", "lms: swap-ins issued together within this many ops (0: tuned)"},
+     [](session_config& c, std::string_view t, const std::string& w) { c.lms_swapin_groupby = parse_count(t, w, u32_max); },
+     [](const session_config& c) { return std::to_string(c.lms_swapin_groupby); }},
+    {{"vdnn_variant", "all|conv", "vdnn: offload every layer's input, or only convolutions'"},
+     [](session_config& c, std::string_view t, const std::string&) { c.vdnn_variant = std::string(t); },
+     [](const session_config& c) { return c.vdnn_variant; }},
+    {{"chrome_trace", "FILE", "write a Chrome trace of the real iterations here"},
+     [](session_config& c, std::string_view t, const std::string&) { c.chrome_trace = std::string(t); },
+     [](const session_config& c) { return c.chrome_trace; }},
+};
+
+const row* find_row(std::string_view key) {
+  for (const auto& r : rows)
+    if (r.names.key == key) return &r;
+  return nullptr;
+}
+
+/// Names a user may still have set from before settings had one name each, and the new key.
+struct old_name {
+  std::string_view old_key;
+  std::string_view key;
+};
+constexpr old_name old_names[] = {{"device", "backend"}, {"nvme_paths", "nvme.directories"},
+                                  {"nvme_dirs", "nvme.directories"}, {"nvme_reserve", "nvme.reserve"}};
+
+std::string known_keys() {
+  std::string out;
+  for (const auto& r : rows) out += (out.empty() ? "" : ", ") + std::string(r.names.key);
+  return out;
+}
+
+std::string known_variables() {
+  std::string out;
+  for (const auto& r : rows) out += (out.empty() ? "" : ", ") + session_config::variable_of(r.names.key);
+  return out;
+}
+
+// The JSON value of a scalar setting as the text a flag would give.
+std::string json_scalar_text(const nlohmann::json& v, const std::string& where) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_unsigned() || v.is_number_integer()) return v.dump();
+  if (v.is_number_float()) return show_real(v.get<double>());
+  throw config_error(where + ": must be a string or a number, not " + v.dump());
+}
+
+// Tries to create a file in `dir` the way the NVMe tier will (an unnamed file, else a named one
+// removed at once). Returns 0 or the errno.
+int try_write(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    ::close(fd);
+    return 0;
+  }
+  if (errno != EOPNOTSUPP && errno != EISDIR) return errno;
+  std::string path = dir + "/.spillway-check-XXXXXX";
+  fd = ::mkstemp(path.data());
+  if (fd < 0) return errno;
+  ::unlink(path.c_str());
+  ::close(fd);
+  return 0;
+}
+
 }  // namespace
 
+std::span<const session_config::setting> session_config::settings() {
+  static const std::vector<setting> all = [] {
+    std::vector<setting> v;
+    for (const auto& r : rows) v.push_back(r.names);
+    return v;
+  }();
+  return all;
+}
+
+std::string session_config::flag_of(std::string_view key) {
+  std::string f = "--";
+  for (char c : key) f += (c == '_' || c == '.') ? '-' : c;
+  return f;
+}
+
+std::string session_config::variable_of(std::string_view key) {
+  std::string v = "SPILLWAY_";
+  for (char c : key) v += (c == '.') ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return v;
+}
+
+void session_config::set(std::string_view key, std::string_view text, std::string_view where) {
+  const row* r = find_row(key);
+  if (r == nullptr) throw config_error(std::string(where) + ": unknown setting \"" + std::string(key) + "\" (known: " + known_keys() + ")");
+  r->assign(*this, text, std::string(where));
+  origins.insert_or_assign(std::string(key), origin{std::string(where), r->show(*this)});
+}
+
+std::string session_config::source_of(std::string_view key) const {
+  const row* r = find_row(key);
+  auto it = origins.find(key);
+  if (r != nullptr && it != origins.end() && it->second.value == r->show(*this)) return it->second.where;
+  return std::string(key);
+}
+
 void session_config::apply_env() {
-  if (auto v = env("SPILLWAY_DEVICE")) device = v;
-  if (auto v = env("SPILLWAY_CPU_DEVICE_MEMORY")) cpu_device_memory = parse_size(v, "SPILLWAY_CPU_DEVICE_MEMORY");
-  if (auto v = env("SPILLWAY_LINK_GBPS")) link_gbps = parse_real(v, "SPILLWAY_LINK_GBPS");
-  if (auto v = env("SPILLWAY_DEVICE_BUDGET")) device_budget = parse_size(v, "SPILLWAY_DEVICE_BUDGET");
-  if (auto v = env("SPILLWAY_HOST_BUDGET")) host_budget = parse_size(v, "SPILLWAY_HOST_BUDGET");
-  if (auto v = env("SPILLWAY_NVME_PATHS")) nvme_paths = split_paths(v);
-  if (auto v = env("SPILLWAY_NVME_RESERVE")) nvme_reserve = parse_size(v, "SPILLWAY_NVME_RESERVE");
-  if (auto v = env("SPILLWAY_POLICY")) policy = v;
-  if (auto v = env("SPILLWAY_LMS_SWAPOUT_THRESHOLD")) lms_swapout_threshold = parse_count(v, "SPILLWAY_LMS_SWAPOUT_THRESHOLD");
-  if (auto v = env("SPILLWAY_LMS_SWAPIN_AHEAD")) lms_swapin_ahead = parse_count(v, "SPILLWAY_LMS_SWAPIN_AHEAD");
-  if (auto v = env("SPILLWAY_LMS_SWAPIN_GROUPBY")) lms_swapin_groupby = parse_count(v, "SPILLWAY_LMS_SWAPIN_GROUPBY");
-  if (auto v = env("SPILLWAY_VDNN_VARIANT")) vdnn_variant = v;
-  if (auto v = env("SPILLWAY_CHROME_TRACE")) chrome_trace = v;
+  // Every SPILLWAY_* name first: a typo must not run silently, whatever else is set.
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    if (!entry.starts_with("SPILLWAY_")) continue;
+    const std::string name(entry.substr(0, entry.find('=')));
+    bool known = false;
+    for (const auto& r : rows) known = known || variable_of(r.names.key) == name;
+    if (known) continue;
+    for (const auto& o : old_names) {
+      if (variable_of(o.old_key) == name)
+        throw config_error(name + " is no longer read: the setting is now " + variable_of(o.key) + " (flag " +
+                           flag_of(o.key) + ")");
+    }
+    throw config_error(name + " is not a Spillway setting (known variables: " + known_variables() + ")");
+  }
+  for (const auto& r : rows) {
+    const std::string name = variable_of(r.names.key);
+    const char* v = std::getenv(name.c_str());
+    if (v != nullptr && *v != '\0') set(r.names.key, v, name);
+  }
 }
 
 session_config session_config::from_env() {
@@ -84,66 +260,134 @@ session_config session_config::from_env() {
   return c;
 }
 
-session_config session_config::from_json_text(std::string_view text) {
+void session_config::apply_json_text(std::string_view text, std::string_view source_in) {
+  const std::string source(source_in);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    throw config_error(std::string("session config: not valid JSON: ") + e.what());
+    throw config_error(source + ": not valid JSON: " + e.what());
   }
-  if (!j.is_object()) throw config_error("session config: expected a JSON object of settings");
-  session_config c;
-  auto text_of = [](const nlohmann::json& v, const std::string& key) -> std::string {
-    if (v.is_string()) return v.get<std::string>();
-    if (v.is_number_unsigned() || v.is_number_integer()) return v.dump();
-    throw config_error("session config: \"" + key + "\" must be a string or a number, not " + v.dump());
+  if (!j.is_object()) throw config_error(source + ": expected a JSON object of settings, such as {\"policy\": \"auto\"}");
+  auto apply = [&](const std::string& key, const nlohmann::json& v) {
+    const std::string where = source + ": " + key;
+    for (const auto& o : old_names) {
+      if (o.old_key == key)
+        throw config_error(where + ": this setting is now \"" + std::string(o.key) + "\"" +
+                           (o.key == "nvme.directories" || o.key == "nvme.reserve"
+                                ? " (written {\"nvme\": {\"" + std::string(o.key.substr(5)) + "\": ...}})"
+                                : ""));
+    }
+    const row* r = find_row(key);
+    if (r == nullptr) throw config_error(where + ": unknown setting (known: " + known_keys() + ")");
+    if (key == "nvme.directories") {
+      if (!v.is_array()) throw config_error(where + ": must be an array of directory paths, not " + v.dump());
+      std::vector<std::string> dirs;
+      for (const auto& p : v) {
+        if (!p.is_string()) throw config_error(where + ": must hold strings, not " + p.dump());
+        dirs.push_back(p.get<std::string>());
+      }
+      nvme.directories = std::move(dirs);
+      origins.insert_or_assign(key, origin{where, r->show(*this)});
+      return;
+    }
+    const auto hint = r->names.value_hint;
+    const bool numeric = hint == "SIZE" || hint == "N" || hint == "GBPS";
+    if (!numeric && !v.is_string()) throw config_error(where + ": must be a string (" + std::string(hint) + "), not " + v.dump());
+    set(key, json_scalar_text(v, where), where);
   };
   for (const auto& [key, v] : j.items()) {
-    const std::string what = "session config \"" + key + "\"";
-    if (key == "device") c.device = text_of(v, key);
-    else if (key == "cpu_device_memory") c.cpu_device_memory = parse_size(text_of(v, key), what);
-    else if (key == "link_gbps") c.link_gbps = v.is_number() ? v.get<double>() : parse_real(text_of(v, key), what);
-    else if (key == "device_budget") c.device_budget = parse_size(text_of(v, key), what);
-    else if (key == "host_budget") c.host_budget = parse_size(text_of(v, key), what);
-    else if (key == "nvme_reserve") c.nvme_reserve = parse_size(text_of(v, key), what);
-    else if (key == "nvme_paths") {
-      if (!v.is_array()) throw config_error(what + " must be an array of directory paths, not " + v.dump());
-      c.nvme_paths.clear();
-      for (const auto& p : v) {
-        if (!p.is_string()) throw config_error(what + " must hold strings, not " + p.dump());
-        c.nvme_paths.push_back(p.get<std::string>());
-      }
-    } else if (key == "policy") c.policy = text_of(v, key);
-    else if (key == "lms_swapout_threshold") c.lms_swapout_threshold = parse_count(text_of(v, key), what);
-    else if (key == "lms_swapin_ahead") c.lms_swapin_ahead = parse_count(text_of(v, key), what);
-    else if (key == "lms_swapin_groupby") c.lms_swapin_groupby = parse_count(text_of(v, key), what);
-    else if (key == "vdnn_variant") c.vdnn_variant = text_of(v, key);
-    else if (key == "chrome_trace") c.chrome_trace = text_of(v, key);
-    else throw config_error("session config: unknown setting \"" + key +
-                            "\" (known: device, cpu_device_memory, link_gbps, device_budget, host_budget, "
-                            "nvme_paths, nvme_reserve, policy, lms_swapout_threshold, lms_swapin_ahead, "
-                            "lms_swapin_groupby, vdnn_variant, chrome_trace)");
+    if (key == "nvme") {
+      if (!v.is_object())
+        throw config_error(source + ": nvme: must be an object such as {\"directories\": [\"/mnt/a\"], \"reserve\": \"4GiB\"}");
+      for (const auto& [sub, sv] : v.items()) apply("nvme." + sub, sv);
+    } else {
+      apply(key, v);
+    }
   }
+}
+
+void session_config::apply_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw config_error(path + ": cannot read the config file: " + std::strerror(errno));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  apply_json_text(ss.str(), path);
+}
+
+session_config session_config::from_json_text(std::string_view text, std::string_view source) {
+  session_config c;
+  c.apply_json_text(text, source);
   return c;
 }
 
 session_config session_config::from_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw config_error("session config: cannot read \"" + path + "\"");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return from_json_text(ss.str());
+  session_config c;
+  c.apply_json_file(path);
+  return c;
 }
 
 void session_config::validate() const {
-  if (device != "auto" && device != "cpu" && device != "cuda")
-    throw config_error("device \"" + device + "\" is not one of auto, cpu, cuda");
+  auto bad = [&](std::string_view key, const std::string& what) {
+    throw config_error(source_of(key) + ": " + what);
+  };
+  if (backend != "auto" && backend != "cpu" && backend != "cuda")
+    bad("backend", in_quotes(backend) + " is not a backend (auto, cpu, cuda)");
   if (policy != "none" && policy != "lms" && policy != "vdnn" && policy != "auto")
-    throw config_error("policy \"" + policy + "\" is not one of none, lms, vdnn, auto");
+    bad("policy", in_quotes(policy) + " is not a policy (none, lms, vdnn, auto)");
   if (vdnn_variant != "all" && vdnn_variant != "conv")
-    throw config_error("vdnn_variant \"" + vdnn_variant + "\" is not one of all, conv");
-  if (device_budget > max_size_bytes || host_budget > max_size_bytes)
-    throw config_error("a budget past 1 PiB was given; write it as 6GiB, 512MiB, ...");
+    bad("vdnn_variant", in_quotes(vdnn_variant) + " is not a vdnn variant (all, conv)");
+  for (auto [key, v] : {std::pair{"cpu_device_memory", cpu_device_memory}, std::pair{"device_budget", device_budget},
+                        std::pair{"host_budget", host_budget}, std::pair{"nvme.reserve", nvme.reserve}}) {
+    if (v > max_size_bytes) bad(key, format_bytes(v) + " is past 1 PiB; write sizes as 6GiB, 512MiB, ...");
+  }
+  if (!std::isfinite(link_gbps) || link_gbps < 0)
+    bad("link_gbps", show_real(link_gbps) + " is not a link speed; give GB/s >= 0 (0: unlimited)");
+  for (auto [key, v] : {std::pair{"lms_swapout_threshold", lms_swapout_threshold},
+                        std::pair{"lms_swapin_ahead", lms_swapin_ahead}, std::pair{"lms_swapin_groupby", lms_swapin_groupby}}) {
+    if (v > u32_max) bad(key, std::to_string(v) + " is too large; give at most " + std::to_string(u32_max) + " ops");
+  }
+  if (!chrome_trace.empty()) {
+    const auto slash = chrome_trace.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : chrome_trace.substr(0, std::max<std::size_t>(slash, 1));
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      bad("chrome_trace", in_quotes(chrome_trace) + ": the folder '" + dir + "' does not exist");
+  }
+  // NVMe: each directory usable now, and a fixed reserve within what the file systems have free.
+  const auto& dirs = nvme.directories;
+  if (nvme.reserve != 0 && dirs.empty())
+    bad("nvme.reserve", format_bytes(nvme.reserve) + " of swap space asked for, but no NVMe directory is given (" +
+                            flag_of("nvme.directories") + ", " + variable_of("nvme.directories") + ")");
+  std::map<dev_t, std::pair<std::uint64_t, std::string>> free_by_fs;  // file system -> (free bytes, a directory)
+  std::map<dev_t, std::uint64_t> share_by_fs;
+  const std::uint64_t share = dirs.empty() ? 0 : (nvme.reserve + dirs.size() - 1) / dirs.size();
+  for (std::size_t i = 0; i < dirs.size(); ++i) {
+    const std::string& d = dirs[i];
+    const std::string which = "'" + d + "'";
+    if (d.empty()) bad("nvme.directories", "an empty directory name was given");
+    if (std::find(dirs.begin(), dirs.begin() + static_cast<std::ptrdiff_t>(i), d) != dirs.begin() + static_cast<std::ptrdiff_t>(i))
+      bad("nvme.directories", which + " is listed twice; give each directory once (one per drive)");
+    struct stat st {};
+    if (::stat(d.c_str(), &st) != 0)
+      bad("nvme.directories", which + " cannot be used: " + std::strerror(errno) + "; give existing directories");
+    if (!S_ISDIR(st.st_mode)) bad("nvme.directories", which + " is not a directory");
+    if (const int err = try_write(d); err != 0)
+      bad("nvme.directories", which + " is not writable: cannot create a file there: " + std::strerror(err));
+    struct statvfs vfs {};
+    if (::statvfs(d.c_str(), &vfs) == 0)
+      free_by_fs.try_emplace(st.st_dev, static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize, d);
+    share_by_fs[st.st_dev] += share;
+  }
+  if (nvme.reserve != 0) {
+    for (const auto& [fs, need] : share_by_fs) {
+      auto it = free_by_fs.find(fs);
+      if (it == free_by_fs.end() || need <= it->second.first) continue;
+      bad("nvme.reserve", format_bytes(nvme.reserve) + " does not fit: it puts " + format_bytes(need) +
+                              " on the file system of '" + it->second.second + "', which has " +
+                              format_bytes(it->second.first) + " free; give less, or 0 to size it from the plan");
+    }
+  }
 }
 
 }  // namespace spillway

@@ -70,6 +70,13 @@ void extent_allocator::deallocate(extent e) {
   free_ += e.count;
 }
 
+void extent_allocator::grow(std::uint64_t blocks) {
+  if (blocks == 0) return;
+  const std::uint64_t first = total_;
+  total_ += blocks;
+  deallocate({first, blocks});  // merges with a free run that ends at the old end
+}
+
 std::uint64_t extent_allocator::largest_free_extent() const noexcept {
   std::uint64_t best = 0;
   for (const auto& [first, count] : free_list_) best = std::max(best, count);

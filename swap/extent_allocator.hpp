@@ -24,6 +24,8 @@ class extent_allocator {
   [[nodiscard]] std::vector<extent> allocate(std::uint64_t count);
   /// Returns an extent; merges it with free neighbours.
   void deallocate(extent e);
+  /// Adds `blocks` free blocks after the last one (the file grew); merges with a free tail.
+  void grow(std::uint64_t blocks);
 
   [[nodiscard]] std::uint64_t total_blocks() const noexcept { return total_; }
   [[nodiscard]] std::uint64_t free_blocks() const noexcept { return free_; }

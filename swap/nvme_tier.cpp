@@ -181,7 +181,7 @@ nvme_tier::nvme_tier(nvme_options options, pinned_host_pool* pool)
   SPILLWAY_EXPECTS_T(config_error, options_.rings >= 1 && options_.rings <= 64, "nvme tier: rings must be between 1 and 64");
   const std::size_t nfiles = options_.directories.size();
   const std::uint64_t per_file =
-      round_up((options_.capacity + nfiles - 1) / nfiles, options_.block_size);
+      round_up((options_.reserve + nfiles - 1) / nfiles, options_.block_size);
   for (const auto& dir : options_.directories) {
     files_.push_back(open_swap_file(dir, per_file, options_.open_file));
     alignment_ = std::max(alignment_, files_.back().alignment());
@@ -220,6 +220,20 @@ void nvme_tier::place(record& r, const std::string& name) {
     const std::uint64_t count = first < n ? (n - first + nf - 1) / nf : 0;
     if (count == 0) continue;
     auto got = space_[f].allocate(count);
+    if (got.empty() && options_.grow_on_demand) {
+      // Grow every file by what this one lacks, at least doubling, else exactly what is missing.
+      const std::uint64_t have = space_[f].total_blocks() * bs;
+      const std::uint64_t need = have + (count - space_[f].free_blocks()) * bs;
+      try {
+        grow_files(std::max(need, 2 * have));
+      } catch (const out_of_memory&) {
+        try {
+          grow_files(need);
+        } catch (const out_of_memory&) {  // NOLINT(bugprone-empty-catch): reported below as out of swap space
+        }
+      }
+      got = space_[f].allocate(count);
+    }
     if (got.empty()) {
       release(r);
       std::string per_file;
@@ -243,6 +257,33 @@ void nvme_tier::place(record& r, const std::string& name) {
       for (std::uint64_t k = 0; k < e.count; ++k, ++j) r.blocks[first + j * nf] = {f, (e.first + k) * bs};
     }
   }
+}
+
+void nvme_tier::grow_files(std::uint64_t per_file) {
+  per_file = round_up(per_file, options_.block_size);
+  for (std::size_t f = 0; f < files_.size(); ++f) {
+    const std::uint64_t had = files_[f].bytes();
+    if (per_file <= had) continue;
+    files_[f].grow(per_file);
+    space_[f].grow((per_file - had) / options_.block_size);
+  }
+}
+
+void nvme_tier::reserve(std::uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  grow_files((bytes + files_.size() - 1) / files_.size());
+}
+
+std::uint64_t nvme_tier::reservable_bytes() const {
+  std::lock_guard lock(mutex_);
+  std::uint64_t least = ~std::uint64_t{0};
+  for (const auto& f : files_) {
+    std::size_t sharing = 0;
+    for (const auto& g : files_) sharing += g.file_system() == f.file_system() ? 1 : 0;
+    const std::uint64_t could = f.bytes() + f.free_space() / sharing / options_.block_size * options_.block_size;
+    least = std::min(least, could);
+  }
+  return least * files_.size();
 }
 
 void nvme_tier::release(record& r) {

@@ -8,7 +8,8 @@
 //
 // Guarantees:
 //  * Space is reserved when the tier is made (fallocate): a directory that is missing, not
-//    writable or too small is an error then, before any tensor is written.
+//    writable or too small is an error then, before any tensor is written. reserve() grows it
+//    later (the Session does, once a plan says what goes to NVMe); growing never moves a block.
 //  * write() keeps nothing on failure: the tensor is not stored and its extents are free.
 //  * read() verifies every block's CRC32C; a mismatch fails the read with corruption_error
 //    naming the tensor and the offset. A failed read leaves the tensor stored.
@@ -38,8 +39,13 @@ class pinned_host_pool;
 struct nvme_options {
   /// Swap directories; one swap file in each, tensors striped over them. At least one.
   std::vector<std::string> directories;
-  /// Bytes of swap space reserved in total, split evenly over the directories.
-  std::uint64_t capacity = std::uint64_t{1} << 30;
+  /// Bytes of swap space reserved at start in total, split evenly over the directories
+  /// (session_config's nvme.reserve; reserve() adds more later).
+  std::uint64_t reserve = std::uint64_t{1} << 30;
+  /// When a write finds too little free space, grow the swap files (fallocate) by what is
+  /// missing, at least doubling them, before reporting out_of_memory. Off: the space reserved
+  /// is all there is.
+  bool grow_on_demand = false;
   /// Bytes per I/O; a multiple of every file's O_DIRECT alignment. 1 MiB suits NVMe drives.
   std::uint32_t block_size = 1u << 20;
   /// Operations in flight per ring.
@@ -116,6 +122,14 @@ class nvme_tier {
   /// The tensor's size in bytes; throws when not stored.
   [[nodiscard]] std::size_t size(const std::string& name) const;
   [[nodiscard]] nvme_stats stats() const;
+  /// Grows the reserved swap space to at least `bytes` in total (split evenly over the files,
+  /// each rounded up to whole blocks); nothing when it is already that large. Throws
+  /// out_of_memory naming the directory whose file system cannot hold its share (files grown
+  /// before it stay grown), io_error when fallocate fails otherwise.
+  void reserve(std::uint64_t bytes);
+  /// The most reserve() could reach now: the space reserved plus, per file, its share of what
+  /// its file system has free (files on one file system share it).
+  [[nodiscard]] std::uint64_t reservable_bytes() const;
   [[nodiscard]] const nvme_options& options() const noexcept { return options_; }
   /// The largest O_DIRECT alignment over the swap files.
   [[nodiscard]] std::uint32_t alignment() const noexcept { return alignment_; }
@@ -139,6 +153,7 @@ class nvme_tier {
 
   void place(record& r, const std::string& name);  // under mutex_
   void release(record& r);                         // under mutex_
+  void grow_files(std::uint64_t per_file);         // under mutex_
   void finished(detail::nvme_transfer* t, std::exception_ptr error) noexcept;
   move_handle start(std::unique_ptr<detail::nvme_transfer> t);
 

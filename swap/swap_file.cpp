@@ -50,6 +50,28 @@ std::uint64_t free_bytes(int fd) {
   return static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
 }
 
+// Reserves [offset, offset + len) of the swap file (fallocate). out_of_memory naming the
+// directory when the file system cannot hold it; buffered sizing where fallocate is missing.
+void reserve_space(int fd, const std::string& where, std::uint64_t offset, std::uint64_t len) {
+  if (len == 0) return;
+  auto too_little = [&](std::uint64_t available) {
+    return out_of_memory(where + " has too little free space: " + format_bytes(len) + " (" + std::to_string(len) +
+                         " bytes)" + (offset == 0 ? " asked for, " : " more asked for, ") + format_bytes(available) + " (" + std::to_string(available) +
+                         " bytes) free");
+  };
+  if (const std::uint64_t available = free_bytes(fd); available < len) throw too_little(available);
+  const int rc = ::posix_fallocate(fd, static_cast<off_t>(offset), static_cast<off_t>(len));
+  if (rc == ENOSPC) throw too_little(free_bytes(fd));
+  if (rc == EOPNOTSUPP || rc == EINVAL) {
+    if (::ftruncate(fd, static_cast<off_t>(offset + len)) != 0)
+      throw io_error(where + ": cannot size the swap file: " + errno_text(errno), errno);
+    log(log_level::warning, where + " cannot reserve space up front (no fallocate); a full disk "
+                                    "will show up as a write error");
+  } else if (rc != 0) {
+    throw io_error(where + ": cannot reserve " + format_bytes(len) + ": " + errno_text(rc), rc);
+  }
+}
+
 // Opens an unnamed file in `dir` with `extra` flags: O_TMPFILE, or a random name unlinked at
 // once where the file system has no O_TMPFILE. Returns an fd or -errno.
 int open_unnamed(const file_opener& opener, const std::string& dir, int extra) {
@@ -116,27 +138,21 @@ swap_file open_swap_file(const std::string& directory, std::uint64_t bytes, cons
   f.fd_ = fd;
   f.alignment_ = direct_alignment(fd);
 
-  const std::uint64_t available = free_bytes(fd);
-  if (available < bytes)
-    throw out_of_memory(where + " has too little free space: " + format_bytes(bytes) + " (" +
-                        std::to_string(bytes) + " bytes) asked for, " + format_bytes(available) + " (" +
-                        std::to_string(available) + " bytes) free");
-  if (bytes > 0) {
-    const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
-    if (rc == ENOSPC)
-      throw out_of_memory(where + " has too little free space: " + format_bytes(bytes) + " (" +
-                          std::to_string(bytes) + " bytes) asked for, " + format_bytes(free_bytes(fd)) + " (" +
-                          std::to_string(free_bytes(fd)) + " bytes) free");
-    if (rc == EOPNOTSUPP || rc == EINVAL) {
-      if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0)
-        throw io_error(where + ": cannot size the swap file: " + errno_text(errno), errno);
-      log(log_level::warning, where + " cannot reserve space up front (no fallocate); a full disk "
-                                      "will show up as a write error");
-    } else if (rc != 0) {
-      throw io_error(where + ": cannot reserve " + format_bytes(bytes) + ": " + errno_text(rc), rc);
-    }
-  }
+  reserve_space(fd, where, 0, bytes);
   return f;
+}
+
+void swap_file::grow(std::uint64_t new_bytes) {
+  if (new_bytes <= bytes_) return;
+  reserve_space(fd_, "swap directory '" + directory_ + "'", bytes_, new_bytes - bytes_);
+  bytes_ = new_bytes;
+}
+
+std::uint64_t swap_file::free_space() const noexcept { return fd_ >= 0 ? free_bytes(fd_) : 0; }
+
+dev_t swap_file::file_system() const noexcept {
+  struct stat st {};
+  return fd_ >= 0 && ::fstat(fd_, &st) == 0 ? st.st_dev : dev_t{0};
 }
 
 }  // namespace spillway

@@ -31,6 +31,14 @@ class swap_file {
   [[nodiscard]] std::uint32_t alignment() const noexcept { return alignment_; }
   /// True when opened with O_DIRECT; false after falling back to buffered I/O.
   [[nodiscard]] bool direct() const noexcept { return direct_; }
+  /// Reserves more space (fallocate) so that the file holds `new_bytes`; nothing when it already
+  /// does. out_of_memory naming the directory when the file system cannot hold it (the file
+  /// keeps its old size then); io_error when the reservation fails otherwise.
+  void grow(std::uint64_t new_bytes);
+  /// Bytes free on the file system that holds the file (statvfs), for growing it.
+  [[nodiscard]] std::uint64_t free_space() const noexcept;
+  /// The file system that holds the file (st_dev): files on one share its free space.
+  [[nodiscard]] dev_t file_system() const noexcept;
 
  private:
   friend swap_file open_swap_file(const std::string&, std::uint64_t, const file_opener&);

@@ -1,45 +1,88 @@
-// The examples' shared flags and their parsing into example_options (sizes through
-// spillway::parse_size, names checked by example_options::validate).
+// The session_config flags shared by the examples and spillway-bench, loaded in the order of
+// precedence (defaults < --config file < SPILLWAY_* < flags), and the examples' own flags.
 #include "examples/common/flags.hpp"
 
-#include "device/units.hpp"
+#include <algorithm>
+
+#include "device/error.hpp"
 
 namespace spillway::examples {
+namespace {
+
+/// Flags a user may still type from before each setting had one name.
+constexpr std::pair<std::string_view, std::string_view> old_flags[] = {
+    {"--nvme-dir", "nvme.directories"}, {"--dir", "nvme.directories"}, {"--device-memory", "cpu_device_memory"}};
+
+}  // namespace
+
+void add_config_flags(CLI::App& app, config_flags& f, std::initializer_list<std::string_view> keys) {
+  f.app = &app;
+  app.add_option("--config", f.config_file,
+                 "JSON file of settings, e.g. {\"policy\": \"auto\", \"nvme\": {\"directories\": [\"/mnt/a\"]}}; "
+                 "SPILLWAY_* variables and flags override it");
+  for (const auto& s : session_config::settings()) {
+    if (keys.size() != 0 && std::find(keys.begin(), keys.end(), s.key) == keys.end()) continue;
+    const std::string flag = session_config::flag_of(s.key);
+    const std::string help = std::string(s.help) + " (" + session_config::variable_of(s.key) + ")";
+    config_flags::flag entry{std::string(s.key)};
+    if (s.key == "nvme.directories") {
+      entry.list = &f.lists.emplace_back();
+      entry.option = app.add_option(flag, *entry.list, help)->delimiter(',');
+    } else {
+      entry.text = &f.texts.emplace_back();
+      entry.option = app.add_option(flag, *entry.text, help);
+    }
+    entry.option->type_name(std::string(s.value_hint));
+    f.flags.push_back(std::move(entry));
+    for (const auto& [old, key] : old_flags) {
+      if (key != s.key || app.get_option_no_throw(std::string(old)) != nullptr) continue;
+      app.add_option(std::string(old), f.texts.emplace_back())->group("");  // hidden: refused in load_config
+      f.old.emplace_back(std::string(old), std::string(key));
+    }
+  }
+}
+
+session_config load_config(const config_flags& f, session_config defaults) {
+  for (const auto& [old, key] : f.old) {
+    if (f.app != nullptr && f.app->count(old) > 0)
+      throw config_error(old + " is no longer a flag: the setting is now " + session_config::flag_of(key) + " (" +
+                         session_config::variable_of(key) + ")");
+  }
+  session_config c = std::move(defaults);
+  if (!f.config_file.empty()) c.apply_json_file(f.config_file);
+  c.apply_env();
+  for (const auto& flag : f.flags) {
+    if (flag.option->count() == 0) continue;
+    std::string given;
+    if (flag.list != nullptr) {
+      for (const auto& d : *flag.list) given += (given.empty() ? "" : ",") + d;
+    } else {
+      given = *flag.text;
+    }
+    c.set(flag.key, given, session_config::flag_of(flag.key));
+  }
+  return c;
+}
 
 void add_common_flags(CLI::App& app, flag_values& v, bool with_data) {
-  app.add_option("--backend", v.backend, "auto (cuda when a GPU answers), cpu or cuda")->capture_default_str();
-  app.add_option("--device-memory", v.device_memory, "cpu backend: emulated device memory, e.g. 1GiB (default 1 GiB)");
-  app.add_option("--device-budget", v.device_budget, "device memory Spillway may use, e.g. 256MiB (default: what is free)");
+  add_config_flags(app, v.config);
   app.add_option("--budget-ratio", v.budget_ratio,
                  "device budget as a fraction of the model's footprint (learned by a first one-step run)");
-  app.add_option("--host-budget", v.host_budget, "pinned host tier capacity, e.g. 512MiB (default: no limit)");
-  app.add_option("--nvme-dir", v.nvme_dirs, "NVMe-tier swap directory (repeat to stripe over several)");
-  app.add_option("--policy", v.policy, "swap policy: none, lms, vdnn or auto")->capture_default_str();
-  app.add_option("--link-gbps", v.link_gbps, "cpu backend: host<->device link GB/s each way (0 = unlimited)")
-      ->capture_default_str();
   app.add_option("--steps", v.steps, "training steps")->capture_default_str();
   app.add_option("--seed", v.seed, "seed of initial weights and data")->capture_default_str();
   app.add_option("--preset", v.preset, "model size: tiny, small (about 1 s/step on 2 cpu cores), medium, large (GPU)")
       ->capture_default_str();
-  app.add_option("--chrome-trace", v.chrome_trace, "write a Chrome trace of the run here");
   app.add_option("--report", v.report, "write a JSON report of the run here");
   if (with_data) app.add_option("--data", v.data, "text file to train on (bytes are the tokens)")->capture_default_str();
 }
 
 example_options to_options(const flag_values& v) {
   example_options o;
-  o.backend = v.backend;
-  if (!v.device_memory.empty()) o.device_memory = parse_size(v.device_memory, "--device-memory");
-  if (!v.device_budget.empty()) o.device_budget = parse_size(v.device_budget, "--device-budget");
+  static_cast<session_config&>(o) = load_config(v.config);
   o.budget_ratio = v.budget_ratio;
-  if (!v.host_budget.empty()) o.host_budget = parse_size(v.host_budget, "--host-budget");
-  o.nvme_dirs = v.nvme_dirs;
-  o.policy = v.policy;
-  o.link_gbps = v.link_gbps;
   o.steps = v.steps;
   o.seed = v.seed;
   o.size = parse_preset(v.preset);
-  o.chrome_trace = v.chrome_trace;
   o.data = v.data;
   o.validate();
   return o;

@@ -1,5 +1,5 @@
-// Options every example shares (backend, budgets, tiers, policy, steps, seed, size preset) and
-// how they become a session_config. Filled by the programs' flags or directly by tests and bench.
+// Options every example shares: the session_config (backend, budgets, tiers, policy, ...) and the
+// example's own (steps, seed, size preset). Filled by the programs' flags or by tests and bench.
 #pragma once
 
 #include <cstdint>
@@ -19,22 +19,17 @@ enum class preset { tiny, small, medium, large };
 /// Parses "tiny", "small" (also "default"), "medium", "large"; config_error quoting the text.
 [[nodiscard]] preset parse_preset(const std::string& text);
 
-struct example_options {
-  std::string backend = "auto";          ///< auto, cpu or cuda
-  std::uint64_t device_memory = 0;       ///< cpu backend capacity; 0 = its default
-  std::uint64_t device_budget = 0;       ///< 0 = the device's memory (or budget_ratio)
+/// An example's settings: the Session's own (a session_config, checked by its validate()) and
+/// the example's (steps, seed, size, data, a budget as a ratio of the footprint).
+struct example_options : session_config {
   double budget_ratio = 0;               ///< > 0: device budget = ratio x footprint
-  std::uint64_t host_budget = 0;         ///< 0 = no limit on the host tier
-  std::vector<std::string> nvme_dirs;    ///< NVMe-tier swap directories
-  std::string policy = "auto";           ///< none, lms, vdnn or auto
-  double link_gbps = 0;                  ///< cpu backend link GB/s each way; 0 = unlimited
   int steps = 10;
   std::uint64_t seed = 1;
   preset size = preset::small;
-  std::string chrome_trace;              ///< write a Chrome trace here at the end
   std::string data;                      ///< gpt: text file to train on (empty: generated corpus)
 
-  /// Throws config_error naming the first option that makes no sense, quoting its value.
+  /// session_config::validate, then the example's own settings; config_error naming the first
+  /// bad one (by its flag or variable) and quoting its value.
   void validate() const;
 };
 

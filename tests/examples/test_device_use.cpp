@@ -29,7 +29,7 @@ model_factory factory_for(const std::string& example, const example_options& o) 
 example_options tiny(const std::string& policy, double budget_ratio) {
   example_options o;
   o.backend = "cpu";
-  o.device_memory = 64_MiB;
+  o.cpu_device_memory = 64_MiB;
   o.policy = policy;
   o.budget_ratio = budget_ratio;
   o.steps = 4;

@@ -36,7 +36,7 @@ runner runner_for(const std::string& example) {
 example_options tiny_options(const std::string& policy, std::uint64_t budget) {
   example_options o;
   o.backend = "cpu";
-  o.device_memory = 64_MiB;
+  o.cpu_device_memory = 64_MiB;
   o.device_budget = budget;
   o.policy = policy;
   o.steps = steps;

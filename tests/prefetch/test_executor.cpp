@@ -36,7 +36,7 @@ struct rig {
     if (!nvme_dir.empty()) {
       nvme_options no;
       no.directories = {nvme_dir};
-      no.capacity = 32_MiB;
+      no.reserve = 32_MiB;
       so.nvme = no;
     }
     stack = std::make_unique<executor_stack>(*dev, so);

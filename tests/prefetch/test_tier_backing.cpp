@@ -169,7 +169,7 @@ struct nvme_fixture {
   static nvme_options nvme_opts(const std::string& d, std::shared_ptr<test::fault_plan> p) {
     nvme_options o;
     o.directories = {d};
-    o.capacity = 32_MiB;
+    o.reserve = 32_MiB;
     o.make_queue = test::faulty(std::move(p));
     return o;
   }
@@ -280,7 +280,7 @@ struct tiers_fixture {
   static nvme_options nvme_opts(const std::string& d, std::shared_ptr<test::fault_plan> p) {
     nvme_options o;
     o.directories = {d};
-    o.capacity = 192_MiB;
+    o.reserve = 192_MiB;
     o.make_queue = test::faulty(std::move(p));
     return o;
   }
@@ -597,7 +597,7 @@ TEST(TierBackingConcurrency, ManyTensorsMovingBothWaysOnSeveralStreams) {
   host_tier host(pool, 128_MiB);
   nvme_options o;
   o.directories = {a.path(), b.path()};
-  o.capacity = 256_MiB;
+  o.reserve = 256_MiB;
   o.block_size = 256_KiB;
   o.queue_depth = 16;
   o.rings = 2;

@@ -165,7 +165,7 @@ run_result run(const random_model& m, session_config cfg, int iterations) {
 
 session_config base_config(const std::string& policy, std::uint64_t budget) {
   session_config c;
-  c.device = "cpu";
+  c.backend = "cpu";
   c.cpu_device_memory = 64_MiB;
   c.device_budget = budget;
   c.policy = policy;
@@ -254,7 +254,7 @@ TEST(Session, BadConfigIsRefusedBeforeWork) {
     EXPECT_NE(std::string(e.what()).find("128.00 MiB"), std::string::npos) << e.what();
   }
   c = base_config("auto", 0);
-  c.nvme_paths = {"/nonexistent/spillway-swap"};
+  c.nvme.directories = {"/nonexistent/spillway-swap"};
   EXPECT_THROW(Session{c}, error);
 }
 
@@ -264,8 +264,8 @@ namespace {
 session_config nvme_config(const std::string& dir) {
   auto c = base_config("auto", 0);
   c.host_budget = 4_KiB;  // everything that leaves the device goes to NVMe
-  c.nvme_paths = {dir};
-  c.nvme_reserve = 64_MiB;
+  c.nvme.directories = {dir};
+  c.nvme.reserve = 64_MiB;
   return c;
 }
 }  // namespace

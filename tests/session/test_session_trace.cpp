@@ -22,14 +22,14 @@ TEST(SessionTrace, ChromeTraceHasComputeCopyAndNvmeTracksAndTheBudgetLine) {
   test::temp_dir dir;
   const std::string path = dir.path() + "/trace.json";
   session_config c;
-  c.device = "cpu";
+  c.backend = "cpu";
   c.cpu_device_memory = 64_MiB;
   c.device_budget = 320_KiB;
   c.policy = "auto";
   c.link_gbps = 0;
   c.host_budget = 4_KiB;  // what leaves the device goes to NVMe
-  c.nvme_paths = {dir.path()};
-  c.nvme_reserve = 16_MiB;
+  c.nvme.directories = {dir.path()};
+  c.nvme.reserve = 16_MiB;
   c.chrome_trace = path;
   constexpr int layers = 8, iterations = 3;
   {

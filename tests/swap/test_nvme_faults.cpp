@@ -26,7 +26,7 @@ struct faulty_tier {
   explicit faulty_tier(unsigned rings = 1) {
     nvme_options o;
     o.directories = {dir.path()};
-    o.capacity = 32_MiB;
+    o.reserve = 32_MiB;
     o.block_size = 256_KiB;
     o.queue_depth = 8;
     o.rings = rings;

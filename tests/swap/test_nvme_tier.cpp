@@ -29,7 +29,7 @@ namespace {
 nvme_options options_for(std::vector<std::string> dirs, std::uint64_t capacity) {
   nvme_options o;
   o.directories = std::move(dirs);
-  o.capacity = capacity;
+  o.reserve = capacity;
   return o;
 }
 

@@ -19,7 +19,7 @@ TEST(SwapConcurrency, TierReadsAndWritesFromManyThreadsAtOnce) {
   test::temp_dir dir;
   nvme_options o;
   o.directories = {dir.path()};
-  o.capacity = 128_MiB;
+  o.reserve = 128_MiB;
   o.block_size = 128_KiB;
   o.rings = 3;
   o.queue_depth = 8;
