@@ -13,10 +13,7 @@ namespace spillway::kernels {
 /// y [batch, out_channels, out_height(), out_width()], bias [out_channels]. Square kernels, one
 /// stride and one zero padding for both axes: conv2d_shape{batch, in, h, w, out, {size, stride, pad}}.
 struct conv2d_shape {
-  int batch = 0;
-  int in_channels = 0;
-  int height = 0;
-  int width = 0;
+  int batch = 0, in_channels = 0, height = 0, width = 0;  ///< x's dimensions
   int out_channels = 0;
   window2d kernel{};
 

@@ -99,29 +99,41 @@ void max_pool2d_backward(kernel_context& ctx, stream s, const pool2d_shape& shap
                          }));
 }
 
-void global_avg_pool_forward(kernel_context& ctx, stream s, const float* x, float* y, int batch,
-                             int channels, int plane) {
-  SPILLWAY_KERNEL_EXPECTS(batch >= 0 && channels > 0 && plane > 0, "global_avg_pool_forward");
+namespace {
+
+/// Both global average pool kernels: one check, one dispatch each way. forward: out[pl] = mean
+/// of in's plane pl; backward: every element of out's plane pl = in[pl] / plane.
+void avg_pool(kernel_context& ctx, stream s, bool backward, const float* in, float* out, int batch, int channels,
+              int plane) {
+  SPILLWAY_KERNEL_EXPECTS(batch >= 0 && channels > 0 && plane > 0,
+                          backward ? "global_avg_pool_backward" : "global_avg_pool_forward");
   if (batch == 0) return;
   const auto n = static_cast<std::size_t>(plane);
-  SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_global_avg_pool_forward(ctx, s, x, y, batch, channels, plane),
-                         each_plane(planes_of(batch, channels), detail::grain_for(n), [=](std::size_t pl) {
-                           float sum = 0.0f;
-                           for (std::size_t i = 0; i < n; ++i) sum += x[pl * n + i];
-                           y[pl] = sum / static_cast<float>(plane);
+  const std::size_t planes = planes_of(batch, channels);
+  if (!backward)
+    return SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_global_avg_pool_forward(ctx, s, in, out, batch, channels, plane),
+                                  each_plane(planes, detail::grain_for(n), [=](std::size_t pl) {
+                                    float sum = 0.0f;
+                                    for (std::size_t i = 0; i < n; ++i) sum += in[pl * n + i];
+                                    out[pl] = sum / static_cast<float>(plane);
+                                  }));
+  SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_global_avg_pool_backward(ctx, s, in, out, batch, channels, plane),
+                         each_plane(planes, detail::grain_for(n), [=](std::size_t pl) {
+                           const float g = in[pl] / static_cast<float>(plane);
+                           for (std::size_t i = 0; i < n; ++i) out[pl * n + i] = g;
                          }));
+}
+
+}  // namespace
+
+void global_avg_pool_forward(kernel_context& ctx, stream s, const float* x, float* y, int batch,
+                             int channels, int plane) {
+  avg_pool(ctx, s, false, x, y, batch, channels, plane);
 }
 
 void global_avg_pool_backward(kernel_context& ctx, stream s, const float* dy, float* dx, int batch,
                               int channels, int plane) {
-  SPILLWAY_KERNEL_EXPECTS(batch >= 0 && channels > 0 && plane > 0, "global_avg_pool_backward");
-  if (batch == 0) return;
-  const auto n = static_cast<std::size_t>(plane);
-  SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_global_avg_pool_backward(ctx, s, dy, dx, batch, channels, plane),
-                         each_plane(planes_of(batch, channels), detail::grain_for(n), [=](std::size_t pl) {
-                           const float g = dy[pl] / static_cast<float>(plane);
-                           for (std::size_t i = 0; i < n; ++i) dx[pl * n + i] = g;
-                         }));
+  avg_pool(ctx, s, true, dy, dx, batch, channels, plane);
 }
 
 }  // namespace spillway::kernels

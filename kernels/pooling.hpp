@@ -10,10 +10,7 @@ namespace spillway::kernels {
 /// x [batch, channels, height, width] -> y [batch, channels, out_height(), out_width()]:
 /// pool2d_shape{batch, channels, h, w, {size, stride, pad}}. Padding never wins a max.
 struct pool2d_shape {
-  int batch = 0;
-  int channels = 0;
-  int height = 0;
-  int width = 0;
+  int batch = 0, channels = 0, height = 0, width = 0;  ///< x's dimensions
   window2d window{2, 2, 0};
 
   [[nodiscard]] int out_height() const noexcept { return window.out(height); }
