@@ -7,10 +7,10 @@
 //  * deallocate(p, bytes, s) names s, the stream of last use: every use of p is enqueued on s,
 //    or ordered before work on s, at the time of the call. The resource may hand p out again to
 //    s at once (stream order makes that safe), and to any other stream only once an event
-//    recorded on s shows that the work is done (see Note [Stream reuse] in caching_allocator.cpp).
+//    recorded on s shows that the work is done (see Note [Arena handoff] in arena_allocator.hpp).
 //  * bytes passed to deallocate are the bytes passed to allocate; p == nullptr is a no-op.
 //  * A null stream (stream{}) in deallocate means "no work on the device uses p any more".
-//  * Streams handed to a resource must outlive it (or, for the caching allocator, be passed to
+//  * Streams handed to a resource must outlive it (or, for the arena, be passed to
 //    forget_stream first): a resource may record events on them until it is destroyed.
 //  * Memory is aligned to at least 256 bytes. A request of 0 bytes, or of more than
 //    spillway::max_size_bytes, is a config_error quoting the size; a request no memory can
@@ -20,6 +20,7 @@
 #include <cstddef>
 
 #include "device/device.hpp"
+#include "device/interface.hpp"
 #include "device/units.hpp"
 
 namespace spillway {
@@ -35,13 +36,8 @@ inline void check_request_size(std::size_t bytes, const char* who) {
 }
 }  // namespace detail
 
-class device_memory_resource {
+class device_memory_resource : public abstract_interface {
  public:
-  virtual ~device_memory_resource() = default;
-  device_memory_resource() = default;
-  device_memory_resource(const device_memory_resource&) = delete;
-  device_memory_resource& operator=(const device_memory_resource&) = delete;
-
   /// At least `bytes` bytes of device memory valid on stream `s`; see the contract above.
   [[nodiscard]] void* allocate(std::size_t bytes, stream s) {
     detail::check_request_size(bytes, name());
@@ -53,7 +49,7 @@ class device_memory_resource {
     if (ptr != nullptr) do_deallocate(ptr, bytes, s);
   }
 
-  /// A short name for messages ("device", "caching allocator", "limit adaptor", ...).
+  /// A short name for messages ("device", "arena allocator", "limit adaptor", ...).
   [[nodiscard]] virtual const char* name() const noexcept = 0;
 
  private:

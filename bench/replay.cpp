@@ -95,16 +95,17 @@ result_row replay_one(const trace& t, const lifetime_report& rep, const hw_profi
   const auto b = compute_bounds(t, rep, hw, row.budget);
   row.lower_bound_ms = b.lower_bound_seconds * 1e3;
   row.ideal_ms = b.ideal_seconds * 1e3;
-  // As the Session does: plan a little under the budget, lowered until the packed layout of the
-  // plan's allocations fits (offload/fit_plan.hpp), and plan again with more room while the
-  // plan does not fit in practice.
-  double headroom = 1.0 / 32;
+  // As the Session does (Note [Headroom] in allocator/device_budget.hpp): plan under the budget
+  // by the packing margin, lowered until the packed layout of the plan's allocations fits
+  // (offload/fit_plan.hpp), and plan again with the margin doubled while the plan does not fit in
+  // practice.
+  int margin_doublings = 0;
   plan p;
   device_layout layout;
   sim_result sim;
   auto make = [&] {
-    auto fitted = fit_plan(*planner, t, rep, hw, row.budget, headroom, {}, arena_allocator::granule);
-    const std::uint64_t plan_budget = fitted.plan_budget;
+    auto fitted = fit_plan(*planner, t, rep, hw, device_budget(row.budget), margin_doublings, {});
+    const std::uint64_t plan_budget = fitted.p.budget_bytes;
     p = std::move(fitted.p);
     layout = std::move(fitted.layout);
     sim = simulate(t, p, hw);
@@ -147,8 +148,9 @@ result_row replay_one(const trace& t, const lifetime_report& rep, const hw_profi
         for (auto id : dies_after[k]) ex.release(id);
       }
       const auto st = ex.end_iteration();
-      if (it == 0 && st.on_demand_evictions > 0 && headroom < 0.25 && warmups < 4) {
-        headroom = std::min(0.25, headroom * 2);
+      if (it == 0 && st.on_demand_evictions > 0 && margin_doublings < device_budget::max_margin_doublings &&
+          warmups < 4) {
+        ++margin_doublings;
         ++warmups;
         make();
         ex.follow(&t, &p, &layout);

@@ -18,10 +18,10 @@ std::optional<op_index> latest_issue(const std::vector<op_index>& ops, double at
 
 }  // namespace
 
-plan_timing timing_from_simulation(const trace& t, const plan& p, const hw_profile& hw) {
+plan_timing timing_from_simulation(const trace& t, const lifetime_report& r, const plan& p, const hw_profile& hw) {
   sim_options so;
   so.record_timeline = true;
-  const auto sim = simulate(t, p, hw, so);
+  const auto sim = simulate(t, r, p, hw, so);
   const std::size_t n = t.ops.size();
   plan_timing out;
   out.op_start.assign(n, 0);
@@ -56,27 +56,26 @@ plan_timing timing_from_simulation(const trace& t, const plan& p, const hw_profi
 }
 
 fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r, const hw_profile& hw,
-                     std::uint64_t device_budget, double headroom, std::span<const std::int64_t> release_points,
-                     std::size_t granule, int tries) {
+                     const device_budget& budget, int margin_doublings, std::span<const std::int64_t> release_points,
+                     int tries) {
   const auto least = r.min_budget_bytes;
+  const std::uint64_t device_budget = budget.bytes();
   constexpr double near_miss = 1.05;             // within 5% of the budget
   constexpr std::size_t shake_work = 150'000;  // blocks x shaken orders per near miss
   auto attempt = [&](std::uint64_t b) {
     fitted_plan f;
     f.p = pl.make_plan(t, r, hw, b);
-    f.plan_budget = b;
-    const auto timing = timing_from_simulation(t, f.p, hw);
-    f.layout = make_layout(t, f.p, release_points, granule, &timing);
+    const auto timing = timing_from_simulation(t, r, f.p, hw);
+    f.layout = make_layout(t, f.p, release_points, &timing);
     // A near miss: shaken orders (Note [Shaken orders]) often pack a few percent tighter.
     if (f.layout.extent > device_budget && static_cast<double>(f.layout.extent) <= near_miss * static_cast<double>(device_budget)) {
       const std::size_t shaken = std::clamp<std::size_t>(shake_work / std::max<std::size_t>(1, f.layout.blocks), 8, 200);
-      f.layout = make_layout(t, f.p, release_points, granule, &timing, shaken);
+      f.layout = make_layout(t, f.p, release_points, &timing, shaken);
     }
-    f.layout_extent = f.layout.extent;
-    f.fits = f.layout_extent <= device_budget;
+    f.fits = budget.admits(0, f.layout.extent);
     return f;
   };
-  std::uint64_t hi = device_budget - static_cast<std::uint64_t>(std::clamp(headroom, 0.0, 1.0) * static_cast<double>(device_budget));
+  std::uint64_t hi = budget.planning_bytes(margin_doublings);
   if (hi < least) hi = std::min(device_budget, least);
   fitted_plan top = attempt(hi);
   if (top.fits || hi <= least || tries <= 0) return top;

@@ -1,13 +1,15 @@
 // fit_plan: a plan whose device allocations, packed ahead (prefetch/layout.hpp), fit the budget.
 // The executor places allocations at the packed addresses when the packing fits, so a run that
 // follows the plan never meets a fragmented arena; packing needs some room above the plan's own
-// peak, so the plan is made for a budget lowered by what the packing overshoots.
+// peak, so the plan is made under the budget by the packing margin of Note [Headroom]
+// (allocator/device_budget.hpp), and lower while the packing still overshoots.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "allocator/device_budget.hpp"
 #include "offload/lifetime.hpp"
 #include "offload/planner.hpp"
 #include "offload/profile.hpp"
@@ -16,24 +18,24 @@
 namespace spillway::offload {
 
 struct fitted_plan {
-  plan p;
+  plan p;                         ///< made for p.budget_bytes, the planning budget
   device_layout layout;           ///< the packing, timed by the simulator (timing_from_simulation)
-  std::uint64_t plan_budget = 0;  ///< the budget the planner was given
-  std::size_t layout_extent = 0;  ///< bytes the packed layout spans
-  bool fits = false;              ///< layout_extent <= the device budget
+  bool fits = false;              ///< layout.extent is within the device budget
 };
 
-/// Plans `t` for `device_budget` less `headroom` (a share of it); when the packed layout of that
-/// plan does not fit `device_budget`, searches (bisection, `tries` plans at most, never below the
-/// least any plan needs) for about the highest planning budget whose packing fits. A packing
-/// that misses the budget by at most 5% is tried again with shaken orders (Note [Shaken orders]
-/// in prefetch/layout.hpp). `release_points` and `granule` as make_layout takes them.
+/// Plans `t` (analyzed as `r`, once: every attempt reuses it) for `budget`'s planning bytes after
+/// `margin_doublings` (Note [Headroom]); when the packed layout of that plan does not fit
+/// `budget`, searches (bisection, `tries` plans at most, never below the least any plan needs)
+/// for about the highest planning budget whose packing fits. A packing that misses the budget by
+/// at most 5% is tried again with shaken orders (Note [Shaken orders] in prefetch/layout.hpp).
+/// `release_points` as make_layout takes them (the executor's release_points()).
 [[nodiscard]] fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r, const hw_profile& hw,
-                                   std::uint64_t device_budget, double headroom,
-                                   std::span<const std::int64_t> release_points, std::size_t granule, int tries = 6);
+                                   const device_budget& budget, int margin_doublings,
+                                   std::span<const std::int64_t> release_points, int tries = 6);
 
-/// When `p`'s ops run and its copies start and end, in the simulator's timeline of `p` on `hw`,
-/// for make_layout.
-[[nodiscard]] plan_timing timing_from_simulation(const trace& t, const plan& p, const hw_profile& hw);
+/// When `p`'s ops run and its copies start and end, in the simulator's timeline of `p` on `hw`
+/// (`r` is t's analysis), for make_layout.
+[[nodiscard]] plan_timing timing_from_simulation(const trace& t, const lifetime_report& r, const plan& p,
+                                                 const hw_profile& hw);
 
 }  // namespace spillway::offload

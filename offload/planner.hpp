@@ -26,9 +26,11 @@ struct planner_options {
   /// When lms knobs are not given, lms tries a small grid and keeps the fastest plan that fits
   /// (as TFLMS users tune by hand). Set false to use the defaults 1 / 1 / 1 untuned.
   bool lms_autotune = true;
-  /// auto: fractions of (budget - least budget) held back while choosing what to evict, so
-  /// prefetches have room to start early; each is simulated and the fastest feasible kept.
-  std::vector<double> auto_headrooms = {0.0, 0.05, 0.15, 0.3};
+  /// auto: the sweep's eviction limits, each as the fraction of (budget - least budget) the
+  /// sweep keeps free while choosing what to evict, so prefetches have room to start early; each
+  /// is simulated and the fastest feasible kept. A search over plans within the budget, not
+  /// headroom (Note [Headroom] in allocator/device_budget.hpp).
+  std::vector<double> auto_sweep_reserves = {0.0, 0.05, 0.15, 0.3};
   /// auto: how much the sweep shuns evicting a value whose copy out could not finish before
   /// its memory is needed (0: not at all); one sweep per weight and headroom.
   std::vector<double> auto_late_weights = {0.0, 4.0, 16.0};
@@ -60,5 +62,22 @@ std::vector<std::string> planner_names();
 
 /// Throws config_error when `budget` is below the largest single-op working set.
 void check_budget(const trace& t, const lifetime_report& r, std::uint64_t budget);
+
+namespace detail {
+/// The shape of a planner that reads its knobs from planner_options (lms, auto): a name and
+/// the options, kept for do_make_plan.
+class optioned_planner : public planner {
+ public:
+  optioned_planner(std::string name, const planner_options& options) : name_(std::move(name)), options_(options) {}
+  [[nodiscard]] std::string name() const override { return name_; }
+
+ protected:
+  [[nodiscard]] const planner_options& options() const noexcept { return options_; }
+
+ private:
+  std::string name_;
+  planner_options options_;
+};
+}  // namespace detail
 
 }  // namespace spillway::offload

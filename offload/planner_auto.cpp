@@ -28,7 +28,7 @@ namespace spillway::offload::detail {
 // had time to run is preferred.
 // Prefetch placement: intervals are taken in order of use; each prefetch moves back from its
 // use while every op in between keeps resident bytes within the budget (earliest issue that
-// memory allows). The sweep runs below the budget by a headroom so prefetches have room to
+// memory allows). The sweep runs below the budget by a reserve so prefetches have room to
 // move.
 // Over the boundary: a value written in the iteration and read by the next one (optimizer
 // state, weights) that leaves the device starts the iteration in a tier, so its D2H runs after
@@ -38,7 +38,7 @@ namespace spillway::offload::detail {
 // leaves the D2H engine idle (its activations are still being made). It costs memory from its
 // last use to the end; keep_over_boundary takes the latest-written values first, up to a
 // share of their bytes, where memory allows.
-// Search: the simulator is the judge. Stage 1 runs one sweep per headroom
+// Search: the simulator is the judge. Stage 1 runs one sweep per sweep reserve
 // and late weight (identical sweeps once); stage 2 takes the two fastest and tries each share
 // kept over the boundary. The fastest feasible plan wins. Every candidate is planned and
 // simulated in time linear-logarithmic in the trace (range_max for the placement passes).
@@ -317,10 +317,9 @@ void assign_tiers(const trace& t, const lifetime_report& r, std::vector<off_inte
     if (to_nvme[iv.x]) iv.where = tier::nvme;
 }
 
-class auto_planner final : public planner {
+class auto_planner final : public optioned_planner {
  public:
-  explicit auto_planner(const planner_options& o) : opt_(o) {}
-  std::string name() const override { return "auto"; }
+  explicit auto_planner(const planner_options& o) : optioned_planner("auto", o) {}
 
  private:
   plan do_make_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) const override {
@@ -335,7 +334,7 @@ class auto_planner final : public planner {
       best.offer(std::move(p), s);
       return s;
     };
-    // Stage 1: one sweep per headroom and late weight (Note [auto], search).
+    // Stage 1: one sweep per sweep reserve and late weight (Note [auto], search).
     struct swept {
       std::vector<off_interval> ivs;
       bool ok;
@@ -344,9 +343,9 @@ class auto_planner final : public planner {
     std::vector<swept> tried;
     sweep sw(t, r, hw);
     const double room = static_cast<double>(budget - r.min_budget_bytes);
-    for (double h : opt_.auto_headrooms) {
-      const auto limit = r.min_budget_bytes + static_cast<std::uint64_t>(room * (1.0 - std::clamp(h, 0.0, 1.0)));
-      for (double w : opt_.auto_late_weights) {
+    for (double reserve : options().auto_sweep_reserves) {
+      const auto limit = r.min_budget_bytes + static_cast<std::uint64_t>(room * (1.0 - std::clamp(reserve, 0.0, 1.0)));
+      for (double w : options().auto_late_weights) {
         auto ivs = sw.run(limit, w);
         if (std::any_of(tried.begin(), tried.end(), [&](const swept& s) { return s.ivs == ivs; })) continue;
         const auto s = attempt(ivs, 0);
@@ -358,12 +357,10 @@ class auto_planner final : public planner {
       return a.ok != b.ok ? a.ok : a.seconds < b.seconds;
     });
     for (std::size_t i = 0; i < std::min<std::size_t>(tried.size(), 2); ++i)
-      for (double keep : opt_.auto_keep_shares)
+      for (double keep : options().auto_keep_shares)
         if (keep > 0) (void)attempt(tried[i].ivs, keep);
     return best.take();
   }
-
-  planner_options opt_;
 };
 
 }  // namespace

@@ -39,15 +39,15 @@ std::vector<off_interval> lms_intervals(const trace& t, const lifetime_report& r
   return out;
 }
 
-class lms_planner final : public planner {
+class lms_planner final : public optioned_planner {
  public:
-  explicit lms_planner(const planner_options& o) : opt_(o) {}
-  std::string name() const override { return "lms"; }
+  explicit lms_planner(const planner_options& o) : optioned_planner("lms", o) {}
 
  private:
   plan do_make_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) const override {
-    lms_knobs fixed{opt_.swapout_threshold.value_or(1), opt_.swapin_ahead.value_or(1), opt_.swapin_groupby.value_or(1)};
-    const bool tune = opt_.lms_autotune && !opt_.swapout_threshold && !opt_.swapin_ahead && !opt_.swapin_groupby;
+    const auto& o = options();
+    lms_knobs fixed{o.swapout_threshold.value_or(1), o.swapin_ahead.value_or(1), o.swapin_groupby.value_or(1)};
+    const bool tune = o.lms_autotune && !o.swapout_threshold && !o.swapin_ahead && !o.swapin_groupby;
     if (!tune) return build_plan(t, r, lms_intervals(t, r, fixed), "lms", budget);
     // Largest threshold whose resident bytes fit (fewest swaps), then the best swap-in distance.
     const auto n = static_cast<std::uint32_t>(t.ops.size());
@@ -73,8 +73,6 @@ class lms_planner final : public planner {
     }
     return best.take();
   }
-
-  planner_options opt_;
 };
 
 }  // namespace

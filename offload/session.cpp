@@ -1,5 +1,5 @@
-// Session: the swap-policy header's implementation. Owns the device, the caching allocator,
-// the tiers and the executor; records iteration 1, plans, and follows the plan afterwards.
+// Session: the swap-policy header's implementation. Owns the device, the arena over the device
+// budget, the tiers and the executor; records iteration 1, plans, and follows the plan afterwards.
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -7,7 +7,7 @@
 #include <exception>
 #include <unordered_map>
 
-#include "allocator/arena_allocator.hpp"
+#include "allocator/device_budget.hpp"
 #include "allocator/device_resource.hpp"
 #include "allocator/pinned_host_pool.hpp"
 #include "device/error.hpp"
@@ -38,7 +38,7 @@ namespace {
 // grows the tier when it happens. A full disk is thus an error when the plan is made, not in
 // the middle of an iteration. A non-zero nvme.reserve is reserved at start and is all there is;
 // the planner is given exactly that.
-constexpr std::uint64_t initial_nvme_reserve = std::uint64_t{64} << 20;
+constexpr std::uint64_t initial_nvme_reserve = std::uint64_t{16} << 20;
 
 /// Bytes the plan may keep on the NVMe tier at once, as the tier with options `o` stores them.
 std::uint64_t nvme_bytes_of(const plan& p, const trace& t, const nvme_options& o) {
@@ -115,22 +115,11 @@ class session_impl {
     o.d2h_bytes_per_second = cfg.link_gbps * 1e9;
     dev = make_device(cfg.backend, o);
     if (hooks.wrap_device) dev = hooks.wrap_device(std::move(dev));
-    const std::uint64_t total = dev->properties().total_memory;
-    if (cfg.device_budget > total) {
-      throw config_error("device budget " + format_bytes(cfg.device_budget) + " is larger than the device's " +
-                         format_bytes(total) + " (" + dev->properties().name + "); give at most " + format_bytes(total));
-    }
-    // No budget given: what the device has free now, less a share for what works beside the
-    // Session (library workspaces, the CUDA context's own growth, other Sessions). On the cpu
-    // backend the device is the Session's own and all of it is free.
-    budget = cfg.device_budget;
-    if (budget == 0) {
-      const std::uint64_t free = dev->free_memory();
-      budget = dev->properties().backend == backend::cpu ? free : free - free / 16;
-      budget = budget / arena_allocator::granule * arena_allocator::granule;
-    }
+    // The config's budget, or the device's free memory (Note [Headroom] in device_budget.hpp).
+    const auto budget = cfg.device_budget != 0 ? device_budget(cfg.device_budget) : device_budget::of_free_memory(*dev);
+    budget.check_fits(*dev);
     executor_stack_options so;
-    so.device_budget = budget;
+    so.device_budget = budget.bytes();
     so.host_budget = cfg.host_budget;
     so.timeline = !cfg.chrome_trace.empty();
     if (!cfg.nvme.directories.empty()) {
@@ -160,14 +149,17 @@ class session_impl {
   }
 
   tensor_id add_tensor(std::string name, std::uint64_t bytes, tensor_kind kind) {
-    SPILLWAY_EXPECTS_T(config_error, bytes > 0, "tensor \"" + name + "\" has 0 bytes");
-    SPILLWAY_EXPECTS_T(config_error, bytes <= max_size_bytes, "tensor \"" + name + "\" is larger than 1 PiB");
+    if (bytes == 0) throw config_error("tensor \"" + name + "\" has 0 bytes; give it at least 1");
+    if (bytes > max_size_bytes)
+      throw config_error("tensor \"" + name + "\" has " + std::to_string(bytes) + " bytes; at most 1 PiB is possible");
     auto it = by_name.find(name);
     if (it != by_name.end()) {
       auto& d = tensors[it->second];
       if (d.bytes == bytes && d.kind == kind) return it->second;
-      SPILLWAY_EXPECTS_T(config_error, !is_persistent(kind) && !is_persistent(d.kind),
-                         "persistent tensor \"" + name + "\" registered twice");
+      if (is_persistent(kind) || is_persistent(d.kind))
+        throw config_error("persistent tensor \"" + name + "\" registered twice (" + format_bytes(d.bytes) + " " +
+                           std::string(to_string(d.kind)) + ", then " + format_bytes(bytes) + " " +
+                           std::string(to_string(kind)) + "); give each tensor its own name");
     }
     const auto id = static_cast<tensor_id>(tensors.size());
     tensors.push_back(tensor_desc{name, bytes, kind});
@@ -177,11 +169,11 @@ class session_impl {
   }
 
   void check_handle(tensor_handle t) const {
-    SPILLWAY_EXPECTS_T(config_error, t.id < tensors.size(), "unknown tensor handle " + std::to_string(t.id));
+    SPILLWAY_EXPECTS_T(usage_error, t.id < tensors.size(), "unknown tensor handle " + std::to_string(t.id));
   }
 
   void begin_iteration() {
-    SPILLWAY_EXPECTS_T(config_error, !in_iteration, "begin_iteration() called twice without end_iteration()");
+    SPILLWAY_EXPECTS_T(usage_error, !in_iteration, "begin_iteration() called twice without end_iteration()");
     in_iteration = true;
     following = have_plan;
     exec->set_timing(!have_plan);
@@ -192,8 +184,8 @@ class session_impl {
 
   std::uint32_t begin_op(std::string_view name, std::span<const tensor_handle> reads,
                          std::span<const tensor_handle> writes, double flops) {
-    SPILLWAY_EXPECTS_T(config_error, in_iteration, "op \"" + std::string(name) + "\" outside begin_iteration()/end_iteration()");
-    SPILLWAY_EXPECTS_T(config_error, !op_open, "op \"" + std::string(name) + "\" started inside another op's scope");
+    SPILLWAY_EXPECTS_T(usage_error, in_iteration, "op \"" + std::string(name) + "\" outside begin_iteration()/end_iteration()");
+    SPILLWAY_EXPECTS_T(usage_error, !op_open, "op \"" + std::string(name) + "\" started inside another op's scope");
     op_desc d;
     d.name = std::string(name);
     d.flops = flops;
@@ -225,14 +217,32 @@ class session_impl {
     return p.name == d.name && p.reads == d.reads && p.writes == d.writes;
   }
 
+  /// Session::set_device_budget: checked first, so a refused budget changes nothing.
+  void set_device_budget(std::uint64_t bytes) {
+    SPILLWAY_EXPECTS_T(usage_error, !in_iteration,
+                       "set_device_budget(" + format_bytes(bytes) + ") inside an iteration; call it after end_iteration()");
+    const device_budget budget(bytes);
+    budget.check_fits(*dev);
+    if (bytes < least) {
+      throw config_error("set_device_budget: " + format_bytes(bytes) + " (" + std::to_string(bytes) +
+                         " B) is below the least the recorded iteration needs: " + format_bytes(least) + " (" +
+                         std::to_string(least) + " B, its largest single op's working set); give at least that");
+    }
+    stack->set_device_budget(budget);  // every tensor leaves for its tier; the arena is reserved again
+    if (have_plan) {
+      margin_doublings = 0;
+      plan_trace(std::move(planned));
+    }
+  }
+
   void end_op(std::uint32_t k) {
     op_open = false;
     exec->end_op(k);
   }
 
   iteration_report end_iteration() {
-    SPILLWAY_EXPECTS_T(config_error, in_iteration, "end_iteration() without begin_iteration()");
-    SPILLWAY_EXPECTS_T(config_error, !op_open, "end_iteration() inside an op's scope");
+    SPILLWAY_EXPECTS_T(usage_error, in_iteration, "end_iteration() without begin_iteration()");
+    SPILLWAY_EXPECTS_T(usage_error, !op_open, "end_iteration() inside an op's scope");
     in_iteration = false;
     if (following && ops.size() != planned.ops.size()) following = false;
     const bool followed = following;
@@ -253,10 +263,10 @@ class session_impl {
     history.push_back(r);
     if (!followed && !io_failure) {
       replan(st);
-    } else if (followed && r.on_demand_evictions > 0 && headroom < max_headroom) {
-      // The plan did not fit in practice (the arena's rounding and fragmentation take more than
-      // the headroom left for them): plan the same trace again with more room.
-      headroom = std::min(max_headroom, headroom * 2);
+    } else if (followed && r.on_demand_evictions > 0 && margin_doublings < device_budget::max_margin_doublings) {
+      // The plan did not fit in practice (packing and rounding took more than the margin left
+      // for them): plan the same trace again with the margin doubled (Note [Headroom]).
+      ++margin_doublings;
       plan_trace(std::move(planned));
     }
     if (io_failure) std::rethrow_exception(io_failure);
@@ -270,7 +280,7 @@ class session_impl {
     if (st.op_ms.size() == t.ops.size()) {
       for (std::size_t k = 0; k < t.ops.size(); ++k) t.ops[k].measured_seconds = st.op_ms[k] / 1000.0;
     }
-    headroom = initial_headroom;
+    margin_doublings = 0;
     plan_trace(std::move(t));
   }
 
@@ -279,7 +289,7 @@ class session_impl {
     const auto report = offload::analyze(t);
     offload::hw_profile hw;
     hw.name = std::string(to_string(dev->properties().backend)) + " (measured)";
-    hw.device_bytes = budget;
+    hw.device_bytes = stack->budget().bytes();
     hw.compute_flops_per_s = 1e12;
     hw.hbm_bytes_per_s = 1e11;
     hw.h2d_bytes_per_s = link.first;
@@ -296,11 +306,11 @@ class session_impl {
     if (cfg.lms_swapin_ahead) po.swapin_ahead = static_cast<std::uint32_t>(cfg.lms_swapin_ahead);
     if (cfg.lms_swapin_groupby) po.swapin_groupby = static_cast<std::uint32_t>(cfg.lms_swapin_groupby);
     auto p = offload::make_planner(planner_name(cfg), po);
-    // Plan a little under the budget (the headroom) and lower still until the packed layout of
-    // the plan's allocations fits; the executor's on-demand path covers what the plan misses.
-    auto fitted = offload::fit_plan(*p, t, report, hw, budget, headroom, exec->release_points(), arena_allocator::granule);
+    // Plan under the budget by the packing margin (Note [Headroom]) and lower still until the
+    // packed layout of the plan's allocations fits; the executor's on-demand path covers what the
+    // plan misses.
+    auto fitted = offload::fit_plan(*p, t, report, hw, stack->budget(), margin_doublings, exec->release_points());
     current = std::move(fitted.p);
-    current_layout = std::move(fitted.layout);
     current.validate(t);
     if (stack->nvme() != nullptr && cfg.nvme.reserve == 0)  // Note [Sizing the NVMe tier]
       stack->nvme()->reserve(nvme_bytes_of(current, t, stack->nvme()->options()));
@@ -309,28 +319,27 @@ class session_impl {
     least = 0;
     for (const auto& op : planned.ops) least = std::max(least, placed_bytes(op));
     have_plan = true;
-    exec->follow(&planned, &current, &current_layout);
+    exec->follow(&planned, &current, &fitted.layout);  // the executor keeps a copy of the layout
   }
 
-  /// Device memory an op's tensors take once placed: each rounded up to the arena's 512-byte
-  /// granule. The least budget that can run the op.
+  /// Device memory an op's tensors take once placed (device_budget::placed). The least budget
+  /// that can run the op.
   std::uint64_t placed_bytes(const op_desc& op) const {
     std::vector<tensor_id> ids = op.reads;
     ids.insert(ids.end(), op.writes.begin(), op.writes.end());
     std::sort(ids.begin(), ids.end());
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     std::uint64_t sum = 0;
-    for (auto id : ids) sum += (tensors[id].bytes + arena_allocator::granule - 1) / arena_allocator::granule * arena_allocator::granule;
+    for (auto id : ids) sum += device_budget::placed(tensors[id].bytes);
     return sum;
   }
 
   void write_chrome_trace(const std::string& path) const {
-    offload::write_session_chrome_trace(path, exec->timeline(), exec->memory_timeline(), budget);
+    offload::write_session_chrome_trace(path, exec->timeline(), exec->memory_timeline(), stack->budget().bytes());
   }
 
   session_config cfg;
   std::unique_ptr<Device> dev;
-  std::uint64_t budget = 0;
   std::pair<double, double> link{0, 0};
   std::unique_ptr<executor_stack> stack;
   executor* exec = nullptr;
@@ -340,16 +349,13 @@ class session_impl {
   std::vector<op_desc> ops;  // this iteration's, as recorded
   trace planned;             // the trace the plan in force was made from
   plan current;
-  device_layout current_layout;  // where the executor places current's allocations
   bool have_plan = false;
   bool following = false;
   bool in_iteration = false;
   bool op_open = false;
   std::uint64_t footprint = 0;
   std::uint64_t least = 0;
-  static constexpr double initial_headroom = 1.0 / 32;
-  static constexpr double max_headroom = 0.25;
-  double headroom = initial_headroom;  // share of the budget the plan leaves to the allocator
+  int margin_doublings = 0;  // of the packing margin the plan in force was made with (Note [Headroom])
   std::vector<iteration_report> history;
   std::chrono::steady_clock::time_point iteration_start;
 };
@@ -363,22 +369,24 @@ Session::~Session() = default;
 
 Device& Session::device() { return *impl_->dev; }
 const session_config& Session::config() const noexcept { return impl_->cfg; }
-std::uint64_t Session::device_budget() const noexcept { return impl_->budget; }
+std::uint64_t Session::device_budget() const noexcept { return impl_->stack->budget().bytes(); }
+
+void Session::set_device_budget(std::uint64_t bytes) { impl_->set_device_budget(bytes); }
 
 tensor_handle Session::add_persistent(std::string name, std::uint64_t bytes, tensor_kind kind, const void* initial) {
-  SPILLWAY_EXPECTS_T(config_error, is_persistent(kind),
-                     "add_persistent(\"" + name + "\"): kind " + std::string(to_string(kind)) +
-                         " is transient; use add_transient");
+  if (!is_persistent(kind))
+    throw config_error("add_persistent(\"" + name + "\"): kind " + std::string(to_string(kind)) +
+                       " is transient; give a parameter, gradient or optimizer state kind, or use add_transient");
   const auto id = impl_->add_tensor(std::move(name), bytes, kind);
   impl_->exec->upload(id, initial);
   return tensor_handle{id};
 }
 
 tensor_handle Session::add_transient(std::string name, std::uint64_t bytes, tensor_kind kind) {
-  SPILLWAY_EXPECTS_T(config_error, !is_persistent(kind),
-                     "add_transient(\"" + name + "\"): kind " + std::string(to_string(kind)) +
-                         " is persistent; use add_persistent");
-  SPILLWAY_EXPECTS_T(config_error, impl_->in_iteration, "add_transient(\"" + name + "\") outside an iteration");
+  if (is_persistent(kind))
+    throw config_error("add_transient(\"" + name + "\"): kind " + std::string(to_string(kind)) +
+                       " is persistent; give an activation or workspace kind, or use add_persistent");
+  SPILLWAY_EXPECTS_T(usage_error, impl_->in_iteration, "add_transient(\"" + name + "\") outside an iteration");
   return tensor_handle{impl_->add_tensor(std::move(name), bytes, kind)};
 }
 
@@ -390,10 +398,10 @@ void Session::release(tensor_handle t) {
 void Session::read(tensor_handle t, void* host, std::uint64_t bytes) {
   impl_->check_handle(t);
   const auto& d = impl_->tensors[t.id];
-  SPILLWAY_EXPECTS_T(config_error, bytes == d.bytes,
+  SPILLWAY_EXPECTS_T(usage_error, bytes == d.bytes,
                      "read(\"" + d.name + "\"): asked for " + std::to_string(bytes) + " bytes; it has " +
                          std::to_string(d.bytes));
-  SPILLWAY_EXPECTS_T(config_error, !impl_->op_open, "read(\"" + d.name + "\") inside an op's scope");
+  SPILLWAY_EXPECTS_T(usage_error, !impl_->op_open, "read(\"" + d.name + "\") inside an op's scope");
   impl_->exec->read(t.id, host);
 }
 
@@ -432,11 +440,16 @@ void* Session::op_scope::raw_ptr(tensor_handle t) const {
   const auto& d = s_->ops.at(index_);
   const bool named = std::find(d.reads.begin(), d.reads.end(), t.id) != d.reads.end() ||
                      std::find(d.writes.begin(), d.writes.end(), t.id) != d.writes.end();
-  SPILLWAY_EXPECTS_T(config_error, named,
+  SPILLWAY_EXPECTS_T(usage_error, named,
                      "op \"" + d.name + "\" asked for the pointer of tensor " +
                          (t.id < s_->tensors.size() ? "\"" + s_->tensors[t.id].name + "\"" : std::to_string(t.id)) +
                          ", which it does not name in its reads or writes");
   return s_->exec->device_ptr(t.id);
+}
+
+void* Session::op_scope::workspace(std::uint64_t bytes) const {
+  SPILLWAY_EXPECTS_T(usage_error, s_ != nullptr, "workspace() of an op scope that was moved from");
+  return s_->exec->scratch(bytes);
 }
 
 const std::vector<iteration_report>& Session::history() const noexcept { return impl_->history; }

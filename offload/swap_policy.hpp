@@ -29,6 +29,8 @@
 #include <vector>
 
 #include "device/device.hpp"
+#include "device/error.hpp"  // the exception kinds a Session throws (config_error, usage_error, ...)
+#include "device/units.hpp"  // parse_size, format_bytes: sizes as the settings write them
 #include "offload/session_config.hpp"
 #include "prefetch/iteration_counters.hpp"
 #include "prefetch/plan.hpp"
@@ -75,8 +77,17 @@ class Session {
 
   [[nodiscard]] Device& device();
   [[nodiscard]] const session_config& config() const noexcept;
-  /// The device budget in force (the config's, or the device's memory when it gave none).
+  /// The device budget in force (the config's, or the device's free memory when it gave none,
+  /// or the last set_device_budget's): every device byte the Session holds, tensors and op
+  /// workspaces together. The room kept around it is Note [Headroom] in allocator/device_budget.hpp.
   [[nodiscard]] std::uint64_t device_budget() const noexcept;
+  /// Changes the device budget between iterations (after end_iteration, before begin_iteration):
+  /// every tensor leaves the device for its tier, the device memory is reserved again for `bytes`,
+  /// and the recorded trace, if any, is planned again for it, so the next iteration follows the
+  /// new plan. A budget of 0, above the device's memory, or below least_budget_bytes() is a
+  /// config_error that names it and what would fit, and changes nothing; inside an iteration it is
+  /// a usage_error. Results do not change with the budget (only where the bytes wait).
+  void set_device_budget(std::uint64_t bytes);
 
   /// A tensor that lives across iterations (parameter, gradient, optimizer state). Its initial
   /// contents are copied from `initial` (`bytes` bytes), or are zero when it is null.
@@ -113,6 +124,13 @@ class Session {
     }
     [[nodiscard]] spillway::stream stream() const noexcept;
     [[nodiscard]] Device& device() const noexcept;
+    /// `bytes` of device scratch for this op (a library's workspace, a kernel's temporary), valid
+    /// on stream() until the scope ends, when it is freed in stream order. It counts in the device
+    /// budget like a tensor: room is made by evicting tensors this op does not name, and when the
+    /// op's own tensors and scratch exceed the budget it is an out_of_memory. The plan does not
+    /// foresee it; scratch an op needs every iteration is better a transient tensor of kind
+    /// workspace, which the planner counts.
+    [[nodiscard]] void* workspace(std::uint64_t bytes) const;
 
    private:
     friend class Session;

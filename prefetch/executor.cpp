@@ -70,9 +70,9 @@ struct executor::stamp {
   bool start = false;  // sets item->start_us, else item->end_us
 };
 
-executor::executor(Device& device, device_memory_resource& memory, tensor_backing& backing, executor_options options)
+executor::executor(Device& device, arena_allocator& arena, tensor_backing& backing, executor_options options)
     : device_(&device),
-      memory_(&memory),
+      arena_(&arena),
       backing_(&backing),
       options_(options),
       compute_(device, stream_priority::normal),
@@ -80,9 +80,7 @@ executor::executor(Device& device, device_memory_resource& memory, tensor_backin
       d2h_(device, stream_priority::low),
       op_done_(device),
       origin_(std::chrono::steady_clock::now()) {
-  arena_ = dynamic_cast<arena_allocator*>(memory_);
-  SPILLWAY_EXPECTS_T(config_error, options_.device_budget > 0, "executor: the device budget must be > 0 bytes");
-  SPILLWAY_EXPECTS_T(config_error, options_.spill_tier != tier::device, "executor: the spill tier must be host or nvme");
+  if (options_.spill_tier == tier::device) throw config_error("executor: the spill tier must be host or nvme, not device");
   if (options_.timeline) backing_->keep_io_spans(true);
 }
 
@@ -93,16 +91,20 @@ executor::~executor() {
   } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor reports nothing
   }
   for (auto& t : tensors_) {
-    if (t && t->dev != nullptr) memory_->deallocate(t->dev, t->desc.bytes, stream{});
+    if (t && t->dev != nullptr) arena_->deallocate(t->dev, t->desc.bytes, stream{});
   }
-  if (options_.forget_stream) {
-    for (stream s : {compute_.get(), h2d_.get(), d2h_.get()}) options_.forget_stream(s);
+  for (auto& [p, bytes] : scratch_) arena_->deallocate(p, bytes, stream{});
+  for (stream s : {compute_.get(), h2d_.get(), d2h_.get()}) {
+    try {
+      arena_->forget_stream(s);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor reports nothing
+    }
   }
 }
 
 executor::tensor_state& executor::state(tensor_id id) {
-  SPILLWAY_EXPECTS(id < tensors_.size() && tensors_[id] && tensors_[id]->defined,
-                   "executor: tensor " + std::to_string(id) + " was never defined");
+  SPILLWAY_EXPECTS_T(usage_error, id < tensors_.size() && tensors_[id] && tensors_[id]->defined,
+                     "executor: tensor " + std::to_string(id) + " was never defined");
   return *tensors_[id];
 }
 
@@ -117,7 +119,7 @@ void executor::define(tensor_id id, const tensor_desc& desc) {
     slot->released = false;
     return;
   }
-  SPILLWAY_EXPECTS_T(config_error, desc.bytes > 0, "executor: tensor \"" + desc.name + "\" has 0 bytes");
+  if (desc.bytes == 0) throw config_error("executor: tensor \"" + desc.name + "\" has 0 bytes; give it at least 1");
   slot = std::make_unique<tensor_state>();
   slot->desc = desc;
   slot->defined = true;
@@ -140,8 +142,8 @@ void executor::read(tensor_id id, void* host) {
     device_->synchronize_stream(compute_);
     return;
   }
-  SPILLWAY_EXPECTS_T(config_error, st.tier_current,
-                     "executor: tensor \"" + st.desc.name + "\" has no value yet (no op wrote it)");
+  SPILLWAY_EXPECTS_T(usage_error, st.tier_current,
+                     "executor: read of tensor \"" + st.desc.name + "\", which has no value yet (no op wrote it)");
   if (st.pending_save.valid()) st.pending_save.wait();
   backing_->get(id, st.desc.name, host, st.desc.bytes);
 }
@@ -274,8 +276,7 @@ bool executor::evict_one(std::uint64_t /*needed*/) {
 void* executor::allocate_for(tensor_id id, stream s, bool may_evict) {
   auto& st = state(id);
   const std::uint64_t bytes = st.desc.bytes;
-  bool waited = false;
-  if (layout_ && in_use_ + bytes <= options_.device_budget) {
+  if (layout_ && budget().admits(in_use_, bytes)) {
     const auto at = layout_->offset(id, alloc_slot_);
     if (void* p = at ? arena_->try_allocate_at(*at, bytes, s) : nullptr) {
       in_use_ += bytes;
@@ -284,10 +285,18 @@ void* executor::allocate_for(tensor_id id, stream s, bool may_evict) {
     }
     ++stats_.layout_misses;  // no address planned here, or it is taken: the run left the plan
   }
+  return allocate_bytes(bytes, s, may_evict, &st);
+}
+
+// Best fit within the budget for tensor `for_tensor` (one of the op's own) or, when null, for the
+// op's scratch; with `may_evict`, evicts (farthest next use first) and waits for the copy streams
+// until it fits, and throws out_of_memory only when the op's own tensors and scratch fill it.
+void* executor::allocate_bytes(std::uint64_t bytes, stream s, bool may_evict, const tensor_state* for_tensor) {
+  bool waited = false;
   for (;;) {
-    if (in_use_ + bytes <= options_.device_budget) {
+    if (budget().admits(in_use_, bytes)) {
       try {
-        void* p = memory_->allocate(bytes, s);
+        void* p = arena_->allocate(bytes, s);
         in_use_ += bytes;
         note_memory();
         return p;
@@ -300,9 +309,7 @@ void* executor::allocate_for(tensor_id id, stream s, bool may_evict) {
     if (evict_one(bytes)) continue;
     if (!waited) {
       const auto t0 = std::chrono::steady_clock::now();
-      device_->synchronize_stream(d2h_);
-      device_->synchronize_stream(compute_);
-      device_->synchronize_stream(h2d_);
+      synchronize_streams();
       host_stall_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       waited = true;
       continue;
@@ -312,19 +319,28 @@ void* executor::allocate_for(tensor_id id, stream s, bool may_evict) {
     own.erase(std::unique(own.begin(), own.end()), own.end());
     std::uint64_t pinned_bytes = 0;
     for (auto t : own) pinned_bytes += tensors_[t]->desc.bytes;
-    throw out_of_memory("executor: op " + std::to_string(current_op_) + " needs tensor \"" + st.desc.name + "\" (" +
-                        format_bytes(bytes) + ") but " + format_bytes(in_use_) + " of the " +
-                        format_bytes(options_.device_budget) + " budget is held by this op's own tensors (" +
-                        format_bytes(pinned_bytes) + " in all, this one included) or cannot be reused; raise the "
-                        "device budget to at least " + format_bytes(pinned_bytes));
+    for (const auto& sc : scratch_) pinned_bytes += sc.second;
+    if (for_tensor == nullptr) pinned_bytes += bytes;  // a tensor of the op is among pinned_ already
+    const std::string what = for_tensor != nullptr ? "tensor \"" + for_tensor->desc.name + "\"" : std::string("scratch");
+    throw out_of_memory("executor: op " + std::to_string(current_op_) + " needs " + what + " (" + format_bytes(bytes) +
+                        ") but " + format_bytes(in_use_) + " of the " + format_bytes(budget().bytes()) +
+                        " budget is held by this op's own tensors and scratch (" + format_bytes(pinned_bytes) +
+                        " in all, this one included) or cannot be reused; raise the device budget to at least " +
+                        format_bytes(pinned_bytes));
   }
+}
+
+void executor::synchronize_streams() {
+  device_->synchronize_stream(d2h_);
+  device_->synchronize_stream(compute_);
+  device_->synchronize_stream(h2d_);
 }
 
 bool executor::fetch(tensor_id id, bool on_demand) {
   auto& st = state(id);
   if (st.dev != nullptr) return true;
   if (!st.tier_current) {
-    throw config_error("executor: op " + std::to_string(current_op_) + " reads tensor \"" + st.desc.name +
+    throw usage_error("executor: op " + std::to_string(current_op_) + " reads tensor \"" + st.desc.name +
                        "\", which holds no value: no op wrote it yet, or the recorded trace overwrites it before "
                        "reading it again and its old value was dropped (this iteration departs from the trace)");
   }
@@ -358,7 +374,11 @@ void executor::drop_device(tensor_id id) {
     wait_landed(compute_, st);  // the load lands before the memory is reused
     st.ready_pending = false;
   }
-  memory_->deallocate(st.dev, st.desc.bytes, compute_);
+  free_device(st, compute_);
+}
+
+void executor::free_device(tensor_state& st, stream s) {
+  arena_->deallocate(st.dev, st.desc.bytes, s);
   in_use_ -= st.desc.bytes;
   st.dev = nullptr;
   st.dev_valid = false;
@@ -388,11 +408,7 @@ void executor::evict(tensor_id id, tier to, bool on_demand) {
   st.pending_save = backing_->save(id, st.desc.name, st.dev, st.desc.bytes, to, d2h_);
   stamp_end(d2h_, item);
   st.tier_current = true;
-  memory_->deallocate(st.dev, st.desc.bytes, d2h_);
-  in_use_ -= st.desc.bytes;
-  st.dev = nullptr;
-  st.dev_valid = false;
-  note_memory();
+  free_device(st, d2h_);
 }
 
 void executor::check_loads(std::span<const tensor_id> ids) {
@@ -417,7 +433,7 @@ void executor::check_loads(std::span<const tensor_id> ids) {
 }
 
 void executor::begin_iteration() {
-  SPILLWAY_EXPECTS(!in_iteration_, "executor: begin_iteration twice without end_iteration");
+  SPILLWAY_EXPECTS_T(usage_error, !in_iteration_, "executor: begin_iteration twice without end_iteration");
   in_iteration_ = true;
   const bool new_plan = next_plan_ != plan_ || next_trace_ != trace_ || follow_pending_;
   follow_pending_ = false;
@@ -469,7 +485,7 @@ void executor::begin_iteration() {
     for (tensor_id id = 0; id < tensors_.size() && id < plan_->initial_tier.size(); ++id) {
       auto& t = tensors_[id];
       if (!t || !is_persistent(t->desc.kind) || plan_->initial_tier[id] != tier::device || t->dev != nullptr) continue;
-      if (!t->tier_current || in_use_ + t->desc.bytes > options_.device_budget) continue;
+      if (!t->tier_current || !budget().admits(in_use_, t->desc.bytes)) continue;
       fetch(id, false);
     }
   }
@@ -479,10 +495,10 @@ void executor::adopt_layout() {
   layout_.reset();
   std::optional<device_layout> given = std::move(next_layout_);
   next_layout_.reset();
-  if (arena_ == nullptr || plan_ == nullptr || trace_ == nullptr) return;
-  auto l = given ? std::move(*given) : make_layout(*trace_, *plan_, released_after_, arena_allocator::granule);
+  if (plan_ == nullptr || trace_ == nullptr) return;
+  auto l = given ? std::move(*given) : make_layout(*trace_, *plan_, released_after_);
 
-  if (l.extent > options_.device_budget || l.extent > arena_->capacity()) return;  // best fit, as without a plan
+  if (!budget().admits(0, l.extent) || l.extent > arena_->capacity()) return;  // best fit, as without a plan
   layout_ = std::move(l);
   // What is on the device now sits where best fit put it. A tensor not at the address the
   // layout starts it at leaves (a copy-out if its tier copy is stale) and comes back there.
@@ -496,7 +512,8 @@ void executor::adopt_layout() {
 
 void executor::begin_op(op_index k, std::span<const tensor_id> reads, std::span<const tensor_id> writes,
                         const std::string& name) {
-  SPILLWAY_EXPECTS(in_iteration_, "executor: an op outside begin_iteration/end_iteration");
+  SPILLWAY_EXPECTS_T(usage_error, in_iteration_, "executor: an op outside begin_iteration/end_iteration");
+  SPILLWAY_EXPECTS_T(usage_error, !op_open_, "executor: begin_op inside another op (end_op first)");
   current_op_ = k;
   ++clock_;
   pinned_.assign(reads.begin(), reads.end());
@@ -505,7 +522,8 @@ void executor::begin_op(op_index k, std::span<const tensor_id> reads, std::span<
   for (auto id : pinned_) {
     auto& st = state(id);
     st.last_used = clock_;
-    if (st.released) throw config_error("executor: op \"" + name + "\" uses tensor \"" + st.desc.name + "\" after release()");
+    SPILLWAY_EXPECTS_T(usage_error, !st.released,
+                       "executor: op \"" + name + "\" uses tensor \"" + st.desc.name + "\" after release()");
   }
 
   // The plan's prefetches for this op (and later ones). Never evict for them: a prefetch that
@@ -516,7 +534,7 @@ void executor::begin_op(op_index k, std::span<const tensor_id> reads, std::span<
       if (p.tensor >= tensors_.size() || !tensors_[p.tensor]) continue;
       auto& st = *tensors_[p.tensor];
       if (st.dev != nullptr || !st.tier_current || st.released) continue;
-      if (in_use_ + st.desc.bytes > options_.device_budget || !fetch(p.tensor, false)) ++stats_.prefetches_deferred;
+      if (!budget().admits(in_use_, st.desc.bytes) || !fetch(p.tensor, false)) ++stats_.prefetches_deferred;
     }
   }
 
@@ -553,6 +571,31 @@ void executor::begin_op(op_index k, std::span<const tensor_id> reads, std::span<
   }
   if (p != nullptr) p->end = mark_time(compute_);
   open_op_ = (options_.timeline || timing_) ? stamp_start(compute_, timeline_item::track::compute, name) : nullptr;
+  op_open_ = true;
+}
+
+void* executor::scratch(std::uint64_t bytes) {
+  SPILLWAY_EXPECTS_T(usage_error, op_open_, "executor: scratch of " + format_bytes(bytes) + " outside an op");
+  if (bytes == 0) throw config_error("executor: scratch of 0 bytes; ask for at least 1");
+  // Ordered on compute after the op's waits, like the op's own work; freed there when it ends.
+  void* p = allocate_bytes(bytes, compute_, /*may_evict=*/true, nullptr);
+  scratch_.emplace_back(p, bytes);
+  return p;
+}
+
+void executor::leave_device() {
+  SPILLWAY_EXPECTS_T(usage_error, !in_iteration_, "executor: leave_device() inside an iteration");
+  for (tensor_id id = 0; id < tensors_.size(); ++id) {
+    auto& t = tensors_[id];
+    if (!t || t->dev == nullptr) continue;
+    const bool planned = plan_ != nullptr && id < plan_->initial_tier.size() && plan_->initial_tier[id] != tier::device;
+    evict(id, planned ? plan_->initial_tier[id] : options_.spill_tier, false);
+  }
+  synchronize_streams();
+  backing_->drain();
+  rethrow_move_errors();
+  for (auto& t : tensors_)
+    if (t) t->ready_pending = false;
 }
 
 void executor::place_op_tensors(std::span<const tensor_id> reads, std::span<const tensor_id> writes) {
@@ -572,11 +615,8 @@ void executor::defragment() {
   pinned_.clear();
   for (tensor_id id = 0; id < tensors_.size(); ++id)
     if (tensors_[id] && tensors_[id]->dev != nullptr) evict(id, options_.spill_tier, /*on_demand=*/true);
-  device_->synchronize_stream(compute_);
-  device_->synchronize_stream(h2d_);
-  device_->synchronize_stream(d2h_);
+  synchronize_streams();
   backing_->drain();
-  if (options_.release_cached) options_.release_cached();
   pinned_ = keep;
   host_stall_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -586,6 +626,13 @@ void executor::end_op(op_index k) {
   if (open_op_ != nullptr) op_items_.push_back(open_op_);
   open_op_ = nullptr;
   op_done_current_ = false;  // the op's work is enqueued: op_done_ no longer covers it
+  op_open_ = false;
+  for (auto& [p, bytes] : scratch_) {  // after the op's work, in compute's order
+    arena_->deallocate(p, bytes, compute_);
+    in_use_ -= bytes;
+  }
+  if (!scratch_.empty()) note_memory();
+  scratch_.clear();
   // What the op wrote is now only on the device: its tier copy, if any, is stale.
   for (auto id : writes_) {
     auto& st = state(id);
@@ -617,7 +664,7 @@ void executor::end_op(op_index k) {
 
 void executor::release(tensor_id id) {
   auto& st = state(id);
-  SPILLWAY_EXPECTS_T(config_error, !is_persistent(st.desc.kind),
+  SPILLWAY_EXPECTS_T(usage_error, !is_persistent(st.desc.kind),
                      "executor: release() of persistent tensor \"" + st.desc.name + "\"; only transients are released");
   drop_device(id);
   if (in_iteration_) {
@@ -644,7 +691,8 @@ void executor::rethrow_move_errors() {
 }
 
 executor_stats executor::end_iteration() {
-  SPILLWAY_EXPECTS(in_iteration_, "executor: end_iteration without begin_iteration");
+  SPILLWAY_EXPECTS_T(usage_error, in_iteration_, "executor: end_iteration without begin_iteration");
+  SPILLWAY_EXPECTS_T(usage_error, !op_open_, "executor: end_iteration inside an op (end_op first)");
   for (tensor_id id = 0; id < tensors_.size(); ++id) {
     auto& t = tensors_[id];
     if (t && !is_persistent(t->desc.kind) && !t->released && (t->dev != nullptr || t->tier_current)) release(id);
@@ -657,9 +705,7 @@ executor_stats executor::end_iteration() {
     }
   }
   in_iteration_ = false;
-  device_->synchronize_stream(compute_);
-  device_->synchronize_stream(h2d_);
-  device_->synchronize_stream(d2h_);
+  synchronize_streams();
   backing_->drain();
   for (auto& t : tensors_)
     if (t) t->ready_pending = false;
@@ -699,9 +745,10 @@ executor_stats executor::end_iteration() {
 }
 
 void* executor::device_ptr(tensor_id id) const {
-  SPILLWAY_EXPECTS(id < tensors_.size() && tensors_[id], "executor: unknown tensor");
+  SPILLWAY_EXPECTS_T(usage_error, id < tensors_.size() && tensors_[id], "executor: unknown tensor " + std::to_string(id));
   const auto& st = *tensors_[id];
-  SPILLWAY_EXPECTS(st.dev != nullptr, "executor: tensor \"" + st.desc.name + "\" is not resident outside its op");
+  SPILLWAY_EXPECTS_T(usage_error, st.dev != nullptr,
+                     "executor: tensor \"" + st.desc.name + "\" is not resident outside its op");
   return st.dev;
 }
 

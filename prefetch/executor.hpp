@@ -10,7 +10,6 @@
 
 #include <chrono>
 #include <deque>
-#include <functional>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -19,7 +18,6 @@
 #include <vector>
 
 #include "allocator/arena_allocator.hpp"
-#include "allocator/memory_resource.hpp"
 #include "device/device.hpp"
 #include "prefetch/iteration_counters.hpp"
 #include "prefetch/layout.hpp"
@@ -32,18 +30,10 @@
 namespace spillway {
 
 struct executor_options {
-  /// Device bytes the executor may hold at once (allocations through the memory resource).
-  std::uint64_t device_budget = 0;
   /// Tier for on-demand evictions when a plan does not say.
   tier spill_tier = tier::host;
   /// Record op and copy timestamps for a timeline (two timing events per item of work).
   bool timeline = false;
-  /// Hands cached device memory back (the caching allocator's empty_cache); called when an op's
-  /// own tensors cannot be placed for fragmentation, after everything else has left.
-  std::function<void()> release_cached;
-  /// Tells the memory resource that one of the executor's streams is going away (the caching
-  /// allocator's forget_stream); called for each of them when the executor is destroyed.
-  std::function<void(stream)> forget_stream;
 };
 
 /// One item of the timeline: an op on the compute track or a copy on a copy track.
@@ -64,7 +54,9 @@ struct executor_stats : iteration_counters {
 
 class executor {
  public:
-  executor(Device& device, device_memory_resource& memory, tensor_backing& backing, executor_options options);
+  /// Places tensors and scratch in `arena` and keeps them within its budget (device_budget.hpp);
+  /// the arena's budget is the executor's. `arena` and `backing` must outlive the executor.
+  executor(Device& device, arena_allocator& arena, tensor_backing& backing, executor_options options);
   ~executor();
   executor(const executor&) = delete;
   executor& operator=(const executor&) = delete;
@@ -102,6 +94,16 @@ class executor {
   /// Stop following the plan for the rest of this iteration (the ops departed from the trace).
   void abandon_plan() noexcept { plan_ = nullptr; }
 
+  /// `bytes` of device memory for the current op (between begin_op and end_op), on the compute
+  /// stream, freed there when the op ends: scratch counted in the budget like a tensor, making
+  /// room by evicting tensors the op does not use. Outside an op it is a usage_error.
+  [[nodiscard]] void* scratch(std::uint64_t bytes);
+  /// Between iterations: every tensor leaves the device for its tier (a copy out where the tier's
+  /// copy is stale), and the executor waits until the arena holds nothing. For a change of budget.
+  void leave_device();
+  /// The budget the executor keeps within: its arena's.
+  [[nodiscard]] const device_budget& budget() const noexcept { return arena_->budget(); }
+
   [[nodiscard]] void* device_ptr(tensor_id id) const;
   [[nodiscard]] stream compute_stream() const noexcept { return compute_.get(); }
   [[nodiscard]] Device& device() const noexcept { return *device_; }
@@ -117,6 +119,9 @@ class executor {
   tensor_state& state(tensor_id id);
   bool fetch(tensor_id id, bool on_demand);
   void* allocate_for(tensor_id id, stream s, bool may_evict);
+  void* allocate_bytes(std::uint64_t bytes, stream s, bool may_evict, const tensor_state* for_tensor);
+  void free_device(tensor_state& st, stream s);  // gives st's device memory back, freed on s
+  void synchronize_streams();                    // waits for compute, h2d and d2h
   void place_op_tensors(std::span<const tensor_id> reads, std::span<const tensor_id> writes);
   void defragment();
   bool evict_one(std::uint64_t needed);
@@ -138,7 +143,7 @@ class executor {
   void adopt_layout();
 
   Device* device_;
-  device_memory_resource* memory_;
+  arena_allocator* arena_;
   tensor_backing* backing_;
   executor_options options_;
   owned_stream compute_;
@@ -154,7 +159,6 @@ class executor {
   const plan* next_plan_ = nullptr;
   const trace* next_trace_ = nullptr;
   std::vector<std::vector<op_index>> uses_;  // per tensor, the ops (of trace_) that touch it
-  arena_allocator* arena_ = nullptr;         // memory_, when it can place at chosen addresses
   std::optional<device_layout> layout_;      // for plan_, when it fits the arena and the budget
   std::optional<device_layout> next_layout_; // given with next_plan_
   bool follow_pending_ = false;              // follow() since the last begin_iteration
@@ -165,6 +169,8 @@ class executor {
   std::uint64_t clock_ = 0;  // op counter across iterations, for LRU while recording
   std::vector<tensor_id> pinned_;  // the current op's tensors: never evicted while it runs
   std::vector<tensor_id> writes_;  // the current op's written tensors
+  std::vector<std::pair<void*, std::uint64_t>> scratch_;  // the current op's scratch
+  bool op_open_ = false;           // between begin_op and end_op
   timeline_item* open_op_ = nullptr;
   std::vector<timeline_item*> op_items_;  // this iteration's ops, in order, for op_ms
   std::uint64_t in_use_ = 0;

@@ -7,7 +7,7 @@
 #include <iterator>
 #include <random>
 
-#include "device/units.hpp"
+#include "allocator/device_budget.hpp"
 
 namespace spillway {
 namespace {
@@ -48,9 +48,8 @@ std::uint64_t key_of(tensor_id id, std::uint32_t slot) { return (static_cast<std
 // op, the op's own tensors, evictions and releases after it, the boundary at both ends.
 class residency {
  public:
-  residency(const trace& t, const plan& p, std::span<const std::int64_t> release_after, std::size_t granule,
-            const plan_timing* timing)
-      : t_(t), p_(p), granule_(granule), timing_(timing), open_(t.tensors.size(), -1), tier_current_(t.tensors.size(), 0),
+  residency(const trace& t, const plan& p, std::span<const std::int64_t> release_after, const plan_timing* timing)
+      : t_(t), p_(p), timing_(timing), open_(t.tensors.size(), -1), tier_current_(t.tensors.size(), 0),
         released_(t.tensors.size(), 0), releases_(t.ops.size()), uses_(t.tensors.size()) {
     for (op_index k = 0; k < t.ops.size(); ++k) {
       for (auto x : t.ops[k].reads) uses_[x].push_back({k, true});
@@ -140,7 +139,7 @@ class residency {
   void open(tensor_id x, std::uint32_t from, std::uint32_t key, double at) {
     block b;
     b.id = x;
-    b.bytes = round_up(t_.tensors[x].bytes, granule_);
+    b.bytes = device_budget::placed(t_.tensors[x].bytes);
     b.spans[0] = {from, from};
     b.keys[0] = key;
     if (timing_ != nullptr) {
@@ -177,7 +176,6 @@ class residency {
 
   const trace& t_;
   const plan& p_;
-  std::size_t granule_;
   const plan_timing* timing_;
   std::vector<std::int64_t> open_;  // index of x's open block, -1 when not resident
   std::vector<char> tier_current_, released_;
@@ -194,10 +192,10 @@ std::optional<std::size_t> device_layout::offset(tensor_id id, std::uint32_t slo
   return it->second;
 }
 
-device_layout make_layout(const trace& t, const plan& p, std::span<const std::int64_t> release_after, std::size_t granule,
+device_layout make_layout(const trace& t, const plan& p, std::span<const std::int64_t> release_after,
                           const plan_timing* timing, std::size_t shaken_orders) {
   constexpr double shake_spreads[] = {0.05, 0.1, 0.2, 0.4};
-  auto blocks = residency(t, p, release_after, granule, timing).run();
+  auto blocks = residency(t, p, release_after, timing).run();
   device_layout out;
   out.blocks = blocks.size();
   const std::uint32_t end = layout_slot::end(t.ops.size());

@@ -47,7 +47,7 @@ struct layout_slot {
 /// wraps around the iteration boundary.
 struct layout_block {
   tensor_id id = 0;
-  std::size_t bytes = 0;   ///< rounded to the granule
+  std::size_t bytes = 0;   ///< as placed (device_budget::placed)
   std::size_t offset = 0;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> spans;
 };
@@ -78,12 +78,11 @@ struct plan_timing {
 };
 
 /// Packs the allocations of one iteration of `t` following `p`. `release_after[x]`, where set
-/// (>= 0), is the op after which the program released transient x (else its last use); `granule`
-/// rounds every block as the allocator does; `timing`, where given, adds the device-time rule;
-/// `shaken_orders` more packings follow the fixed orders (Note [Shaken orders]).
+/// (>= 0), is the op after which the program released transient x (else its last use); every
+/// block is rounded as the budget places it (device_budget::placed); `timing`, where given, adds
+/// the device-time rule; `shaken_orders` more packings follow the fixed orders (Note [Shaken orders]).
 [[nodiscard]] device_layout make_layout(const trace& t, const plan& p, std::span<const std::int64_t> release_after,
-                                        std::size_t granule, const plan_timing* timing = nullptr,
-                                        std::size_t shaken_orders = 0);
+                                        const plan_timing* timing = nullptr, std::size_t shaken_orders = 0);
 
 // Note [Shaken orders]
 // Greedy packing is sensitive to the order in which blocks are placed, and for plans that fill

@@ -211,7 +211,7 @@ TEST(Planners, LowerBoundHoldsForEveryFeasiblePlan) {
     lms.swapin_groupby = static_cast<std::uint32_t>(uni(0, 4));
     variants.push_back({"lms", lms});
     planner_options au;
-    au.auto_headrooms = {uni(0, 1)};
+    au.auto_sweep_reserves = {uni(0, 1)};
     variants.push_back({"auto", au});
     for (const auto& [name, opt] : variants) {
       SCOPED_TRACE(name + " iteration " + std::to_string(iter) + " budget " + std::to_string(budget));
@@ -303,7 +303,7 @@ TEST(Planners, LowerBoundHoldsForRandomPlans) {
     double best = std::numeric_limits<double>::infinity();
     for (int k = 0; k < 170; ++k) {
       planner_options o;  // auto with random knobs: plans near the best ones
-      o.auto_headrooms = {std::uniform_real_distribution<double>(0, 1)(rng)};
+      o.auto_sweep_reserves = {std::uniform_real_distribution<double>(0, 1)(rng)};
       o.auto_late_weights = {std::uniform_real_distribution<double>(0, 20)(rng)};
       o.auto_keep_shares = {std::uniform_real_distribution<double>(0, 1)(rng)};
       const auto p = k < 150 ? random_plan(t, rep, budget, rng) : make_planner("auto", o)->make_plan(t, rep, hw, budget);

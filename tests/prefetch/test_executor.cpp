@@ -164,7 +164,7 @@ TEST(Executor, ReadBeforeWriteOfATransientIsRefused) {
   r.exec->define(1, tensor_desc{"out", 4096, tensor_kind::activation});
   r.exec->begin_iteration();
   const std::vector<tensor_id> reads = {0}, writes = {1};
-  EXPECT_THROW(r.exec->begin_op(0, reads, writes, "reads garbage"), config_error);
+  EXPECT_THROW(r.exec->begin_op(0, reads, writes, "reads garbage"), usage_error);
 }
 
 namespace {
@@ -290,4 +290,91 @@ TEST(Executor, APlanThroughTheNvmeTierUsesNoHostFunction) {
   r.exec->read(m.p0, back.data());
   EXPECT_TRUE(holds(back.data(), m.n, m.p0_value)) << "p0 lost an update on its way through NVMe";
   r.dev->synchronize();
+}
+
+// Misuse of the executor's API is a usage_error; a tensor of 0 bytes is bad input.
+TEST(Executor, MisuseIsAUsageError) {
+  rig r(1_MiB, 0);
+  EXPECT_THROW(r.exec->define(0, tensor_desc{"empty", 0, tensor_kind::activation}), config_error);
+  r.exec->define(0, tensor_desc{"w", 4096, tensor_kind::parameter});
+  r.exec->upload(0, nullptr);
+  const std::vector<tensor_id> reads = {0}, none;
+  EXPECT_THROW(r.exec->begin_op(0, reads, none, "early"), usage_error);
+  EXPECT_THROW((void)r.exec->end_iteration(), usage_error);
+  EXPECT_THROW(r.exec->release(0), usage_error) << "a persistent tensor was released";
+  EXPECT_THROW((void)r.exec->device_ptr(7), usage_error);
+  r.exec->begin_iteration();
+  EXPECT_THROW(r.exec->begin_iteration(), usage_error);
+  EXPECT_THROW((void)r.exec->scratch(512), usage_error) << "scratch outside an op";
+  EXPECT_THROW(r.exec->leave_device(), usage_error) << "leave_device inside an iteration";
+  r.exec->begin_op(0, reads, none, "op");
+  EXPECT_THROW(r.exec->begin_op(1, reads, none, "nested"), usage_error);
+  r.exec->end_op(0);
+  (void)r.exec->end_iteration();
+}
+
+// Scratch is counted with the op's tensors while the op runs and is gone when it ends; when the
+// op's tensors and scratch exceed the budget, the error says how much budget would do.
+TEST(Executor, ScratchCountsInTheBudgetUntilTheOpEnds) {
+  rig r(256_KiB, 0);
+  r.exec->define(0, tensor_desc{"w", 96_KiB, tensor_kind::parameter});
+  r.exec->define(1, tensor_desc{"v", 96_KiB, tensor_kind::parameter});
+  r.exec->upload(0, nullptr);
+  r.exec->upload(1, nullptr);
+  const std::vector<tensor_id> w = {0}, v = {1}, none;
+  r.exec->begin_iteration();
+  r.exec->begin_op(0, w, none, "first");
+  void* s = r.exec->scratch(128_KiB);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(r.exec->device_bytes_in_use(), 224_KiB);
+  r.exec->end_op(0);
+  EXPECT_EQ(r.exec->device_bytes_in_use(), 96_KiB) << "scratch outlived its op";
+  r.exec->begin_op(1, v, none, "second");  // w may stay: 192 KiB in use
+  (void)r.exec->scratch(96_KiB);           // w leaves to make room
+  EXPECT_EQ(r.exec->device_bytes_in_use(), 192_KiB);
+  try {
+    (void)r.exec->scratch(128_KiB);
+    FAIL() << "scratch past the budget was given";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("at least 320.00 KiB"), std::string::npos) << e.what();
+  }
+  r.exec->end_op(1);
+  const auto st = r.exec->end_iteration();
+  EXPECT_LE(st.peak_device_bytes, 256_KiB);
+  EXPECT_EQ(st.on_demand_evictions, 1u);
+}
+
+// leave_device and a new budget through the stack: every tensor leaves for its tier with its
+// value, the arena is reserved again, and the next iteration runs within the new budget.
+TEST(Executor, NewBudgetBetweenIterationsKeepsEveryValue) {
+  rig r(1_MiB, 0);
+  std::vector<unsigned char> a(96_KiB, 0x3c), back(96_KiB, 0);
+  r.exec->define(0, tensor_desc{"a", a.size(), tensor_kind::parameter});
+  r.exec->define(1, tensor_desc{"b", a.size(), tensor_kind::parameter});
+  r.exec->upload(0, a.data());
+  r.exec->upload(1, nullptr);
+  const std::vector<tensor_id> reads = {0}, writes = {1};
+  auto iterate = [&] {
+    r.exec->begin_iteration();
+    r.exec->begin_op(0, reads, writes, "copy");
+    auto* src = static_cast<unsigned char*>(r.exec->device_ptr(0));
+    auto* dst = static_cast<unsigned char*>(r.exec->device_ptr(1));
+    r.dev->launch_kernel(r.exec->compute_stream(), [src, dst] { for (std::size_t i = 0; i < 96_KiB; ++i) dst[i] = src[i] + 1; });
+    r.exec->end_op(0);
+    return r.exec->end_iteration();
+  };
+  (void)iterate();
+  ASSERT_GT(r.exec->device_bytes_in_use(), 0u) << "nothing stayed on the device to leave";
+  r.stack->set_device_budget(device_budget(200_KiB));
+  EXPECT_EQ(r.exec->device_bytes_in_use(), 0u);
+  EXPECT_EQ(r.exec->budget().bytes(), 200_KiB);
+  EXPECT_EQ(r.stack->memory().capacity(), 200_KiB);
+  r.exec->read(1, back.data());
+  EXPECT_EQ(back[0], 0x3d) << "b's value was lost leaving the device";
+  EXPECT_THROW(r.stack->set_device_budget(device_budget(128_MiB)), config_error);
+  EXPECT_EQ(r.exec->budget().bytes(), 200_KiB);
+  const auto st = iterate();
+  EXPECT_LE(st.peak_device_bytes, 200_KiB);
+  r.exec->read(1, back.data());
+  EXPECT_EQ(back[95_KiB], 0x3d);
 }

@@ -82,7 +82,7 @@ TEST(Layout, TensorsApartInTimeShareAnAddressAndAResidentParameterWraps) {
   t.add_op("op3", {b}, {w});
   t.validate();
   plan p = plan::empty_for(t, "test", 16 * g);
-  const auto l = make_layout(t, p, {}, g);
+  const auto l = make_layout(t, p, {});
   expect_disjoint(l);
   ASSERT_EQ(l.placed.size(), 4u);
   EXPECT_EQ(l.extent, 9 * g);     // w (3) beside a or b (4) beside c (2)
@@ -110,7 +110,7 @@ TEST(Layout, TimedLayoutKeepsBytesBusyUntilTheirCopyOutEnds) {
   p.steps[1].prefetches.push_back({b, tier::host, 1});
   p.steps[2].prefetches.push_back({a, tier::host, 2});
 
-  const auto untimed = make_layout(t, p, {}, g);
+  const auto untimed = make_layout(t, p, {});
   expect_disjoint(untimed);
   EXPECT_EQ(*untimed.offset(a, layout_slot::place(0)), *untimed.offset(b, layout_slot::prefetch(1)))
       << "apart in the executor's order, the two can share bytes";
@@ -122,7 +122,7 @@ TEST(Layout, TimedLayoutKeepsBytesBusyUntilTheirCopyOutEnds) {
   timing.save_end[plan_timing::key(a, 0)] = 5.0;   // a's copy out ends late...
   timing.load_start[plan_timing::key(b, 1)] = 1.0;  // ...after b's copy in has started
   timing.load_start[plan_timing::key(a, 2)] = 5.0;
-  const auto timed = make_layout(t, p, {}, g, &timing);
+  const auto timed = make_layout(t, p, {}, &timing);
   expect_disjoint(timed);
   EXPECT_NE(*timed.offset(a, layout_slot::place(0)), *timed.offset(b, layout_slot::prefetch(1)))
       << "b's copy in would wait for a's copy out";
@@ -144,7 +144,7 @@ TEST(Layout, RandomPlansPackDisjointlyAndTheExecutorFindsEveryAddressFree) {
     std::uint64_t budget = rep.min_budget_bytes + static_cast<std::uint64_t>(f * static_cast<double>(rep.peak_live_bytes - rep.min_budget_bytes));
     if (policy == "none") budget = rep.peak_live_bytes;
     const auto p = offload::make_planner(policy)->make_plan(t, rep, hw, budget);
-    const auto l = make_layout(t, p, {}, g);
+    const auto l = make_layout(t, p, {});
     expect_disjoint(l);
     if (HasFatalFailure()) return;
 
@@ -193,13 +193,13 @@ TEST(Layout, ShakenOrdersNeverPackLooserAndPackTheSameEveryTime) {
     const double f = std::uniform_real_distribution<double>(0.0, 0.5)(rng);
     const std::uint64_t budget = rep.min_budget_bytes + static_cast<std::uint64_t>(f * static_cast<double>(rep.peak_live_bytes - rep.min_budget_bytes));
     const auto p = offload::make_planner(round % 2 == 0 ? "auto" : "lms")->make_plan(t, rep, hw, budget);
-    const auto fixed = make_layout(t, p, {}, g);
-    const auto shaken = make_layout(t, p, {}, g, nullptr, 20);
+    const auto fixed = make_layout(t, p, {});
+    const auto shaken = make_layout(t, p, {}, nullptr, 20);
     expect_disjoint(shaken);
     if (HasFatalFailure()) return;
     EXPECT_LE(shaken.extent, fixed.extent) << "round " << round;
     tighter += shaken.extent < fixed.extent;
-    const auto again = make_layout(t, p, {}, g, nullptr, 20);
+    const auto again = make_layout(t, p, {}, nullptr, 20);
     EXPECT_EQ(again.extent, shaken.extent);
     EXPECT_EQ(again.offsets, shaken.offsets) << "round " << round << ": the same plan packed two ways";
   }

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -97,11 +98,15 @@ struct run_result {
   std::uint64_t least = 0;
   bool planned_later = false;
   std::uint64_t moved = 0;  // bytes copied device <-> host over the planned iterations
+  int over_budget = 0;      // iterations whose peak passed the budget in force
   std::vector<iteration_report> reports;
 };
 
+/// Called before each iteration (1-based) with the Session, e.g. to change its budget.
+using between_iterations = std::function<void(Session&, int iteration)>;
+
 /// Runs `iterations` iterations of `m`; each op's host work checks its inputs and tags its outputs.
-run_result run(const random_model& m, session_config cfg, int iterations) {
+run_result run(const random_model& m, session_config cfg, int iterations, const between_iterations& before = {}) {
   Session s(cfg);
   std::vector<tensor_handle> h(m.tensors.size());
   std::vector<std::uint64_t> last_tag(m.tensors.size(), 0);
@@ -115,6 +120,7 @@ run_result run(const random_model& m, session_config cfg, int iterations) {
   auto bad = std::make_shared<std::atomic<int>>(0);
   run_result out;
   for (int it = 1; it <= iterations; ++it) {
+    if (before) before(s, it);
     s.begin_iteration();
     for (std::size_t k = 0; k < m.ops.size(); ++k) {
       const auto& o = m.ops[k];
@@ -144,6 +150,7 @@ run_result run(const random_model& m, session_config cfg, int iterations) {
       for (int t : o.releases) s.release(h[t]);
     }
     const auto r = s.end_iteration();
+    if (r.peak_device_bytes > s.device_budget()) ++out.over_budget;
     out.reports.push_back(r);
     out.peak = std::max(out.peak, r.peak_device_bytes);
     if (it > 1) out.planned_later = out.planned_later || r.planned;
@@ -367,4 +374,174 @@ TEST(SessionNvme, FailedWriteKeepsTheBytesOnTheHostAndSaysWhich) {
   std::vector<unsigned char> back(a0.size());
   s.read(a, back.data(), back.size());
   EXPECT_EQ(back, want) << "the changed tensor was lost";
+}
+
+// set_device_budget between iterations, property style: random models, the first iteration at
+// the whole device, then random budgets between the least and the footprint, lower and higher in
+// turn. Data is never stale or lost, no iteration passes the budget in force, and the iteration
+// after each change follows a plan made for the new budget.
+TEST(Session, SetDeviceBudgetBetweenIterationsReplansAndKeepsDataAndBudget) {
+  spillway::testing::watchdog dog("SetDeviceBudgetBetweenIterationsReplansAndKeepsDataAndBudget", std::chrono::seconds(240));
+  std::mt19937 rng(4242);
+  for (int trial = 0; trial < 4; ++trial) {
+    const auto m = make_model(rng, 4 + static_cast<int>(rng() % 6), 20 + static_cast<int>(rng() % 30));
+    for (const char* policy : {"lms", "auto"}) {
+      std::vector<std::uint64_t> set;  // the budget set before iteration i + 2
+      const auto r = run(m, base_config(policy, 0), 5, [&](Session& s, int it) {
+        if (it == 1) return;
+        const std::uint64_t lo = s.least_budget_bytes(), hi = s.footprint_bytes() + 64_KiB;
+        ASSERT_GT(lo, 0u);
+        std::uniform_real_distribution<double> frac(0.0, 1.0);
+        const auto b = it == 2 ? lo : lo + static_cast<std::uint64_t>(frac(rng) * static_cast<double>(hi - lo));
+        s.set_device_budget(b);
+        EXPECT_EQ(s.device_budget(), b);
+        ASSERT_NE(s.current_plan(), nullptr);
+        EXPECT_LE(s.current_plan()->budget_bytes, b) << "the plan was not made for the new budget";
+        set.push_back(b);
+      });
+      SCOPED_TRACE(std::string(policy) + " trial " + std::to_string(trial));
+      EXPECT_EQ(r.bad_reads, 0) << "stale or lost data";
+      EXPECT_EQ(r.over_budget, 0) << "an iteration passed the budget in force";
+      ASSERT_EQ(set.size(), 4u);
+      for (std::size_t i = 0; i < set.size(); ++i) {
+        EXPECT_TRUE(r.reports[i + 1].planned) << "iteration " << i + 2;
+        EXPECT_LE(r.reports[i + 1].peak_device_bytes, set[i]);
+      }
+    }
+  }
+}
+
+// A budget that cannot work is refused, names the value and what would fit, and changes nothing;
+// inside an iteration the call itself is a misuse.
+TEST(Session, SetDeviceBudgetRefusesWhatCannotWork) {
+  Session s(base_config("auto", 0));
+  auto w = s.add_persistent("w", 256_KiB, tensor_kind::parameter);
+  auto one_iteration = [&](const std::function<void()>& inside = {}) {
+    s.begin_iteration();
+    auto y = s.add_transient("y", 128_KiB);
+    { auto op = s.op("fc.forward", {w}, {y}); }
+    if (inside) inside();
+    s.release(y);
+    (void)s.end_iteration();
+  };
+  one_iteration();
+  const std::uint64_t least = s.least_budget_bytes();
+  ASSERT_EQ(least, 384_KiB);
+  const std::uint64_t before = s.device_budget();
+  try {
+    s.set_device_budget(least - 512);
+    FAIL() << "a budget below the least was taken";
+  } catch (const config_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(std::to_string(least - 512)), std::string::npos) << msg;
+    EXPECT_NE(msg.find("384.00 KiB"), std::string::npos) << "does not say what would fit: " << msg;
+    EXPECT_EQ(msg.find(" [at "), std::string::npos) << "bad input carries no source location: " << msg;
+  }
+  try {
+    s.set_device_budget(128_MiB);
+    FAIL() << "a budget past the device was taken";
+  } catch (const config_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("128.00 MiB"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("give at most 64.00 MiB"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(s.set_device_budget(0), config_error);
+  EXPECT_EQ(s.device_budget(), before) << "a refused budget changed the budget";
+  one_iteration([&] { EXPECT_THROW(s.set_device_budget(least), usage_error); });
+  s.set_device_budget(least);
+  EXPECT_EQ(s.device_budget(), least);
+  one_iteration();
+  EXPECT_LE(s.history().back().peak_device_bytes, least);
+  EXPECT_TRUE(s.history().back().planned);
+}
+
+// Misuse of the API is a usage_error (with a location); bad input is a config_error that names
+// the input and says what is right, with no location.
+TEST(Session, MisuseIsAUsageErrorAndBadInputAConfigError) {
+  Session s(base_config("none", 0));
+  auto w = s.add_persistent("w", 4_KiB, tensor_kind::parameter);
+  auto config_message = [](auto&& f) {
+    try {
+      f();
+    } catch (const config_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no config_error");
+  };
+  for (const auto& msg : {config_message([&] { (void)s.add_persistent("z", 0, tensor_kind::parameter); }),
+                          config_message([&] { (void)s.add_persistent("w", 8_KiB, tensor_kind::parameter); }),
+                          config_message([&] { (void)s.add_persistent("a", 4_KiB, tensor_kind::activation); }),
+                          config_message([&] { (void)s.add_transient("p", 4_KiB, tensor_kind::parameter); })}) {
+    EXPECT_EQ(msg.find(" [at "), std::string::npos) << msg;
+    EXPECT_NE(msg.find("give"), std::string::npos) << "does not say what is right: " << msg;
+  }
+  EXPECT_THROW((void)s.op("early", {w}, {}), usage_error);
+  EXPECT_THROW((void)s.end_iteration(), usage_error);
+  EXPECT_THROW((void)s.add_transient("t", 4_KiB), usage_error);
+  s.begin_iteration();
+  EXPECT_THROW(s.begin_iteration(), usage_error);
+  EXPECT_THROW((void)s.op("stray", {tensor_handle{99}}, {}), usage_error);
+  {
+    auto op = s.op("fc.forward", {w}, {});
+    std::vector<char> host(4_KiB);
+    EXPECT_THROW(s.read(w, host.data(), host.size()), usage_error);
+    EXPECT_THROW((void)s.op("nested", {w}, {}), usage_error);
+  }
+  try {
+    s.begin_iteration();
+    FAIL();
+  } catch (const usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find(" [at "), std::string::npos) << "misuse carries a location: " << e.what();
+  }
+  (void)s.end_iteration();
+}
+
+// Op scratch (op_scope::workspace): stream-ordered device memory inside the op, counted in the
+// budget beside the op's tensors, freed when the scope ends. Random scratch sizes under a tight
+// budget: the budget is never passed, scratch never overlaps the op's tensors, and what a kernel
+// writes there it reads back. The scratch of one iteration's ops adds up to more than the budget,
+// so scratch that outlived its scope would run out. (Each request is at most the budget less the
+// op's tensors, divided by their count + 1: a free run that long exists wherever they sit.)
+TEST(Session, OpWorkspaceIsCountedInTheBudgetAndFreedAtScopeEnd) {
+  spillway::testing::watchdog dog("OpWorkspaceIsCountedInTheBudgetAndFreedAtScopeEnd", std::chrono::seconds(120));
+  std::mt19937 rng(99);
+  const std::uint64_t budget = 160_KiB;
+  Session s(base_config("auto", budget));
+  std::vector<tensor_handle> w;
+  for (int i = 0; i < 6; ++i) w.push_back(s.add_persistent("w" + std::to_string(i), 32_KiB, tensor_kind::parameter));
+  auto bad = std::make_shared<std::atomic<int>>(0);
+  for (int it = 0; it < 4; ++it) {
+    s.begin_iteration();
+    std::uint64_t most = 0;
+    for (int k = 0; k < 12; ++k) {
+      const auto a = w[rng() % w.size()], b = w[rng() % w.size()];
+      const std::uint64_t scratch = 16_KiB + rng() % (16_KiB);  // (160 - 2 x 32) / 3 = 32 KiB
+      auto op = s.op("fc.forward" + std::to_string(k), {a}, {b});
+      auto* p = static_cast<unsigned char*>(op.workspace(scratch));
+      auto* pa = op.ptr<unsigned char>(a);
+      auto* pb = op.ptr<unsigned char>(b);
+      const bool apart = (p + scratch <= pa || pa + 32_KiB <= p) && (p + scratch <= pb || pb + 32_KiB <= p);
+      EXPECT_TRUE(apart) << "scratch overlaps a tensor of its op";
+      op.device().launch_kernel(op.stream(), [p, scratch, pa, pb, bad] {
+        for (std::uint64_t i = 0; i < scratch; ++i) p[i] = static_cast<unsigned char>(i * 7);
+        for (std::uint64_t i = 0; i < scratch; ++i)
+          if (p[i] != static_cast<unsigned char>(i * 7)) ++*bad;
+        if (pa != pb) std::memcpy(pb, pa, 32_KiB);
+      });
+      most = std::max(most, scratch);
+    }
+    const auto r = s.end_iteration();
+    EXPECT_LE(r.peak_device_bytes, budget) << "iteration " << it;
+    EXPECT_GE(r.peak_device_bytes, 32_KiB + most) << "the scratch was not counted";
+    EXPECT_LE(s.device_budget(), 12 * 16_KiB) << "the scratch of the iteration's ops must add up to more than the budget";
+  }
+  EXPECT_EQ(bad->load(), 0);
+  // Outside an op there is no scope to hand scratch to; more than the budget cannot be met.
+  s.begin_iteration();
+  {
+    auto op = s.op("fc.forward", {w[0]}, {});
+    EXPECT_THROW((void)op.workspace(budget), out_of_memory);
+    EXPECT_NE(op.workspace(64_KiB), nullptr) << "the failed request left memory behind";
+  }
+  (void)s.end_iteration();
 }
