@@ -40,6 +40,8 @@
 #include <string>
 #include <string_view>
 
+#include "device/interface.hpp"
+
 namespace spillway {
 
 enum class backend { cpu, cuda };
@@ -113,13 +115,8 @@ struct device_options {
   strict_rules strict;
 };
 
-class Device {
+class Device : public abstract_interface {
  public:
-  virtual ~Device() = default;
-  Device() = default;
-  Device(const Device&) = delete;
-  Device& operator=(const Device&) = delete;
-
   [[nodiscard]] virtual const device_properties& properties() const noexcept = 0;
 
   // Device memory.
@@ -182,36 +179,35 @@ bool cuda_available() noexcept;
 /// runtime, a device that failed to initialise), which make_device("auto") also throws.
 std::string cuda_problem();
 
-/// RAII owner of a stream.
-class owned_stream {
+/// RAII owner of a handle that a Device made and `Destroy` gives back (a stream, an event).
+/// Movable, not assignable.
+template <class Handle, void (Device::*Destroy)(Handle) noexcept>
+class device_owned {
  public:
-  owned_stream(Device& d, stream_priority p = stream_priority::normal) : dev_(&d), s_(d.create_stream(p)) {}
-  ~owned_stream() { if (dev_ != nullptr) dev_->destroy_stream(s_); }
-  owned_stream(owned_stream&& o) noexcept : dev_(o.dev_), s_(o.s_) { o.dev_ = nullptr; }
-  owned_stream& operator=(owned_stream&&) = delete;
-  [[nodiscard]] stream get() const noexcept { return s_; }
-  operator stream() const noexcept { return s_; }  // NOLINT: implicit by design
+  device_owned(Device& d, Handle h) : dev_(&d), h_(h) {}
+  ~device_owned() { if (dev_ != nullptr) (dev_->*Destroy)(h_); }
+  device_owned(device_owned&& o) noexcept : dev_(o.dev_), h_(o.h_) { o.dev_ = nullptr; }
+  device_owned& operator=(device_owned&&) = delete;
+  [[nodiscard]] Handle get() const noexcept { return h_; }
+  operator Handle() const noexcept { return h_; }  // NOLINT: implicit by design
 
  private:
   Device* dev_;
-  stream s_;
+  Handle h_;
+};
+
+/// RAII owner of a stream.
+class owned_stream : public device_owned<stream, &Device::destroy_stream> {
+ public:
+  owned_stream(Device& d, stream_priority p = stream_priority::normal) : device_owned(d, d.create_stream(p)) {}
 };
 
 /// RAII owner of an event.
-class owned_event {
+class owned_event : public device_owned<event, &Device::destroy_event> {
  public:
-  explicit owned_event(Device& d) : dev_(&d), e_(d.create_event()) {}
+  explicit owned_event(Device& d) : device_owned(d, d.create_event()) {}
   /// A timing event (Device::create_timing_event).
-  owned_event(Device& d, bool timing) : dev_(&d), e_(timing ? d.create_timing_event() : d.create_event()) {}
-  ~owned_event() { if (dev_ != nullptr) dev_->destroy_event(e_); }
-  owned_event(owned_event&& o) noexcept : dev_(o.dev_), e_(o.e_) { o.dev_ = nullptr; }
-  owned_event& operator=(owned_event&&) = delete;
-  [[nodiscard]] event get() const noexcept { return e_; }
-  operator event() const noexcept { return e_; }  // NOLINT: implicit by design
-
- private:
-  Device* dev_;
-  event e_;
+  owned_event(Device& d, bool timing) : device_owned(d, timing ? d.create_timing_event() : d.create_event()) {}
 };
 
 }  // namespace spillway

@@ -24,6 +24,8 @@
 #include <memory>
 #include <span>
 
+#include "device/interface.hpp"
+
 namespace spillway {
 
 enum class io_kind : std::uint8_t { read, write };
@@ -44,13 +46,8 @@ struct io_completion {
   int result = 0;
 };
 
-class io_queue {
+class io_queue : public abstract_interface {
  public:
-  virtual ~io_queue() = default;
-  io_queue() = default;
-  io_queue(const io_queue&) = delete;
-  io_queue& operator=(const io_queue&) = delete;
-
   /// Most operations in flight at once.
   [[nodiscard]] virtual unsigned depth() const noexcept = 0;
   /// Registers fixed buffers (replacing any registered before); 0 or -errno.
