@@ -6,13 +6,19 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include <set>
+
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include "../swap/swap_test_support.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
 #include "offload/session_config.hpp"
+#include "offload/swap_policy.hpp"
 
 using namespace spillway;
 using namespace spillway::literals;
@@ -216,4 +222,87 @@ TEST(SessionConfig, ValidateChecksTheReserveFitsTheFreeSpace) {
   session_config none;
   none.nvme.reserve = 64_MiB;  // a reserve without a directory
   EXPECT_TRUE(has(error_of([&] { none.validate(); }), "no NVMe directory"));
+}
+
+// ---- nvme.reserve does what it says ------------------------------------------------------------
+
+namespace {
+/// Bytes of the swap files this process holds open in `dir` (unnamed files show in /proc/self/fd
+/// as "<dir>/#inode (deleted)" or "<dir>/.spillway-swap-... (deleted)").
+std::uint64_t swap_bytes_in(const std::string& dir) {
+  std::uint64_t sum = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const auto target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (ec || !target.starts_with(dir + "/")) continue;
+    struct stat st {};
+    if (::stat(e.path().c_str(), &st) == 0) sum += static_cast<std::uint64_t>(st.st_size);
+  }
+  return sum;
+}
+
+/// Six 8 MiB parameters under a device budget that holds two and a host tier that holds none:
+/// the plan puts the rest on NVMe.
+session_config nvme_bound(const std::string& dir, std::uint64_t reserve) {
+  session_config c;
+  c.backend = "cpu";
+  c.cpu_device_memory = 64_MiB;
+  c.device_budget = 20_MiB;
+  c.host_budget = 4_KiB;
+  c.policy = "auto";
+  c.link_gbps = 0;
+  c.nvme.directories = {dir};
+  c.nvme.reserve = reserve;
+  return c;
+}
+
+void run_iterations(Session& s, int n) {
+  std::vector<tensor_handle> w;
+  for (int i = 0; i < 6; ++i) w.push_back(s.add_persistent("w" + std::to_string(i), 8_MiB, tensor_kind::parameter));
+  for (int it = 0; it < n; ++it) {
+    s.begin_iteration();
+    for (int i = 0; i < 6; ++i) {
+      auto out = s.add_transient("out" + std::to_string(i), 64_KiB);
+      { auto op = s.op("forward" + std::to_string(i), {w[i]}, {out}); }
+      s.release(out);
+    }
+    (void)s.end_iteration();
+  }
+}
+
+/// Bytes the plan in force keeps on NVMe (whole 1 MiB blocks), read from the plan itself.
+std::uint64_t planned_nvme_bytes(const Session& s) {
+  const plan* p = s.current_plan();
+  if (p == nullptr) return 0;
+  std::set<tensor_id> ids;
+  for (tensor_id i = 0; i < p->initial_tier.size(); ++i)
+    if (p->initial_tier[i] == tier::nvme) ids.insert(i);
+  for (const auto& step : p->steps) {
+    for (const auto& e : step.evictions)
+      if (e.action == evict_action::evict_to_nvme) ids.insert(e.tensor);
+  }
+  return ids.size() * 8_MiB;  // every tensor that can go there is an 8 MiB parameter
+}
+}  // namespace
+
+TEST(SessionNvmeReserve, ZeroIsSizedFromThePlan) {
+  test::temp_dir dir;
+  Session s(nvme_bound(dir.path(), 0));
+  const std::uint64_t at_start = swap_bytes_in(dir.path());
+  EXPECT_GT(at_start, 0u);
+  EXPECT_LE(at_start, 16_MiB) << "before a plan the tier holds only a small start";
+  run_iterations(s, 3);
+  const std::uint64_t planned = planned_nvme_bytes(s);
+  EXPECT_GT(planned, at_start) << "the planner was told the file system's free space, not the start reservation";
+  EXPECT_GE(swap_bytes_in(dir.path()), planned) << "the tier grew to what the plan places on NVMe";
+  for (const auto& r : s.history()) EXPECT_EQ(r.iteration > 1, r.planned) << "iteration " << r.iteration;
+}
+
+TEST(SessionNvmeReserve, NonZeroIsReservedAtStartAndIsAllThePlannerGets) {
+  test::temp_dir dir;
+  Session s(nvme_bound(dir.path(), 48_MiB));
+  EXPECT_EQ(swap_bytes_in(dir.path()), 48_MiB);
+  run_iterations(s, 3);
+  EXPECT_EQ(swap_bytes_in(dir.path()), 48_MiB) << "a fixed reserve never grows";
+  EXPECT_LE(planned_nvme_bytes(s), 48_MiB);
 }

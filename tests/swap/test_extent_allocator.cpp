@@ -95,3 +95,20 @@ TEST(ExtentAllocator, RandomAllocFreeMatchesABitmap) {
   EXPECT_EQ(a.free_extents(), 1u);
   EXPECT_EQ(a.free_blocks(), blocks);
 }
+
+TEST(ExtentAllocator, GrowAddsBlocksAtTheEndMergedWithAFreeTail) {
+  extent_allocator a(8);
+  const auto head = a.allocate(6);  // blocks 0..5 taken, 6..7 free
+  ASSERT_EQ(head.size(), 1u);
+  a.grow(8);
+  EXPECT_EQ(a.total_blocks(), 16u);
+  EXPECT_EQ(a.free_blocks(), 10u);
+  EXPECT_EQ(a.free_extents(), 1u);  // 6..15 as one run
+  EXPECT_EQ(a.largest_free_extent(), 10u);
+  const auto got = a.allocate(10);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0], (extent{6, 10}));
+  EXPECT_TRUE(a.allocate(1).empty());
+  a.grow(0);
+  EXPECT_EQ(a.total_blocks(), 16u);
+}

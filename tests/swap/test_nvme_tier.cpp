@@ -343,3 +343,58 @@ TEST(NvmeTier, PinsEachNewPoolRegionOnceAsThePoolGrows) {
     for (auto* b : bufs) pool.deallocate(b, 3_MiB);
   }
 }
+
+// ---- growing the reservation (session_config's nvme.reserve 0: sized from the plan) ------------
+
+TEST(NvmeTier, ReserveGrowsEveryFileAndKeepsWhatIsStored) {
+  test::temp_dir a, b;
+  nvme_tier tier(options_for({a.path(), b.path()}, 8_MiB));
+  EXPECT_EQ(tier.stats().capacity_bytes, 8_MiB);
+  const auto first = test::random_bytes(6_MiB + 5, 7);
+  tier.write("first", first.data(), first.size()).wait();
+  EXPECT_THROW((void)tier.write("big", first.data(), 6_MiB), out_of_memory) << "8 MiB cannot hold both";
+
+  tier.reserve(41_MiB);  // 20.5 MiB a file, rounded up to whole 1 MiB blocks
+  EXPECT_EQ(tier.stats().capacity_bytes, 42_MiB);
+  tier.reserve(10_MiB);  // smaller: nothing changes
+  EXPECT_EQ(tier.stats().capacity_bytes, 42_MiB);
+  const auto second = test::random_bytes(30_MiB, 8);
+  tier.write("second", second.data(), second.size()).wait();
+
+  std::vector<unsigned char> back(first.size());
+  tier.read("first", back.data()).wait();
+  EXPECT_EQ(back, first);
+  back.assign(second.size(), 0);
+  tier.read("second", back.data()).wait();
+  EXPECT_EQ(back, second);
+  EXPECT_GE(tier.reservable_bytes(), tier.stats().capacity_bytes);
+}
+
+TEST(NvmeTier, ReservePastTheDiskIsOutOfMemoryNamingTheDirectory) {
+  test::temp_dir dir;
+  nvme_tier tier(options_for({dir.path()}, 4_MiB));
+  const std::uint64_t most = tier.reservable_bytes();
+  ASSERT_GE(most, 4_MiB);
+  if (most + 1_GiB > max_size_bytes) GTEST_SKIP() << "file system too large to overfill";
+  try {
+    tier.reserve(most + 1_GiB);
+    FAIL() << "reserved more than the disk has";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find(dir.path()), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("free"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(tier.stats().capacity_bytes, 4_MiB) << "a failed reserve leaves the tier as it was";
+}
+
+TEST(NvmeTier, GrowOnDemandMakesRoomForAWriteInsteadOfFailing) {
+  test::temp_dir dir;
+  auto o = options_for({dir.path()}, 2_MiB);
+  o.grow_on_demand = true;
+  nvme_tier tier(o);
+  const auto data = test::random_bytes(9_MiB + 1, 9);
+  tier.write("t", data.data(), data.size()).wait();
+  EXPECT_GE(tier.stats().capacity_bytes, 10_MiB);
+  std::vector<unsigned char> back(data.size());
+  tier.read("t", back.data()).wait();
+  EXPECT_EQ(back, data);
+}

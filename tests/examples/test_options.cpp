@@ -1,0 +1,140 @@
+// The examples' option loading: --config FILE < SPILLWAY_* variables < flags, every bad value
+// refused before any work with the flag, variable or file it came from named, and old names
+// refused with the new one.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "../swap/swap_test_support.hpp"
+#include "device/error.hpp"
+#include "device/units.hpp"
+#include "examples/common/flags.hpp"
+
+namespace spillway::examples {
+namespace {
+
+using namespace spillway::literals;
+
+/// Sets variables for one scope and restores what was there before.
+class env_scope {
+ public:
+  explicit env_scope(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (auto [k, v] : vars) {
+      const char* old = std::getenv(k);
+      saved_.emplace_back(k, old != nullptr ? std::optional<std::string>(old) : std::nullopt);
+      setenv(k, v, 1);
+    }
+  }
+  ~env_scope() {
+    for (const auto& [k, v] : saved_) {
+      if (v)
+        setenv(k.c_str(), v->c_str(), 1);
+      else
+        unsetenv(k.c_str());
+    }
+  }
+  env_scope(const env_scope&) = delete;
+  env_scope& operator=(const env_scope&) = delete;
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+/// What an example program does with its command line before any work: parse and load.
+example_options load(std::vector<std::string> args) {
+  CLI::App app{"test"};
+  flag_values flags;
+  add_common_flags(app, flags, true);
+  args.insert(args.begin(), "oversized_test");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  app.parse(static_cast<int>(argv.size()), argv.data());
+  return to_options(flags);
+}
+
+std::string error_of(std::vector<std::string> args) {
+  try {
+    (void)load(std::move(args));
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no config_error";
+  return {};
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(ExampleOptions, BadVariablesAreRefusedNamingThem) {
+  {
+    env_scope e({{"SPILLWAY_POLICY", "greedy"}});
+    const auto msg = error_of({});
+    EXPECT_TRUE(has(msg, "SPILLWAY_POLICY: 'greedy' is not a policy")) << msg;
+  }
+  {
+    env_scope e({{"SPILLWAY_NVME_DIRECTORIES", "/nonexistent"}});
+    const auto msg = error_of({});
+    EXPECT_TRUE(has(msg, "SPILLWAY_NVME_DIRECTORIES: '/nonexistent'")) << msg;
+  }
+  {
+    env_scope e({{"SPILLWAY_NVME_PATHS", "/tmp"}});
+    const auto msg = error_of({});
+    EXPECT_TRUE(has(msg, "SPILLWAY_NVME_DIRECTORIES")) << "the old name says the new one: " << msg;
+  }
+  {
+    env_scope e({{"SPILLWAY_POLCY", "auto"}});
+    EXPECT_TRUE(has(error_of({}), "SPILLWAY_POLCY is not a Spillway setting"));
+  }
+  {
+    env_scope e({{"SPILLWAY_DEVICE_BUDGET", "1GiB"}});
+    const auto msg = error_of({"--budget-ratio", "0.5"});
+    EXPECT_TRUE(has(msg, "--budget-ratio and SPILLWAY_DEVICE_BUDGET")) << msg;
+  }
+}
+
+TEST(ExampleOptions, FlagsOverrideVariablesWhichOverrideTheConfigFile) {
+  test::temp_dir dir;
+  const std::string file = dir.path() + "/run.json";
+  std::ofstream(file) << R"({"policy": "vdnn", "host_budget": "1GiB", "nvme": {"reserve": "8MiB"}})";
+  env_scope e({{"SPILLWAY_HOST_BUDGET", "256MiB"}, {"SPILLWAY_POLICY", "lms"}});
+  const auto o = load({"--config", file, "--policy", "none", "--nvme-directories", dir.path(), "--steps", "3"});
+  EXPECT_EQ(o.policy, "none");          // flag over variable
+  EXPECT_EQ(o.host_budget, 256_MiB);    // variable over file
+  EXPECT_EQ(o.nvme.reserve, 8_MiB);     // file over default
+  EXPECT_EQ(o.nvme.directories, std::vector<std::string>{dir.path()});
+  EXPECT_EQ(o.steps, 3);
+  EXPECT_EQ(o.source_of("policy"), "--policy");
+  EXPECT_EQ(o.source_of("nvme.reserve"), file + ": nvme.reserve");
+}
+
+TEST(ExampleOptions, EverySettingHasItsFlagAndBadFlagValuesNameTheFlag) {
+  test::temp_dir a, b;
+  const auto o = load({"--backend", "cpu", "--cpu-device-memory", "96MiB", "--cpu-callback-seed", "5", "--device-budget",
+                       "32MiB", "--nvme-directories", a.path() + "," + b.path(), "--nvme-reserve", "4MiB", "--link-gbps",
+                       "12"});
+  EXPECT_EQ(o.backend, "cpu");
+  EXPECT_EQ(o.cpu_device_memory, 96_MiB);
+  EXPECT_EQ(o.cpu_callback_seed, 5u);
+  EXPECT_EQ(o.device_budget, 32_MiB);
+  EXPECT_EQ(o.nvme.directories, (std::vector<std::string>{a.path(), b.path()}));
+  EXPECT_EQ(o.nvme.reserve, 4_MiB);
+  EXPECT_DOUBLE_EQ(o.link_gbps, 12.0);
+  auto msg = error_of({"--nvme-reserve", "4XB"});
+  EXPECT_TRUE(has(msg, "--nvme-reserve: cannot use \"4XB\"")) << msg;
+  msg = error_of({"--backend", "tpu"});
+  EXPECT_TRUE(has(msg, "--backend: 'tpu' is not a backend")) << msg;
+  msg = error_of({"--nvme-directories", "/nonexistent"});
+  EXPECT_TRUE(has(msg, "--nvme-directories: '/nonexistent'")) << msg;
+}
+
+TEST(ExampleOptions, OldFlagsAreRefusedWithTheNewName) {
+  auto msg = error_of({"--nvme-dir", "/tmp"});
+  EXPECT_TRUE(has(msg, "--nvme-directories")) << msg;
+  msg = error_of({"--device-memory", "64MiB"});
+  EXPECT_TRUE(has(msg, "--cpu-device-memory")) << msg;
+}
+
+}  // namespace
+}  // namespace spillway::examples
