@@ -43,9 +43,9 @@ std::string format_header(const run_result& r) {
   s += printf_string("run      backend %s, policy %s, device budget %s of %s device memory", r.backend.c_str(),
                      r.policy.c_str(), format_bytes(r.device_budget_bytes).c_str(),
                      format_bytes(r.device_memory_bytes).c_str());
-  if (r.probed_footprint)
-    s += printf_string("\n         footprint %s (probed), budget = %.1f%% of it", format_bytes(r.footprint_bytes).c_str(),
-                       percent(r.device_budget_bytes, r.footprint_bytes));
+  if (r.budget_ratio > 0)
+    s += printf_string("\n         budget %g x the footprint from step 2 on (step 1 records the footprint at the above)",
+                       r.budget_ratio);
   return s;
 }
 

@@ -1,5 +1,6 @@
-// The training harness: footprint probe for ratio budgets, the step loop, and the totals over
-// the steps that the progress lines, the summary and the bench read.
+// The training harness: the step loop, the budget from a ratio of the footprint after the
+// recording step, and the totals over the steps that the progress lines, the summary and the
+// bench read.
 #include "examples/common/trainer.hpp"
 
 #include <algorithm>
@@ -55,45 +56,10 @@ class drain_on_exit {
   Session& s_;
 };
 
-namespace {
-
-struct probe_result {
-  std::uint64_t footprint = 0;
-  std::uint64_t least = 0;
-};
-
-// One step of a model in a Session of its own, to learn the footprint before the real run.
-probe_result probe_footprint(const example_options& o, const model_factory& make) {
-  session_config c = make_session_config(o, o.device_budget);
-  c.chrome_trace.clear();  // the real run writes the trace
-  Session s(c);
-  auto m = make();
-  drain_on_exit drain(s);
-  m->build(s);
-  s.begin_iteration();
-  (void)m->train_step(s, 0);
-  (void)s.end_iteration();
-  return {s.footprint_bytes(), s.least_budget_bytes()};
-}
-
-}  // namespace
-
 training_run::training_run(const example_options& o, const model_factory& make, const start_observer& on_start) : o_(o) {
   o_.validate();
-  std::uint64_t budget = o_.device_budget;
-  if (o_.budget_ratio > 0) {
-    const probe_result p = probe_footprint(o_, make);
-    r_.footprint_bytes = p.footprint;
-    r_.min_budget_bytes = p.least;
-    r_.probed_footprint = true;
-    budget = static_cast<std::uint64_t>(std::llround(o_.budget_ratio * static_cast<double>(r_.footprint_bytes)));
-    if (budget < p.least)
-      throw config_error("--budget-ratio " + format_ratio(o_.budget_ratio) + " gives a device budget of " +
-                         format_bytes(budget) + " (of a " + format_bytes(p.footprint) +
-                         " footprint), below the least any plan needs: " + format_bytes(p.least) +
-                         " (the largest single op's working set)");
-  }
-  s_ = std::make_unique<Session>(make_session_config(o_, budget));
+  // With a ratio, o_.device_budget is 0 (validate): the recording step runs at the whole device.
+  s_ = std::make_unique<Session>(make_session_config(o_, o_.device_budget));
   m_ = make();
   drain_ = std::make_unique<drain_on_exit>(*s_);
   m_->build(*s_);
@@ -101,6 +67,7 @@ training_run::training_run(const example_options& o, const model_factory& make, 
   r_.parameters = m_->parameter_count();
   r_.backend = to_string(s_->device().properties().backend);
   r_.policy = o_.policy;
+  r_.budget_ratio = o_.budget_ratio;
   r_.device_budget_bytes = s_->device_budget();
   r_.device_memory_bytes = s_->device().properties().total_memory;
   if (on_start) on_start(r_);
@@ -130,9 +97,21 @@ float training_run::step(const step_observer& on_step) {
   if (step == 0) {
     r_.footprint_bytes = s_->footprint_bytes();
     r_.min_budget_bytes = s_->least_budget_bytes();
+    if (o_.budget_ratio > 0) apply_budget_ratio();
   }
   if (on_step) on_step(step, loss, rep);
   return loss;
+}
+
+void training_run::apply_budget_ratio() {
+  const auto budget = static_cast<std::uint64_t>(std::llround(o_.budget_ratio * static_cast<double>(r_.footprint_bytes)));
+  if (budget < r_.min_budget_bytes)
+    throw config_error("--budget-ratio " + format_ratio(o_.budget_ratio) + " gives a device budget of " +
+                       format_bytes(budget) + " (of a " + format_bytes(r_.footprint_bytes) +
+                       " footprint), below the least any plan needs: " + format_bytes(r_.min_budget_bytes) +
+                       " (the largest single op's working set)");
+  s_->set_device_budget(budget);
+  r_.device_budget_bytes = s_->device_budget();
 }
 
 run_result training_run::finish() {

@@ -1,6 +1,7 @@
-// The training harness the examples share: opens a Session from example_options (learning the
-// model's footprint first when the budget is a ratio of it), runs the steps, and collects losses
-// and per-iteration reports. The examples' programs, the bench and the tests all call it.
+// The training harness the examples share: opens a Session from example_options, runs the steps
+// (setting the budget to a ratio of the footprint after the first, recording step, when asked),
+// and collects losses and per-iteration reports. The examples' programs, the bench and the tests
+// all call it.
 #pragma once
 
 #include <cstdint>
@@ -55,7 +56,9 @@ struct run_result {
   std::uint64_t prefetches_deferred = 0;     ///< after the recording step
   std::uint64_t fragmented_allocations = 0;  ///< after the recording step
   double stall_ms = 0;
-  bool probed_footprint = false;         ///< a first Session ran one step to learn the footprint
+  /// > 0: the budget is this fraction of the footprint, set after the first (recording) step,
+  /// which ran at the options' budget (the device's free memory); 0: the budget never changed.
+  double budget_ratio = 0;
   std::string chrome_trace;              ///< where the Chrome trace was written, if anywhere
 
   /// Step times in ms, in order.
@@ -66,8 +69,8 @@ struct run_result {
 
 /// Called after every step with its 0-based index, loss and report.
 using step_observer = std::function<void(int step, float loss, const iteration_report& report)>;
-/// Called once the Session is open, before the first step (budget and footprint known then
-/// only if a probe learned it).
+/// Called once the Session is open, before the first step (the footprint is known only after it,
+/// and with a budget ratio so is the budget).
 using start_observer = std::function<void(const run_result& so_far)>;
 
 class drain_on_exit;
@@ -77,14 +80,16 @@ class drain_on_exit;
 /// step by step, so both see the same machine load).
 class training_run {
  public:
-  /// Validates `o`, learns the footprint first when o.budget_ratio > 0, opens the Session and
-  /// builds the model. Throws config_error for bad options before any work.
+  /// Validates `o`, opens the Session (at the whole device when o.budget_ratio > 0) and builds the
+  /// model. Throws config_error for bad options before any work.
   training_run(const example_options& o, const model_factory& make, const start_observer& on_start = {});
   ~training_run();
   training_run(const training_run&) = delete;
   training_run& operator=(const training_run&) = delete;
 
-  /// Runs the next step and returns its loss.
+  /// Runs the next step and returns its loss. After the first step, with o.budget_ratio > 0, sets
+  /// the device budget to ratio x footprint (a config_error when that is below the least any plan
+  /// needs), so the following steps run under it.
   float step(const step_observer& on_step = {});
   [[nodiscard]] int steps_done() const noexcept { return static_cast<int>(r_.losses.size()); }
   /// Writes the Chrome trace if o.chrome_trace asks for one; the result of the steps run.
@@ -94,6 +99,8 @@ class training_run {
   [[nodiscard]] Session& session() noexcept { return *s_; }
 
  private:
+  void apply_budget_ratio();  // after the recording step: budget = ratio x footprint
+
   example_options o_;
   run_result r_;
   std::unique_ptr<Session> s_;
@@ -101,9 +108,10 @@ class training_run {
   std::unique_ptr<drain_on_exit> drain_;  // first to go: waits for queued work that reads the model
 };
 
-/// Trains a model made by `make` for o.steps steps. With o.budget_ratio > 0 a first Session
-/// runs one step under o's other settings to learn the footprint; the real run then uses
-/// budget_ratio x footprint. Throws config_error for bad options before any work.
+/// Trains a model made by `make` for o.steps steps. With o.budget_ratio > 0 the first (recording)
+/// step runs at the whole device and learns the footprint; the rest run at budget_ratio x
+/// footprint (Session::set_device_budget). Throws config_error for bad options before any work,
+/// and for a ratio below the least any plan needs after the first step.
 run_result train(const example_options& o, const model_factory& make, const step_observer& on_step = {},
                  const start_observer& on_start = {});
 

@@ -131,13 +131,22 @@ TEST_P(example_basics, training_lowers_the_loss) {
   EXPECT_LT(last, 0.9 * first) << losses_text(r);
 }
 
-TEST_P(example_basics, budget_ratio_is_a_fraction_of_the_probed_footprint) {
+// With a ratio the recording step runs at the whole device, then the Session's budget becomes the
+// ratio of the footprint it learned; every later step is planned within it, and the losses are
+// those of the everything-resident run.
+TEST_P(example_basics, budget_ratio_is_a_fraction_of_the_footprint_from_the_second_step) {
   const run_result& base = resident(GetParam());
   auto o = tiny_options("auto", 0);
   o.budget_ratio = 0.5;
   const run_result r = runner_for(GetParam())(o);
-  EXPECT_TRUE(r.probed_footprint);
+  EXPECT_EQ(r.budget_ratio, 0.5);
   EXPECT_EQ(r.footprint_bytes, base.footprint_bytes);
+  ASSERT_EQ(r.iterations.size(), static_cast<std::size_t>(steps));
+  EXPECT_GT(r.iterations[0].peak_device_bytes, r.device_budget_bytes) << "the recording step ran under the ratio";
+  for (std::size_t i = 1; i < r.iterations.size(); ++i) {
+    EXPECT_TRUE(r.iterations[i].planned) << "step " << i + 1;
+    EXPECT_LE(r.iterations[i].peak_device_bytes, r.device_budget_bytes) << "step " << i + 1;
+  }
   EXPECT_EQ(r.device_budget_bytes, static_cast<std::uint64_t>(std::llround(0.5 * static_cast<double>(base.footprint_bytes))));
   EXPECT_EQ(losses_text(r), losses_text(base));
 }
@@ -174,15 +183,24 @@ TEST(example_options, training_refuses_bad_options_before_any_work) {
   EXPECT_THROW((void)run_mlp(o), config_error);
 }
 
-TEST(example_options, a_ratio_below_the_least_budget_is_a_config_error_before_training) {
+// The footprint is known after the recording step, so that is where a ratio too small for it is
+// refused, before any step runs under it.
+TEST(example_options, a_ratio_below_the_least_budget_is_a_config_error_after_the_recording_step) {
   auto o = tiny_options("auto", 0);
   o.budget_ratio = 0.01;
+  training_run run(o, [o] { return make_cnn(o); });
+  const std::uint64_t whole = run.session().device_budget();
   try {
-    (void)run_cnn(o);
+    run.step();
     ADD_FAILURE() << "no error for --budget-ratio 0.01";
   } catch (const config_error& e) {
-    EXPECT_NE(std::string(e.what()).find("below the least any plan needs"), std::string::npos) << e.what();
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("--budget-ratio 0.01"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("below the least any plan needs"), std::string::npos) << msg;
   }
+  EXPECT_EQ(run.steps_done(), 1);
+  EXPECT_EQ(run.session().device_budget(), whole) << "the refused budget was set";
+  EXPECT_THROW((void)run_cnn(o), config_error);
 }
 
 }  // namespace
