@@ -141,8 +141,9 @@ int run(const train_args& a) {
   if (a.steps < 2) throw config_error("--steps: " + std::to_string(a.steps) + " leaves no step after the recording one");
 
   const auto make = factory_for(a.example, base);
-  // On a GPU the runs share one device: the everything-resident run takes its footprint and a
-  // tenth more (learned by a probe step), not all the free memory, so the others fit beside it.
+  // On a GPU the runs share one device: the everything-resident run keeps its footprint and a
+  // tenth more (set after its recording step, which runs at the whole free memory), not all the
+  // free memory, so the others, opened after that step, fit beside it.
   example_options resident_options = base;
   if (base.backend != "cpu") resident_options.budget_ratio = 1.1;
   examples::training_run resident_run(resident_options, make);
