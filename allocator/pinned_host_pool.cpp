@@ -45,15 +45,15 @@ bool is_power_of_two(std::size_t n) { return n != 0 && (n & (n - 1)) == 0; }
 pinned_host_pool::pinned_host_pool(Device& device, pinned_pool_options options)
     : device_(&device), options_(options) {
   if (!is_power_of_two(options_.alignment)) {
-    throw config_error("pinned host pool: alignment must be a power of two, got " +
+    throw config_error("pinned host pool: pinned_pool_options.alignment must be a power of two, got " +
                        std::to_string(options_.alignment));
   }
   if (options_.region_size == 0 || options_.region_size > max_size_bytes) {
-    throw config_error("pinned host pool: region_size must be between 1 B and " + format_bytes(max_size_bytes) +
+    throw config_error("pinned host pool: pinned_pool_options.region_size must be between 1 B and " + format_bytes(max_size_bytes) +
                        ", got " + std::to_string(options_.region_size) + " B");
   }
   if (options_.capacity > max_size_bytes) {
-    throw config_error("pinned host pool: capacity " + format_bytes(options_.capacity) + " is above the limit of " +
+    throw config_error("pinned host pool: pinned_pool_options.capacity " + format_bytes(options_.capacity) + " is above the limit of " +
                        format_bytes(max_size_bytes));
   }
   options_.region_size = round_up(options_.region_size, std::max(options_.alignment, page_size));
@@ -234,7 +234,7 @@ void pinned_host_pool::throw_out_of_memory(std::size_t bytes, const std::string&
 
 void pinned_host_pool::check_invariants() const {
   std::lock_guard lock(mutex_);
-  auto fail = [](const std::string& what) { throw error("pinned host pool invariant broken: " + what); };
+  const std::string broken = "pinned host pool invariant broken: ";
   std::size_t blocks_seen = 0, free_seen = 0, allocated = 0, requested = 0, reserved = 0;
   for (const auto& r : regions_) {
     reserved += r->bytes;
@@ -242,16 +242,18 @@ void pinned_host_pool::check_invariants() const {
     std::size_t live = 0;
     bool prev_free = false;
     for (auto it = blocks_.find(r->begin); at < r->begin + r->bytes; ++it) {
-      if (it == blocks_.end() || it->first != at) fail("blocks do not tile a region (gap at " + std::to_string(at) + ")");
+      SPILLWAY_EXPECTS(it != blocks_.end() && it->first == at,
+                       broken + "blocks do not tile a region (gap at " + std::to_string(at) + ")");
       const auto& b = it->second;
-      if (b.region != r.get()) fail("a block names the wrong region");
-      if (b.size == 0 || b.size % options_.alignment != 0) fail("a block size is not a multiple of the alignment");
-      if (b.free && prev_free) fail("two neighbouring free blocks were not merged");
+      SPILLWAY_EXPECTS(b.region == r.get(), broken + "a block names the wrong region");
+      SPILLWAY_EXPECTS(b.size != 0 && b.size % options_.alignment == 0,
+                       broken + "a block size is not a multiple of the alignment");
+      SPILLWAY_EXPECTS(!(b.free && prev_free), broken + "two neighbouring free blocks were not merged");
       if (b.free) {
-        if (!free_.contains({b.size, it->first})) fail("a free block is missing from the free index");
+        SPILLWAY_EXPECTS((free_.contains({b.size, it->first})), broken + "a free block is missing from the free index");
         ++free_seen;
       } else {
-        if (b.requested == 0 || b.requested > b.size) fail("a live block's requested size is wrong");
+        SPILLWAY_EXPECTS(b.requested != 0 && b.requested <= b.size, broken + "a live block's requested size is wrong");
         allocated += b.size;
         requested += b.requested;
         ++live;
@@ -260,15 +262,14 @@ void pinned_host_pool::check_invariants() const {
       at += b.size;
       ++blocks_seen;
     }
-    if (at != r->begin + r->bytes) fail("blocks overrun a region");
-    if (live != r->live_blocks) fail("a region's live block count is wrong");
+    SPILLWAY_EXPECTS(at == r->begin + r->bytes, broken + "blocks overrun a region");
+    SPILLWAY_EXPECTS(live == r->live_blocks, broken + "a region's live block count is wrong");
   }
-  if (blocks_seen != blocks_.size()) fail("blocks outside every region");
-  if (free_seen != free_.size()) fail("the free index holds blocks that are not free");
-  if (allocated != stats_.allocated_bytes || requested != stats_.requested_bytes || reserved != stats_.reserved_bytes ||
-      regions_.size() != stats_.regions) {
-    fail("statistics disagree with the blocks");
-  }
+  SPILLWAY_EXPECTS(blocks_seen == blocks_.size(), broken + "blocks outside every region");
+  SPILLWAY_EXPECTS(free_seen == free_.size(), broken + "the free index holds blocks that are not free");
+  SPILLWAY_EXPECTS(allocated == stats_.allocated_bytes && requested == stats_.requested_bytes &&
+                       reserved == stats_.reserved_bytes && regions_.size() == stats_.regions,
+                   broken + "statistics disagree with the blocks");
 }
 
 }  // namespace spillway

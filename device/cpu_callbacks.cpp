@@ -79,13 +79,14 @@ void cpu_device::run_host_function(stream_impl& q, std::function<void()> fn) {
     if (call->started) {
       // The host function that wedged the device: its stream moves on (so that the device can
       // be destroyed) while the function itself stays on the callback thread.
-      if (wedged_) throw error("cpu device: a host function on " + q.label + " does not return");
+      SPILLWAY_EXPECTS_T(usage_error, !wedged_, "cpu device: a host function on " + q.label + " does not return");
       continue;
     }
     if (wedged_) {
       unqueue();
-      throw error("cpu device: a host function on " + q.label +
-                  " was not run: the callback thread is held by a host function that does not return");
+      SPILLWAY_EXPECTS_T(usage_error, false,
+                         "cpu device: a host function on " + q.label +
+                             " was not run: the callback thread is held by a host function that does not return");
     }
     if (limit.count() == 0 || running_call_ == nullptr || running_call_->from == &q) continue;
     const auto held = std::chrono::steady_clock::now() - running_since_;
@@ -93,11 +94,13 @@ void cpu_device::run_host_function(stream_impl& q, std::function<void()> fn) {
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.1f s", std::chrono::duration<double>(held).count());
     unqueue();
-    auto wedge = std::make_exception_ptr(error(
+    // A misuse by the program's host function: usage_error, in the location format of the checks.
+    auto wedge = std::make_exception_ptr(usage_error(
         "cpu device: a host function on " + running_call_->from->label + " held the callback thread for " + secs +
         " while a host function of " + q.label +
         " waited behind it. Host functions of all streams share one thread (as in CUDA), so a host function must "
-        "never wait for other work; wait with an event on a stream (stream_wait_event), or on a host thread"));
+        "never wait for other work; wait with an event on a stream (stream_wait_event), or on a host thread" +
+        detail::location_suffix(__FILE__, __LINE__)));
     {
       std::lock_guard f(failure_mutex_);
       sticky_ = wedge;  // the device cannot go on: this error is the one every later call reports

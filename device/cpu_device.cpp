@@ -7,6 +7,7 @@
 #include <sys/prctl.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -55,8 +56,9 @@ cpu_device::cpu_device(const device_options& options)
   props_.copy_engines = 2;
   props_.numa_node = -1;
   set_link_bandwidth(options.h2d_bytes_per_second, options.d2h_bytes_per_second);
-  SPILLWAY_EXPECTS_T(config_error, rules_.host_function_limit.count() >= 0,
-                     "cpu device: the host function limit must be >= 0 ms");
+  if (rules_.host_function_limit.count() < 0)
+    throw config_error("cpu device: device_options.strict.host_function_limit is " +
+                       std::to_string(rules_.host_function_limit.count()) + " ms; it must be >= 0 (0: wait forever)");
   if (rules_.one_callback_thread) callback_thread_ = std::thread([this] { serve_callbacks(); });
 }
 
@@ -110,11 +112,11 @@ void cpu_device::rethrow_sticky() const {
 
 void cpu_device::check_caller(const char* call) const {
   if (!rules_.no_device_calls_in_stream_work) return;
-  if (const char* what = detail::stream_work_context(); what != nullptr) {
-    throw error(std::string("cpu device: ") + call + " called from " + what +
-                "; stream work must not call the Device (CUDA refuses API calls in host functions, and a kernel "
-                "cannot make them): do it on a host thread before or after the stream work");
-  }
+  const char* what = detail::stream_work_context();
+  SPILLWAY_EXPECTS_T(usage_error, what == nullptr,
+                     std::string("cpu device: ") + call + " called from " + what +
+                         "; stream work must not call the Device (CUDA refuses API calls in host functions, and a "
+                         "kernel cannot make them): do it on a host thread before or after the stream work");
 }
 
 // ---- memory -------------------------------------------------------------------------------
@@ -170,7 +172,8 @@ void* cpu_device::allocate_pinned(std::size_t bytes) {
   check_caller("allocate_pinned");
   if (bytes == 0) return nullptr;
   void* p = ::mmap(nullptr, round_up(bytes, page), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw out_of_memory("cpu device: cannot map " + format_bytes(bytes) + " of pinned host memory");
+  if (p == MAP_FAILED)
+    throw out_of_memory("cpu device: cannot map " + format_bytes(bytes) + " of pinned host memory: " + std::strerror(errno));
   // Huge pages must be asked for before the pages are pinned: pinned pages cannot be collapsed
   // (Note [Huge pages for registered buffers]); the pages that pinning faults in come huge.
   if (pinned_huge_pages_) (void)detail::back_with_huge_pages(p, round_up(bytes, page));
@@ -273,7 +276,7 @@ stream cpu_device::create_stream(stream_priority priority) {
 }
 
 cpu_device::stream_impl& cpu_device::impl(stream s) const {
-  SPILLWAY_EXPECTS(s.handle != nullptr, "cpu device: null stream handle");
+  SPILLWAY_EXPECTS_T(usage_error, s.handle != nullptr, "cpu device: a null stream handle (not one create_stream made)");
   return *static_cast<stream_impl*>(s.handle);
 }
 
@@ -294,7 +297,7 @@ void cpu_device::enqueue(stream s, std::function<void()> work, bool host_functio
   auto& q = impl(s);
   {
     std::lock_guard lock(q.m);
-    SPILLWAY_EXPECTS(!q.stopping, "cpu device: work enqueued on a stream being destroyed");
+    SPILLWAY_EXPECTS_T(usage_error, !q.stopping, "cpu device: work enqueued on a stream being destroyed");
     q.queue.push_back(work_item{std::move(work), host_function, marker});
     ++q.pending;
   }
@@ -382,7 +385,7 @@ event cpu_device::create_timing_event() {
 void cpu_device::destroy_event(event e) noexcept { delete static_cast<event_ref*>(e.handle); }
 
 std::shared_ptr<cpu_device::event_impl> cpu_device::impl(event e) {
-  SPILLWAY_EXPECTS(e.handle != nullptr, "cpu device: null event handle");
+  SPILLWAY_EXPECTS_T(usage_error, e.handle != nullptr, "cpu device: a null event handle (not one create_event made)");
   return *static_cast<event_ref*>(e.handle);
 }
 
@@ -471,8 +474,8 @@ double cpu_device::elapsed_ms(event start, event end) {
     return ev.timing && ev.recorded > 0 && ev.reached(ev.recorded);
   };
   std::chrono::steady_clock::time_point ta, tb;
-  SPILLWAY_EXPECTS(reached(*a, ta) && reached(*b, tb),
-                   "cpu device: elapsed_ms needs two timing events, both recorded and reached");
+  SPILLWAY_EXPECTS_T(usage_error, reached(*a, ta) && reached(*b, tb),
+                     "cpu device: elapsed_ms needs two timing events, both recorded and reached");
   return std::chrono::duration<double, std::milli>(tb - ta).count();
 }
 
@@ -511,7 +514,7 @@ void cpu_device::run_copy(void* dst, const void* src, std::size_t bytes, copy_ki
 void cpu_device::copy_async(void* dst, const void* src, std::size_t bytes, copy_kind kind, stream s) {
   check_caller("copy_async");
   if (bytes == 0) return;
-  SPILLWAY_EXPECTS(dst != nullptr && src != nullptr, "cpu device: copy_async with a null pointer");
+  SPILLWAY_EXPECTS_T(usage_error, dst != nullptr && src != nullptr, "cpu device: copy_async with a null pointer");
   rethrow_sticky();
   // Note [Pageable copies]: CUDA cannot DMA from or to memory that is not pinned; it stages the
   // bytes and returns only when the copy is done (the stream's earlier work first).
@@ -532,7 +535,7 @@ void cpu_device::copy_async(void* dst, const void* src, std::size_t bytes, copy_
 void cpu_device::memset_async(void* dst, int value, std::size_t bytes, stream s) {
   check_caller("memset_async");
   if (bytes == 0) return;
-  SPILLWAY_EXPECTS(dst != nullptr, "cpu device: memset_async with a null pointer");
+  SPILLWAY_EXPECTS_T(usage_error, dst != nullptr, "cpu device: memset_async with a null pointer");
   rethrow_sticky();
   enqueue(s, [dst, value, bytes] { std::memset(dst, value, bytes); });
 }
@@ -553,7 +556,9 @@ void cpu_device::launch_kernel(stream s, std::function<void()> work) {
 }
 
 void cpu_device::set_link_bandwidth(double h2d, double d2h) {
-  SPILLWAY_EXPECTS_T(config_error, h2d >= 0 && d2h >= 0, "cpu device: link bandwidth must be >= 0 bytes/s");
+  if (!(h2d >= 0 && d2h >= 0))
+    throw config_error("cpu device: link bandwidth (device_options h2d_bytes_per_second, d2h_bytes_per_second) is " +
+                       std::to_string(h2d) + " and " + std::to_string(d2h) + " bytes/s; each must be >= 0 (0: unlimited)");
   engines_[0].bytes_per_second.store(h2d);
   engines_[1].bytes_per_second.store(d2h);
 }

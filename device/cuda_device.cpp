@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <mutex>
@@ -42,9 +44,9 @@ class cuda_device final : public Device {
   explicit cuda_device(const device_options& o) : ordinal_(o.cuda_device), pinned_huge_pages_(o.pinned_huge_pages) {
     int count = 0;
     SPILLWAY_CUDA_TRY(cudaGetDeviceCount(&count));
-    SPILLWAY_EXPECTS_T(config_error, ordinal_ >= 0 && ordinal_ < count,
-                       "cuda device " + std::to_string(ordinal_) + " requested but " +
-                           std::to_string(count) + " GPU(s) answer");
+    if (ordinal_ < 0 || ordinal_ >= count)
+      throw config_error("cuda device " + std::to_string(ordinal_) + " (device_options.cuda_device) requested but " +
+                         std::to_string(count) + " GPU(s) answer; use 0 to " + std::to_string(count - 1));
     SPILLWAY_CUDA_TRY(cudaSetDevice(ordinal_));
     cudaDeviceProp p{};
     SPILLWAY_CUDA_TRY(cudaGetDeviceProperties(&p, ordinal_));
@@ -108,7 +110,8 @@ class cuda_device final : public Device {
     if (bytes == 0) return nullptr;
     const std::size_t n = round_up(bytes, page);
     void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw out_of_memory("cannot map " + format_bytes(bytes) + " of host memory to pin");
+    if (p == MAP_FAILED)
+      throw out_of_memory("cuda device: cannot map " + format_bytes(bytes) + " of host memory to pin: " + std::strerror(errno));
     if (props_.numa_node >= 0 && numa_available() >= 0) numa_tonode_memory(p, n, props_.numa_node);
     // Before cudaHostRegister, which pins the pages (pinned pages cannot be collapsed later):
     // the pages it faults in then come as huge pages (Note [Huge pages for registered buffers]).
@@ -259,10 +262,10 @@ class cuda_device final : public Device {
   }
   // A host function may not call the runtime (CUDA answers cudaErrorNotPermitted, or hangs).
   static void check_caller(const char* call) {
-    if (const char* what = detail::stream_work_context(); what != nullptr) {
-      throw error(std::string("cuda device: ") + call + " called from " + what +
-                  "; stream work must not call the Device: do it on a host thread before or after it");
-    }
+    const char* what = detail::stream_work_context();
+    SPILLWAY_EXPECTS_T(usage_error, what == nullptr,
+                       std::string("cuda device: ") + call + " called from " + what +
+                           "; stream work must not call the Device: do it on a host thread before or after it");
   }
   bool caller_may_call(const char* call) noexcept {
     try {

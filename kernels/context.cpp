@@ -23,29 +23,31 @@ kernel_context::kernel_context(Device& device) : device_(&device), backend_(devi
 kernel_context::~kernel_context() = default;
 
 void* kernel_context::cublas_handle() const {
-  SPILLWAY_EXPECTS(false, "cublas_handle: this build has no CUDA");
+  SPILLWAY_EXPECTS_T(usage_error, false, "cublas_handle: this build has no CUDA");
 }
 void* kernel_context::cudnn_handle() const {
-  SPILLWAY_EXPECTS(false, "cudnn_handle: this build has no CUDA");
+  SPILLWAY_EXPECTS_T(usage_error, false, "cudnn_handle: this build has no CUDA");
 }
 #endif
 
 void kernel_context::bind_workspace(void* memory, std::size_t bytes) {
-  SPILLWAY_EXPECTS((memory == nullptr) == (bytes == 0), "bind_workspace: memory and size must be given together");
-  SPILLWAY_EXPECTS(reinterpret_cast<std::uintptr_t>(memory) % 256 == 0,
-                   "bind_workspace: the workspace must be 256-byte aligned (as Device::allocate returns it)");
+  SPILLWAY_EXPECTS_T(usage_error, (memory == nullptr) == (bytes == 0),
+                     "bind_workspace: memory and size must be given together");
+  SPILLWAY_EXPECTS_T(usage_error, reinterpret_cast<std::uintptr_t>(memory) % 256 == 0,
+                     "bind_workspace: the workspace must be 256-byte aligned (as Device::allocate returns it)");
   workspace_ = memory;
   workspace_bytes_ = bytes;
 }
 
 void* kernel_context::workspace(std::size_t bytes, const char* kernel) const {
-  if (bytes <= workspace_bytes_) return workspace_;
-  throw error(std::string(kernel) + " needs a workspace of " + std::to_string(bytes) + " bytes (" +
-              format_bytes(bytes) + "), but " +
-              (workspace_bytes_ == 0 ? std::string("none is bound")
-                                     : std::to_string(workspace_bytes_) + " bytes are bound") +
-              "; bind at least that much before training (kernel_context::bind_workspace, sized from the "
-              "kernel's *_workspace_bytes)");
+  SPILLWAY_EXPECTS_T(usage_error, bytes <= workspace_bytes_,
+                     std::string(kernel) + " needs a workspace of " + std::to_string(bytes) + " bytes (" +
+                         format_bytes(bytes) + "), but " +
+                         (workspace_bytes_ == 0 ? std::string("none is bound")
+                                                : std::to_string(workspace_bytes_) + " bytes are bound") +
+                         "; bind at least that much before training (kernel_context::bind_workspace, sized from "
+                         "the kernel's *_workspace_bytes)");
+  return workspace_;
 }
 
 }  // namespace spillway::kernels

@@ -40,13 +40,13 @@ kernel_context::kernel_context(Device& device) : device_(&device), backend_(devi
 kernel_context::~kernel_context() = default;
 
 void* kernel_context::cublas_handle() const {
-  SPILLWAY_EXPECTS(cuda_ != nullptr, "cublas_handle: the context is not on the cuda backend");
+  SPILLWAY_EXPECTS_T(usage_error, cuda_ != nullptr, "cublas_handle: the context is not on the cuda backend");
   device_->make_current();  // a library call runs on the thread's current GPU
   return cuda_->cublas;
 }
 
 void* kernel_context::cudnn_handle() const {
-  SPILLWAY_EXPECTS(cuda_ != nullptr, "cudnn_handle: the context is not on the cuda backend");
+  SPILLWAY_EXPECTS_T(usage_error, cuda_ != nullptr, "cudnn_handle: the context is not on the cuda backend");
   device_->make_current();
   return cuda_->cudnn;
 }

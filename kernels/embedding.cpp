@@ -13,7 +13,7 @@ namespace {
 
 void check_ids(const std::int32_t* ids, int tokens, int vocab) {
   for (int t = 0; t < tokens; ++t)
-    SPILLWAY_EXPECTS(ids[t] >= 0 && ids[t] < vocab,
+    SPILLWAY_EXPECTS_T(usage_error, ids[t] >= 0 && ids[t] < vocab,
                      "embedding: id " + std::to_string(ids[t]) + " of token " + std::to_string(t) +
                          " is outside the vocabulary of " + std::to_string(vocab));
 }

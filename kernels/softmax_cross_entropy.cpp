@@ -29,9 +29,9 @@ void softmax_cross_entropy(kernel_context& ctx, stream s, const float* logits, c
     const auto c = static_cast<std::size_t>(cols);
     const auto nr = static_cast<std::size_t>(rows);
     for (std::size_t r = 0; r < nr; ++r)
-      SPILLWAY_EXPECTS(targets[r] < cols, "softmax_cross_entropy: target " +
-                                              std::to_string(targets[r]) + " of row " +
-                                              std::to_string(r) + " is past " + std::to_string(cols));
+      SPILLWAY_EXPECTS_T(usage_error, targets[r] < cols,
+                         "softmax_cross_entropy: target " + std::to_string(targets[r]) + " of row " +
+                             std::to_string(r) + " is past the " + std::to_string(cols) + " classes");
     detail::parallel_for(nr, detail::grain_for(c, 1u << 13), [&](std::size_t b, std::size_t e) {
       for (std::size_t r = b; r < e; ++r) {
         const float* x = logits + r * c;

@@ -3,6 +3,8 @@
 #include "offload/profile.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -47,7 +49,8 @@ double need_number(const nlohmann::json& j, const char* field) {
   if (!j.contains(field) || !j[field].is_number())
     throw config_error(std::string("hardware profile: field '") + field + "' (number) is missing");
   const double v = j[field].get<double>();
-  if (!(v > 0)) throw config_error(std::string("hardware profile: field '") + field + "' must be positive");
+  if (!(v > 0))
+    throw config_error(std::string("hardware profile: field '") + field + "' must be positive, got " + j[field].dump());
   return v;
 }
 
@@ -56,7 +59,8 @@ std::uint64_t need_size(const nlohmann::json& j, const char* field) {
   const auto& v = j[field];
   if (v.is_number_unsigned()) return v.get<std::uint64_t>();
   if (v.is_string()) return parse_size(v.get<std::string>(), std::string("hardware profile field ") + field);
-  throw config_error(std::string("hardware profile: field '") + field + "' must be a size");
+  throw config_error(std::string("hardware profile: field '") + field + "' must be a size (a byte count or a string such as \"80GiB\"), got " +
+                     v.dump());
 }
 }  // namespace
 
@@ -91,13 +95,15 @@ hw_profile get_profile(std::string_view name_or_path) {
   if (name_or_path.size() > 5 && name_or_path.substr(name_or_path.size() - 5) == ".json") {
     const std::string path(name_or_path);
     std::ifstream in(path);
-    if (!in) throw config_error("hardware profile: cannot open '" + path + "'");
+    if (!in) throw config_error(path + ": cannot open the hardware profile: " + std::strerror(errno));
     std::stringstream ss;
     ss << in.rdbuf();
     try {
       return profile_from_json(nlohmann::json::parse(ss.str()));
     } catch (const nlohmann::json::exception& e) {
-      throw config_error("hardware profile '" + path + "': " + e.what());
+      throw config_error(path + ": hardware profile: " + e.what());
+    } catch (const config_error& e) {
+      throw config_error(path + ": " + e.what());  // a field of the file: say which file
     }
   }
   std::string list;

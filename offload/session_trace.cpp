@@ -2,6 +2,8 @@
 // One process, one thread per track; the memory counter carries the budget as a second series.
 #include "offload/session_trace.hpp"
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -35,7 +37,7 @@ void write_session_chrome_trace(const std::string& path, const std::deque<timeli
                       {"args", {{"in use", m.bytes}, {"budget", budget_bytes}}}});
   }
   std::ofstream out(path);
-  if (!out) throw config_error("cannot write the Chrome trace to \"" + path + "\"");
+  if (!out) throw io_error(path + ": cannot write the Chrome trace: " + std::strerror(errno), errno);
   out << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << "\n";
 }
 

@@ -11,8 +11,8 @@
 
 namespace spillway::offload {
 
-/// Writes the executor's timeline as a Chrome trace to `path`; throws config_error when the file
-/// cannot be written.
+/// Writes the executor's timeline as a Chrome trace to `path`; throws io_error naming the file
+/// and the errno when it cannot be written.
 void write_session_chrome_trace(const std::string& path, const std::deque<timeline_item>& items,
                                 const std::vector<memory_sample>& memory, std::uint64_t budget_bytes);
 

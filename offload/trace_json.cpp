@@ -2,6 +2,8 @@
 // so a user fixing a hand-written or exported trace knows which entry to look at.
 #include "offload/trace_json.hpp"
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
@@ -131,7 +133,7 @@ trace trace_from_json_text(std::string_view text) {
 
 trace load_trace(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw config_error("trace JSON: cannot open '" + path + "'");
+  if (!in) throw config_error(path + ": cannot open the trace: " + std::strerror(errno));
   std::stringstream ss;
   ss << in.rdbuf();
   try {

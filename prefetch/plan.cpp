@@ -36,26 +36,27 @@ plan plan::empty_for(const trace& t, std::string policy, std::uint64_t budget) {
 }
 
 void plan::validate(const trace& t) const {
-  if (steps.size() != t.ops.size())
-    throw config_error("plan: has " + std::to_string(steps.size()) + " steps for a trace of " +
-                       std::to_string(t.ops.size()) + " ops");
-  if (initial_tier.size() != t.tensors.size())
-    throw config_error("plan: field 'initial_tier' has " + std::to_string(initial_tier.size()) +
-                       " entries for " + std::to_string(t.tensors.size()) + " tensors");
+  // A plan that does not fit its trace was made for another one: a misuse of the plan.
+  SPILLWAY_EXPECTS_T(usage_error, steps.size() == t.ops.size(),
+                     "plan: has " + std::to_string(steps.size()) + " steps for a trace of " +
+                         std::to_string(t.ops.size()) + " ops");
+  SPILLWAY_EXPECTS_T(usage_error, initial_tier.size() == t.tensors.size(),
+                     "plan: field 'initial_tier' has " + std::to_string(initial_tier.size()) + " entries for " +
+                         std::to_string(t.tensors.size()) + " tensors");
   for (std::size_t k = 0; k < steps.size(); ++k) {
-    const std::string where = "plan: step " + std::to_string(k) + " ('" + t.ops[k].name + "')";
+    const auto where = [&] { return "plan: step " + std::to_string(k) + " ('" + t.ops[k].name + "')"; };
     for (const auto& p : steps[k].prefetches) {
-      if (p.tensor >= t.tensors.size())
-        throw config_error(where + ": prefetch names tensor " + std::to_string(p.tensor) + " out of range");
-      if (p.use < k || p.use >= t.ops.size())
-        throw config_error(where + ": prefetch of '" + t.tensors[p.tensor].name + "' for op " +
-                           std::to_string(p.use) + " is not at or after its issue point");
-      if (p.from == tier::device)
-        throw config_error(where + ": prefetch of '" + t.tensors[p.tensor].name + "' from the device");
+      SPILLWAY_EXPECTS_T(usage_error, p.tensor < t.tensors.size(),
+                         where() + ": prefetch names tensor " + std::to_string(p.tensor) + " out of range");
+      SPILLWAY_EXPECTS_T(usage_error, p.use >= k && p.use < t.ops.size(),
+                         where() + ": prefetch of '" + t.tensors[p.tensor].name + "' for op " +
+                             std::to_string(p.use) + " is not at or after its issue point");
+      SPILLWAY_EXPECTS_T(usage_error, p.from != tier::device,
+                         where() + ": prefetch of '" + t.tensors[p.tensor].name + "' from the device");
     }
     for (const auto& e : steps[k].evictions)
-      if (e.tensor >= t.tensors.size())
-        throw config_error(where + ": eviction names tensor " + std::to_string(e.tensor) + " out of range");
+      SPILLWAY_EXPECTS_T(usage_error, e.tensor < t.tensors.size(),
+                         where() + ": eviction names tensor " + std::to_string(e.tensor) + " out of range");
   }
 }
 

@@ -62,7 +62,7 @@ struct plan {
   /// An empty plan for `t`: everything starts on the device, no copies.
   static plan empty_for(const trace& t, std::string policy, std::uint64_t budget);
   /// Structural checks (sizes match, ids in range, prefetch use >= issue, from != device);
-  /// throws config_error naming the op and entry. Memory and timing are the simulator's job.
+  /// throws usage_error (a plan made for another trace) naming the op and entry. Memory and timing are the simulator's job.
   void validate(const trace& t) const;
   [[nodiscard]] std::size_t eviction_count() const noexcept;
   [[nodiscard]] std::size_t prefetch_count() const noexcept;

@@ -275,7 +275,8 @@ move_handle tier_backing::load(tensor_id id, const std::string& name, void* dst,
   std::unique_lock lock(mutex_);
   auto& c = slot(id);
   SPILLWAY_EXPECTS(c.where.has_value(), "tier backing: tensor \"" + name + "\" has no copy to load");
-  SPILLWAY_EXPECTS(c.bytes == bytes, "tier backing: tensor \"" + name + "\" size mismatch");
+  SPILLWAY_EXPECTS(c.bytes == bytes, "tier backing: tensor \"" + name + "\" has a copy of " + std::to_string(c.bytes) +
+                                          " bytes, asked for " + std::to_string(bytes));
   auto state = new_state();
   move_handle handle(state, mark);
   counters_.h2d_bytes += bytes;

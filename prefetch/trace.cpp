@@ -82,9 +82,10 @@ void trace::validate() const {
                            tensors[r].name + "' before any op writes it");
     for (tensor_id w : op.writes) written[w] = 1;
     if (!(op.flops >= 0))
-      throw config_error("trace: " + op_label(*this, i) + ": field 'flops' must be >= 0");
+      throw config_error("trace: " + op_label(*this, i) + ": field 'flops' must be >= 0, got " + std::to_string(op.flops));
     if (op.measured_seconds && !(*op.measured_seconds >= 0))
-      throw config_error("trace: " + op_label(*this, i) + ": field 'seconds' must be >= 0");
+      throw config_error("trace: " + op_label(*this, i) + ": field 'seconds' must be >= 0, got " +
+                         std::to_string(*op.measured_seconds));
   }
 }
 

@@ -15,7 +15,8 @@ namespace {
 class uring_queue final : public io_queue {
  public:
   explicit uring_queue(unsigned depth) : depth_(depth) {
-    SPILLWAY_EXPECTS_T(config_error, depth >= 1 && depth <= 4096, "io_uring queue depth must be in [1, 4096]");
+    if (depth < 1 || depth > 4096)
+      throw config_error("io_uring queue depth " + std::to_string(depth) + " (nvme_options.queue_depth): use 1 to 4096");
     // One thread submits and reaps (the ring's I/O thread), so completion work can wait until
     // it enters the kernel instead of interrupting it; older kernels get plain setup.
     io_uring_params params{};

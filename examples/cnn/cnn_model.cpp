@@ -55,10 +55,13 @@ struct stage {
 class cnn_model final : public model {
  public:
   cnn_model(const cnn_shape& shape, std::uint64_t seed) : sh_(shape), seed_(seed) {
-    SPILLWAY_EXPECTS_T(config_error, !sh_.stage_channels.empty() && sh_.classes >= 2 && sh_.classes <= image_pattern_count,
-                       "cnn: bad shape");
-    SPILLWAY_EXPECTS_T(config_error, sh_.image >> (sh_.stage_channels.size() - 1) >= 2,
-                       "cnn: the image is too small for that many stages");
+    if (sh_.stage_channels.empty() || sh_.classes < 2 || sh_.classes > image_pattern_count)
+      throw config_error("cnn shape: " + std::to_string(sh_.stage_channels.size()) + " stages, " +
+                         std::to_string(sh_.classes) + " classes; needs at least one stage and 2 to " +
+                         std::to_string(image_pattern_count) + " classes");
+    if ((sh_.image >> (sh_.stage_channels.size() - 1)) < 2)
+      throw config_error("cnn shape: " + std::to_string(sh_.image) + "x" + std::to_string(sh_.image) + " images are too small for " +
+                         std::to_string(sh_.stage_channels.size()) + " stages (each halves them; the last needs at least 2x2)");
   }
 
   void build(Session& s) override {

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <string_view>
@@ -15,11 +16,11 @@ namespace spillway::examples {
 
 std::string load_corpus(const std::string& path, std::size_t min_bytes) {
   std::ifstream f(path, std::ios::binary);
-  if (!f) throw io_error("cannot read corpus '" + path + "'", errno);
+  if (!f) throw config_error("--data " + path + ": cannot read the corpus: " + std::strerror(errno));
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   if (text.size() < min_bytes)
-    throw config_error("corpus '" + path + "' has " + std::to_string(text.size()) + " bytes; the model needs at least " +
-                       std::to_string(min_bytes));
+    throw config_error("--data " + path + ": the corpus has " + std::to_string(text.size()) +
+                       " bytes; the model needs at least " + std::to_string(min_bytes) + " (one sequence and its target)");
   return text;
 }
 

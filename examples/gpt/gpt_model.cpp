@@ -48,9 +48,12 @@ class gpt_model final : public model {
  public:
   gpt_model(const gpt_shape& shape, std::uint64_t seed, std::shared_ptr<const std::string> corpus)
       : sh_(shape), seed_(seed), corpus_(std::move(corpus)) {
-    SPILLWAY_EXPECTS_T(config_error, sh_.channels % sh_.heads == 0, "gpt: channels must be a multiple of heads");
-    SPILLWAY_EXPECTS_T(config_error, corpus_->size() > static_cast<std::size_t>(sh_.seq) + 1,
-                       "gpt: the corpus is shorter than one sequence");
+    if (sh_.heads <= 0 || sh_.channels % sh_.heads != 0)
+      throw config_error("gpt shape: channels " + std::to_string(sh_.channels) + " must be a multiple of heads " +
+                         std::to_string(sh_.heads));
+    if (corpus_->size() <= static_cast<std::size_t>(sh_.seq) + 1)
+      throw config_error("gpt: the corpus has " + std::to_string(corpus_->size()) + " bytes, not more than one sequence (" +
+                         std::to_string(sh_.seq) + " + 1)");
   }
 
   void build(Session& s) override {

@@ -36,7 +36,9 @@ constexpr std::uint64_t f32 = sizeof(float);
 class mlp_model final : public model {
  public:
   mlp_model(const mlp_shape& shape, std::uint64_t seed) : sh_(shape), seed_(seed) {
-    SPILLWAY_EXPECTS_T(config_error, sh_.depth >= 1 && sh_.width > 0 && sh_.classes > 1, "mlp: bad shape");
+    if (sh_.depth < 1 || sh_.width <= 0 || sh_.classes <= 1)
+      throw config_error("mlp shape: depth " + std::to_string(sh_.depth) + ", width " + std::to_string(sh_.width) +
+                         ", classes " + std::to_string(sh_.classes) + "; needs depth >= 1, width >= 1, classes >= 2");
     rng r(seed_, 10);
     teacher_w1_ = normal_values(r, static_cast<std::size_t>(sh_.teacher_hidden) * sh_.inputs, 1.0 / std::sqrt(sh_.inputs));
     teacher_w2_ = normal_values(r, static_cast<std::size_t>(sh_.classes) * sh_.teacher_hidden,

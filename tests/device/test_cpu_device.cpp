@@ -160,4 +160,13 @@ TEST(CpuDevice, EventDestroyedWhileRecordedWorkIsQueuedIsSafe) {
 TEST(CpuDevice, NegativeBandwidthIsRefused) {
   cpu_device dev;
   EXPECT_THROW(dev.set_link_bandwidth(-1, 0), config_error);
+  try {
+    dev.set_link_bandwidth(0, -2);
+    ADD_FAILURE() << "a negative d2h bandwidth was accepted";
+  } catch (const config_error& e) {  // names the option and the value; bad input has no source location
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("d2h_bytes_per_second"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("-2"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("[at "), std::string::npos) << msg;
+  }
 }

@@ -81,7 +81,7 @@ bool device_calls_from_host_functions_fail(Device& dev) {
   dev.launch_host(s, [&] { got = dev.allocate(4096); });
   try {
     dev.synchronize_stream(s);
-  } catch (const error& e) {
+  } catch (const usage_error& e) {  // a misuse of the Device, by the program's host function
     return got == nullptr && std::string(e.what()).find("must not call the Device") != std::string::npos;
   }
   if (got != nullptr) dev.deallocate(got, 4096);
@@ -177,7 +177,7 @@ TEST(StrictRules, CpuKernelsThatCallTheDeviceFail) {
   auto dev = strict_cpu();
   owned_stream s(*dev);
   dev->launch_kernel(s, [&] { dev->record_event(event{}, s); });
-  EXPECT_THROW(dev->synchronize_stream(s), error);
+  EXPECT_THROW(dev->synchronize_stream(s), usage_error);
 }
 
 TEST(StrictRules, PageableCopiesAreSynchronous) {
@@ -268,7 +268,7 @@ TEST(StrictRules, AHostFunctionWaitingForAnotherStreamIsReportedNotHung) {
     auto sync = std::async(std::launch::async, [&] {
       try {
         dev->synchronize();
-      } catch (const error& e) {
+      } catch (const usage_error& e) {
         message = e.what();
         return true;
       }
@@ -347,7 +347,7 @@ TEST(StrictRules, TimingEventsMeasureDeviceTimeWithoutHostFunctions) {
   owned_event plain(*dev);
   dev->record_event(plain, s);
   dev->synchronize_stream(s);
-  EXPECT_THROW((void)dev->elapsed_ms(start, plain), error) << "a plain event has no time";
+  EXPECT_THROW((void)dev->elapsed_ms(start, plain), usage_error) << "a plain event has no time";
 }
 
 TEST(StrictRules, ConcurrentAllocationsAndFreesKeepTheBooks) {

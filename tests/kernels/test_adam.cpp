@@ -68,10 +68,10 @@ TEST(Adam, TwoStepsWithWeightDecayMatchFloat64) {
 TEST(Adam, RejectsStepZeroAndBadBetas) {
   rig r;
   float* d = r.alloc<float>(4);
-  EXPECT_THROW(adam_step(r.ctx(), r.s(), d, d, d, d, 4, adam_config{}, 0), spillway::error);
+  EXPECT_THROW(adam_step(r.ctx(), r.s(), d, d, d, d, 4, adam_config{}, 0), spillway::usage_error);
   adam_config bad;
   bad.beta2 = 1.0f;
-  EXPECT_THROW(adam_step(r.ctx(), r.s(), d, d, d, d, 4, bad, 1), spillway::error);
+  EXPECT_THROW(adam_step(r.ctx(), r.s(), d, d, d, d, 4, bad, 1), spillway::usage_error);
 }
 
 TEST(AdamCuda, MatchesCpu) {

@@ -125,7 +125,7 @@ TEST(CausalSoftmax, BackwardMatchesFiniteDifferences) {
 TEST(Attention, RejectsChannelsNotDivisibleByHeads) {
   rig r;
   float* d = r.alloc<float>(64);
-  EXPECT_THROW(attention_forward(r.ctx(), r.s(), attention_shape{1, 2, 10, 3}, d, d, d), spillway::error);
+  EXPECT_THROW(attention_forward(r.ctx(), r.s(), attention_shape{1, 2, 10, 3}, d, d, d), spillway::usage_error);
 }
 
 TEST(AttentionCuda, MatchesCpu) {

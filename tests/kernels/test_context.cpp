@@ -135,12 +135,12 @@ TEST(Workspace, ScopeBindsForItsOpAndRestoresTheBinding) {
     workspace_scope op(ctx, b, 1024);
     EXPECT_EQ(ctx.workspace_memory(), b);
     EXPECT_EQ(ctx.workspace(1024, "k"), b);
-    EXPECT_THROW((void)ctx.workspace(1025, "k"), spillway::error);
+    EXPECT_THROW((void)ctx.workspace(1025, "k"), spillway::usage_error);
   }
   EXPECT_EQ(ctx.workspace_memory(), a);
   EXPECT_EQ(ctx.workspace_bytes(), 4096u);
-  EXPECT_THROW(ctx.bind_workspace(static_cast<char*>(a) + 16, 256), spillway::error);  // not 256-byte aligned
-  EXPECT_THROW(ctx.bind_workspace(a, 0), spillway::error);
+  EXPECT_THROW(ctx.bind_workspace(static_cast<char*>(a) + 16, 256), spillway::usage_error);  // not 256-byte aligned
+  EXPECT_THROW(ctx.bind_workspace(a, 0), spillway::usage_error);
   ctx.bind_workspace(nullptr, 0);
   dev->deallocate(a, 4096);
   dev->deallocate(b, 1024);

@@ -90,7 +90,7 @@ TEST(Conv2d, RejectsAKernelLargerThanThePaddedImage) {
   rig r;
   float* d = r.alloc<float>(64);
   EXPECT_THROW(conv2d_forward(r.ctx(), r.s(), conv2d_shape{1, 1, 2, 2, 1, {5, 1, 1}}, d, d, nullptr, d),
-               spillway::error);
+               spillway::usage_error);
 }
 
 TEST(Conv2dCuda, MatchesCpu) {

@@ -51,7 +51,7 @@ TEST(Embedding, IdOutsideTheVocabularyIsReportedAtSynchronize) {
   float* out = r.alloc<float>(4);
   embedding_forward(r.ctx(), r.s(), r.up(std::vector<std::int32_t>{0, 4}), r.up(std::vector<float>(8, 1.0f)), out,
                     2, 4, 2);
-  EXPECT_THROW(r.sync(), spillway::error);
+  EXPECT_THROW(r.sync(), spillway::usage_error);
 }
 
 TEST(EmbeddingCuda, MatchesCpu) {

@@ -2,6 +2,8 @@
 // alpha/beta, strided batches, linear backward by finite differences, cuda against cpu.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "kernel_rig.hpp"
 #include "kernels/gemm.hpp"
 
@@ -110,9 +112,19 @@ TEST(Gemm, StridedBatchedMatchesOneGemmPerBatch) {
 TEST(Gemm, RejectsLeadingDimensionsThatAreTooSmall) {
   rig r;
   float* d = r.alloc<float>(64);
-  EXPECT_THROW(gemm(r.ctx(), r.s(), transpose::no, transpose::no, 4, 4, 4, 1.0f, d, 3, d, 4, 0.0f, d, 4), spillway::error);
-  EXPECT_THROW(gemm(r.ctx(), r.s(), transpose::yes, transpose::no, 4, 4, 2, 1.0f, d, 3, d, 4, 0.0f, d, 4), spillway::error);
-  EXPECT_THROW(gemm(r.ctx(), r.s(), transpose::no, transpose::no, 4, 4, 4, 1.0f, d, 4, d, 4, 0.0f, d, 3), spillway::error);
+  EXPECT_THROW(gemm(r.ctx(), r.s(), transpose::no, transpose::no, 4, 4, 4, 1.0f, d, 3, d, 4, 0.0f, d, 4), spillway::usage_error);
+  EXPECT_THROW(gemm(r.ctx(), r.s(), transpose::yes, transpose::no, 4, 4, 2, 1.0f, d, 3, d, 4, 0.0f, d, 4), spillway::usage_error);
+  EXPECT_THROW(gemm(r.ctx(), r.s(), transpose::no, transpose::no, 4, 4, 4, 1.0f, d, 4, d, 4, 0.0f, d, 3), spillway::usage_error);
+  // The message names the kernel and the condition its arguments broke, and where it was checked.
+  try {
+    gemm(r.ctx(), r.s(), transpose::no, transpose::no, 4, 4, 4, 1.0f, d, 3, d, 4, 0.0f, d, 4);
+    ADD_FAILURE() << "gemm accepted lda 3 for k 4";
+  } catch (const spillway::usage_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("gemm: lda too small"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("lda >="), std::string::npos) << msg;
+    EXPECT_NE(msg.find(" [at kernels/gemm.cpp:"), std::string::npos) << msg;
+  }
 }
 
 namespace {

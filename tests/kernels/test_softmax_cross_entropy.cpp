@@ -91,7 +91,7 @@ TEST(SoftmaxCrossEntropy, TargetPastTheClassesIsReportedAtSynchronize) {
   float* losses = r.alloc<float>(2);
   softmax_cross_entropy(r.ctx(), r.s(), r.up(x), r.up(std::vector<std::int32_t>{0, 2}), losses, nullptr,
                         nullptr, 2, 2, 1.0f);
-  EXPECT_THROW(r.sync(), spillway::error);
+  EXPECT_THROW(r.sync(), spillway::usage_error);
 }
 
 TEST(SoftmaxCrossEntropyCuda, MatchesCpu) {

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <string>
 
 #include "device/error.hpp"
 #include "offload/profile.hpp"
@@ -44,6 +45,31 @@ TEST(Profile, JsonRoundTripAndErrors) {
   EXPECT_EQ(loaded.name, "mine");
   EXPECT_EQ(loaded.device_bytes, 16'000'000'000ull);
   std::remove(path.c_str());
+}
+
+TEST(Profile, AFileErrorNamesTheFileAndTheKey) {
+  auto j = profile_to_json(get_profile("v100-16g"));
+  j["hbm_gbps"] = -3;
+  const std::string path = ::testing::TempDir() + "spillway_bad_profile.json";
+  std::ofstream(path) << j.dump();
+  try {
+    (void)get_profile(path);
+    ADD_FAILURE() << "a negative hbm_gbps was accepted";
+  } catch (const config_error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;  // the file first
+    EXPECT_NE(msg.find("'hbm_gbps' must be positive, got -3"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("[at "), std::string::npos) << msg;  // bad input carries no source location
+  }
+  std::remove(path.c_str());
+  try {
+    (void)get_profile(path);  // gone now
+    ADD_FAILURE() << "a missing profile file was accepted";
+  } catch (const config_error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind(path + ": cannot open", 0), 0u) << msg;
+    EXPECT_NE(msg.find("No such file"), std::string::npos) << msg;
+  }
 }
 
 TEST(Profile, OpSeconds) {
