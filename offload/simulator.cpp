@@ -29,6 +29,14 @@ struct tensor_state {
   double nvme_ready = 0;
 };
 
+/// A tier's bytes held now against its capacity, and whether it has passed it (said once).
+struct tier_gauge {
+  const char* label;
+  std::uint64_t capacity;
+  std::uint64_t in_use = 0;
+  bool over = false;
+};
+
 class replay {
  public:
   replay(const trace& t, const lifetime_report& lt, const plan& p, const hw_profile& hw, const sim_options& opt)
@@ -129,30 +137,24 @@ class replay {
     return mem_clock_;
   }
 
-  void hold_host(tensor_id x) {
-    if (st_[x].host_held) return;
-    st_[x].host_held = true;
-    host_cur_ += bytes(x);
-    r_.peak_host_bytes = std::max(r_.peak_host_bytes, host_cur_);
-    if (host_cur_ > hw_.host_bytes && !host_over_) {
-      host_over_ = true;
-      violation("host tier over its capacity of " + format_bytes(hw_.host_bytes) + " when '" + name(x) + "' arrives");
+  // Reserves x's bytes on a tier once; the first time the tier passes its capacity is a violation.
+  void hold(tensor_id x, bool tensor_state::*held, tier_gauge& tier, std::uint64_t& peak) {
+    if (st_[x].*held) return;
+    st_[x].*held = true;
+    tier.in_use += bytes(x);
+    peak = std::max(peak, tier.in_use);
+    if (tier.in_use > tier.capacity && !tier.over) {
+      tier.over = true;
+      violation(std::string(tier.label) + " over its capacity of " + format_bytes(tier.capacity) + " when '" + name(x) +
+                "' arrives");
     }
   }
-  void hold_nvme(tensor_id x) {
-    if (st_[x].nvme_held) return;
-    st_[x].nvme_held = true;
-    nvme_cur_ += bytes(x);
-    r_.peak_nvme_bytes = std::max(r_.peak_nvme_bytes, nvme_cur_);
-    if (nvme_cur_ > hw_.nvme_bytes && !nvme_over_) {
-      nvme_over_ = true;
-      violation("NVMe tier over its capacity of " + format_bytes(hw_.nvme_bytes) + " when '" + name(x) + "' arrives");
-    }
-  }
+  void hold_host(tensor_id x) { hold(x, &tensor_state::host_held, host_, r_.peak_host_bytes); }
+  void hold_nvme(tensor_id x) { hold(x, &tensor_state::nvme_held, nvme_, r_.peak_nvme_bytes); }
   void release_tiers(tensor_id x) {
     auto& s = st_[x];
-    if (s.host_held) host_cur_ -= bytes(x);
-    if (s.nvme_held) nvme_cur_ -= bytes(x);
+    if (s.host_held) host_.in_use -= bytes(x);
+    if (s.nvme_held) nvme_.in_use -= bytes(x);
     s.host_held = s.nvme_held = s.host_valid = s.nvme_valid = false;
   }
 
@@ -336,8 +338,9 @@ class replay {
   std::vector<tensor_state> st_;
   sim_result r_;
   std::priority_queue<free_entry, std::vector<free_entry>, std::greater<>> frees_;
-  std::uint64_t device_cur_ = 0, host_cur_ = 0, nvme_cur_ = 0;
-  bool host_over_ = false, nvme_over_ = false;
+  std::uint64_t device_cur_ = 0;
+  tier_gauge host_{"host tier", hw_.host_bytes};
+  tier_gauge nvme_{"NVMe tier", hw_.nvme_bytes};
   double mem_clock_ = 0, h2d_free_ = 0, d2h_free_ = 0, nvme_r_free_ = 0, nvme_w_free_ = 0;
 };
 

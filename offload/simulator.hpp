@@ -48,13 +48,10 @@ struct sim_result {
   double step_seconds = 0;
   double compute_seconds = 0;  ///< sum of op durations
   double stall_seconds = 0;    ///< time the compute queue waited (step - compute)
-  std::uint64_t peak_device_bytes = 0;
-  std::uint64_t peak_host_bytes = 0;
-  std::uint64_t peak_nvme_bytes = 0;
-  std::uint64_t h2d_bytes = 0;
-  std::uint64_t d2h_bytes = 0;
-  std::uint64_t nvme_read_bytes = 0;
-  std::uint64_t nvme_write_bytes = 0;
+  /// The most bytes held at once on the device, the host tier and the NVMe tier.
+  std::uint64_t peak_device_bytes = 0, peak_host_bytes = 0, peak_nvme_bytes = 0;
+  /// Bytes moved: over the link each way (h2d, d2h), and read from and written to the NVMe tier.
+  std::uint64_t h2d_bytes = 0, d2h_bytes = 0, nvme_read_bytes = 0, nvme_write_bytes = 0;
   std::size_t on_demand_fetches = 0;
   std::size_t violation_count = 0;
   std::vector<std::string> violations;  ///< first max_violations messages
