@@ -32,7 +32,7 @@ struct planner_options {
   /// headroom (Note [Headroom] in allocator/device_budget.hpp).
   std::vector<double> auto_sweep_reserves = {0.0, 0.05, 0.15, 0.3};
   /// auto: how much the sweep shuns evicting a value whose copy out could not finish before
-  /// its memory is needed (0: not at all); one sweep per weight and headroom.
+  /// its memory is needed (0: not at all); one sweep per weight and sweep reserve.
   std::vector<double> auto_late_weights = {0.0, 4.0, 16.0};
   /// auto: shares of the values written in the iteration and read by the next that the best
   /// sweeps try keeping on the device over the boundary (their copy out moves to the start).

@@ -400,7 +400,7 @@ TEST(Planners, OrderBoundCountsTheCopyOutAfterTheLastWrite) {
   EXPECT_DOUBLE_EQ(s.step_seconds, 4.0);
 }
 
-// auto's search only adds candidates to the ones it tried before (the headrooms, no late
+// auto's search only adds candidates to the ones it tried before (the sweep reserves, no late
 // weight, nothing kept over the boundary), and keeps the fastest feasible: it is never slower.
 TEST(Planners, AutoSearchNeverLosesToItsPlainSweep) {
   std::mt19937_64 rng(5150);
