@@ -1,0 +1,78 @@
+// README.md's C++ blocks, extracted by extract_readme.py and compiled against the public header
+// alone (Note [README blocks]): here they run, with small stand-ins, on the device `auto` finds
+// (the cpu backend where no GPU answers), and what they leave behind is checked.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "readme_stand_ins.hpp"
+
+namespace {
+
+/// The stand-ins of a run of 3 steps of a 16 x 16 linear layer on a batch of 4, and a GEMM that
+/// counts its calls and checks what it is handed (the README leaves the GEMM to the reader).
+struct rig {
+  std::vector<float> weight = std::vector<float>(16 * 16, 0.5f);
+  std::vector<float> batch = std::vector<float>(4 * 16, 1.0f);
+  int gemm_calls = 0;
+  std::vector<std::string> gemm_problems;
+
+  readme::stand_ins stand_ins() {
+    readme::stand_ins in;
+    in.w_bytes = weight.size() * sizeof(float);
+    in.x_bytes = batch.size() * sizeof(float);
+    in.y_bytes = 4 * 16 * sizeof(float);
+    in.w_init = weight.data();
+    in.batch = batch.data();
+    in.steps = 3;
+    in.my_gemm = [this](const float* x, const float* w, float* y, spillway::stream) {
+      ++gemm_calls;
+      if (x == nullptr || w == nullptr || y == nullptr) gemm_problems.push_back("a null pointer");
+      if (x == w || x == y || w == y) gemm_problems.push_back("two tensors at one address");
+    };
+    return in;
+  }
+};
+
+TEST(Readme, HasCodeBlocksThatNameTheirLines) {
+  ASSERT_FALSE(readme::blocks.empty());
+  for (const auto& b : readme::blocks) {
+    EXPECT_EQ(std::string(b.where).rfind("README.md:", 0), 0u) << b.where;
+    EXPECT_NE(b.run, nullptr) << b.where;
+  }
+}
+
+TEST(Readme, TheTrainingLoopRunsAndIsPlannedAfterItsFirstIteration) {
+  // The block asks for a 6 GiB budget; the cpu backend's emulated device must hold it. The
+  // memory is reserved, not touched.
+  ASSERT_EQ(::setenv("SPILLWAY_CPU_DEVICE_MEMORY", "8GiB", 1), 0);
+  int sessions = 0;
+  for (const auto& b : readme::blocks) {
+    rig r;
+    const readme::outcome out = b.run(r.stand_ins());
+    if (!out.made_session) continue;
+    ++sessions;
+    SCOPED_TRACE(b.where);
+    EXPECT_EQ(r.gemm_calls, 3);
+    EXPECT_TRUE(r.gemm_problems.empty()) << r.gemm_problems.front();
+    ASSERT_EQ(out.history.size(), 3u);
+    EXPECT_FALSE(out.history[0].planned);  // iteration 1 records
+    for (std::size_t i = 1; i < out.history.size(); ++i) {
+      EXPECT_TRUE(out.history[i].planned) << "iteration " << i + 1;
+      EXPECT_EQ(out.history[i].policy, "auto") << "iteration " << i + 1;
+      EXPECT_EQ(out.history[i].iteration, i + 1);
+    }
+    std::vector<std::string> ops;
+    for (const auto& op : out.recorded.ops) ops.push_back(op.name);
+    EXPECT_EQ(ops, (std::vector<std::string>{"load batch", "fc.forward"}));
+    std::set<std::string> tensors;
+    for (const auto& t : out.recorded.tensors) tensors.insert(t.name);
+    for (const char* name : {"fc.weight", "fc.weight.grad", "x", "fc.out"}) EXPECT_TRUE(tensors.contains(name)) << name;
+  }
+  EXPECT_GE(sessions, 1) << "no README block opens a spillway::Session";
+}
+
+}  // namespace
