@@ -52,7 +52,13 @@ void arena_allocator::set_budget(device_budget budget) {
   by_size_.clear();
   upstream_->deallocate(base_, capacity_, stream{});
   base_ = nullptr;
-  reserve(budget);
+  const device_budget old = budget_;
+  try {
+    reserve(budget);
+  } catch (const out_of_memory&) {
+    reserve(old);  // the device had the old region a moment ago: keep the arena usable
+    throw;
+  }
 }
 
 void arena_allocator::index_free(std::size_t offset, std::size_t size) { by_size_.emplace(size, offset); }
@@ -115,8 +121,9 @@ void* arena_allocator::do_allocate(std::size_t bytes, stream s) {
 
 void* arena_allocator::try_allocate_at(std::size_t offset, std::size_t bytes, stream s) {
   const std::size_t need = round_up(bytes, granule);
-  SPILLWAY_EXPECTS(offset % granule == 0, "arena allocator: try_allocate_at offset " + std::to_string(offset) +
-                                              " is not a multiple of the " + std::to_string(granule) + "-byte granule");
+  SPILLWAY_EXPECTS_T(usage_error, offset % granule == 0,
+                     "arena allocator: try_allocate_at offset " + std::to_string(offset) + " is not a multiple of the " +
+                         std::to_string(granule) + "-byte granule");
   std::lock_guard lock(mutex_);
   if (need == 0 || offset + need > capacity_) return nullptr;
   auto it = blocks_.upper_bound(offset);  // the block holding `offset` starts at or before it

@@ -58,7 +58,8 @@ class arena_allocator final : public device_memory_resource {
   /// Bytes of the region.
   [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
   /// Gives the region back and reserves one for `budget` (checked as the constructor does).
-  /// Every block must be free (a usage_error otherwise); waits for the work that used them.
+  /// Every block must be free (a usage_error otherwise); waits for the work that used them. When
+  /// the device cannot give the new region (out_of_memory), the old one is reserved again.
   void set_budget(device_budget budget);
   /// Allocates exactly [offset, offset + bytes rounded to the granule) of the region for `s` if
   /// that range lies within one free block (with the same stream handoff as allocate), else
