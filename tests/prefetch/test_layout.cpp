@@ -9,7 +9,9 @@
 #include <random>
 #include <set>
 
+#include "allocator/device_budget.hpp"
 #include "device/cpu_device.hpp"
+#include "offload/fit_plan.hpp"
 #include "offload/lifetime.hpp"
 #include "offload/planner.hpp"
 #include "offload/profile.hpp"
@@ -204,4 +206,35 @@ TEST(Layout, ShakenOrdersNeverPackLooserAndPackTheSameEveryTime) {
     EXPECT_EQ(again.offsets, shaken.offsets) << "round " << round << ": the same plan packed two ways";
   }
   EXPECT_GT(tighter, 0) << "shaken orders never beat the fixed ones on 30 random plans";
+}
+
+// fit_plan, property style: random traces, budgets and packing-margin steps (Note [Headroom]).
+// The plan is made for at most the budget less the margin and never below the least any plan
+// needs; a packing it calls fitting is disjoint and within the budget; and the margin's first
+// step, where the packing fits there, plans exactly at the budget less 1/32.
+TEST(Layout, FitPlanPacksWithinTheBudgetForRandomBudgetsAndMargins) {
+  std::mt19937_64 rng(3131);
+  auto hw = offload::get_profile("v100-16g");
+  int fitted = 0, at_the_margin = 0;
+  for (int round = 0; round < 24; ++round) {
+    const auto t = random_trace(rng);
+    const auto rep = offload::analyze(t);
+    const double f = std::uniform_real_distribution<double>(0.1, 1.0)(rng);
+    const device_budget budget(rep.min_budget_bytes +
+                               static_cast<std::uint64_t>(f * static_cast<double>(rep.peak_live_bytes - rep.min_budget_bytes)));
+    const int doublings = static_cast<int>(rng() % (device_budget::max_margin_doublings + 1));
+    const auto planner = offload::make_planner(round % 2 == 0 ? "auto" : "lms");
+    const auto fp = offload::fit_plan(*planner, t, rep, hw, budget, doublings, {});
+    SCOPED_TRACE("round " + std::to_string(round) + ", budget " + std::to_string(budget.bytes()));
+    EXPECT_GE(fp.p.budget_bytes, rep.min_budget_bytes);
+    EXPECT_LE(fp.p.budget_bytes, std::max(rep.min_budget_bytes, budget.planning_bytes(doublings)));
+    EXPECT_EQ(fp.fits, fp.layout.extent <= budget.bytes());
+    if (!fp.fits) continue;
+    ++fitted;
+    expect_disjoint(fp.layout);
+    if (HasFatalFailure()) return;
+    at_the_margin += fp.p.budget_bytes == budget.planning_bytes(doublings);
+  }
+  EXPECT_GT(fitted, 12) << "most random budgets should pack";
+  EXPECT_GT(at_the_margin, 0) << "no plan was made at the margin itself";
 }
