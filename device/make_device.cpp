@@ -46,18 +46,18 @@ std::unique_ptr<Device> make_device(std::string_view kind, const device_options&
     const auto probe = probe_cuda();
     if (probe.count > 0) return make_cuda_device(options);
     if (!probe.problem.empty()) {
-      throw config_error("device \"" + std::string(kind) + "\": " + probe.problem +
-                         "; fix the driver, or ask for device \"cpu\" to run without the GPU");
+      throw config_error("backend \"" + std::string(kind) + "\": " + probe.problem +
+                         "; fix the driver, or ask for backend \"cpu\" to run without the GPU");
     }
 #endif
     if (kind == "auto") return std::make_unique<cpu_device>(options);
 #if SPILLWAY_HAVE_CUDA
-    throw config_error("device \"cuda\" requested but no GPU answers; use \"cpu\" or \"auto\"");
+    throw config_error("backend \"cuda\" requested but no GPU answers; use \"cpu\" or \"auto\"");
 #else
-    throw config_error("device \"cuda\" requested but this build has no CUDA backend (configure with -Dcuda=enabled); use \"cpu\" or \"auto\"");
+    throw config_error("backend \"cuda\" requested but this build has no CUDA backend (configure with -Dcuda=enabled); use \"cpu\" or \"auto\"");
 #endif
   }
-  throw config_error("unknown device \"" + std::string(kind) + "\"; use \"auto\", \"cpu\" or \"cuda\"");
+  throw config_error("unknown backend \"" + std::string(kind) + "\"; use \"auto\", \"cpu\" or \"cuda\"");
 }
 
 }  // namespace spillway

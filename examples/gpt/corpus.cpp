@@ -59,6 +59,16 @@ void capitalise_into(std::string& out, std::string_view s) {
   out += s.substr(1);
 }
 
+/// "the keeper carries the rope": a subject, a verb and an object, drawn in that order.
+std::string subject_verb_object(rng& r) {
+  std::string s(pick(r, subjects));
+  s += ' ';
+  s += pick(r, verbs);
+  s += ' ';
+  s += pick(r, objects);
+  return s;
+}
+
 }  // namespace
 
 std::string generate_corpus(std::uint64_t seed, std::size_t bytes) {
@@ -70,29 +80,17 @@ std::string generate_corpus(std::uint64_t seed, std::size_t bytes) {
     std::string s;
     switch (r.below(4)) {
       case 0:
-        capitalise_into(s, pick(r, subjects));
-        s += ' ';
-        s += pick(r, verbs);
-        s += ' ';
-        s += pick(r, objects);
+        capitalise_into(s, subject_verb_object(r));
         s += '.';
         break;
       case 1:
         capitalise_into(s, pick(r, clauses));
         s += ", ";
-        s += pick(r, subjects);
-        s += ' ';
-        s += pick(r, verbs);
-        s += ' ';
-        s += pick(r, objects);
+        s += subject_verb_object(r);
         s += '.';
         break;
       case 2:
-        capitalise_into(s, pick(r, subjects));
-        s += ' ';
-        s += pick(r, verbs);
-        s += ' ';
-        s += pick(r, objects);
+        capitalise_into(s, subject_verb_object(r));
         s += ' ';
         s += pick(r, adverbs);
         s += ", and ";

@@ -202,7 +202,10 @@ TEST(MakeDevice, UnknownKindIsAClearError) {
     (void)make_device("tpu");
     FAIL();
   } catch (const config_error& e) {
-    EXPECT_NE(std::string(e.what()).find("\"tpu\""), std::string::npos);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("unknown backend \"tpu\""), std::string::npos) << msg;
+    EXPECT_NE(msg.find("\"auto\", \"cpu\" or \"cuda\""), std::string::npos) << msg;  // what would be right
+    EXPECT_EQ(msg.find("[at "), std::string::npos) << msg;  // bad input: no source location
   }
   if (!cuda_available()) {
     EXPECT_THROW((void)make_device("cuda"), config_error);
