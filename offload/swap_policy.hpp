@@ -160,7 +160,7 @@ class Session {
   /// iteration ends).
   [[nodiscard]] std::uint64_t footprint_bytes() const;
   /// The least device budget any plan can need for the recorded iteration: its largest single-op
-  /// working set, each tensor rounded up to the allocator's 512-byte granule (0 before the
+  /// working set, each tensor rounded up to the budget's 512-byte granule (0 before the
   /// first iteration ends).
   [[nodiscard]] std::uint64_t least_budget_bytes() const;
   /// Writes a Chrome trace (compute, copy and I/O tracks, a device-memory counter with the
