@@ -15,7 +15,7 @@ constexpr std::size_t elementwise_grain = 1u << 14;
 /// The dispatch of every elementwise kernel: f(i) (an elementwise_ops.hpp functor) for every
 /// i < n, by the CUDA map kernel or on the cpu in fixed chunks.
 template <class F>
-void map(kernel_context& ctx, stream s, const char* kernel, std::size_t n, const F& f) {
+void map(kernel_context& ctx, stream s, [[maybe_unused]] const char* kernel, std::size_t n, const F& f) {
   if (n == 0) return;
   SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_map(kernel, s, n, f), [=] {
     detail::parallel_for(n, elementwise_grain, [&](std::size_t b, std::size_t e) {
