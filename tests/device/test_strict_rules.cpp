@@ -41,6 +41,17 @@ std::unique_ptr<Device> cpu_without(Off switch_off) {
 
 std::unique_ptr<Device> gpu_or_null() { return cuda_available() ? make_device("cuda", small()) : nullptr; }
 
+/// `holds` (a check of one rule on a Device) is true on the strict cpu backend and on a GPU, and
+/// false on a cpu backend with that rule switched off: the check tells the rule from its absence.
+template <class Holds, class Off>
+void expect_rule(Holds holds, Off switch_off) {
+  EXPECT_TRUE(holds(*strict_cpu())) << "strict cpu backend";
+  EXPECT_FALSE(holds(*cpu_without(switch_off))) << "cpu backend with the rule off";
+  if (auto gpu = gpu_or_null()) {
+    EXPECT_TRUE(holds(*gpu)) << "cuda backend";
+  }
+}
+
 double ms_since(clk::time_point t0) { return std::chrono::duration<double, std::milli>(clk::now() - t0).count(); }
 
 // ---- the checks: each returns true when the backend keeps the rule -----------------------------
@@ -166,11 +177,7 @@ TEST(StrictRules, HostFunctionsShareOneCallbackThread) {
 }
 
 TEST(StrictRules, HostFunctionsThatCallTheDeviceFail) {
-  EXPECT_TRUE(device_calls_from_host_functions_fail(*strict_cpu()));
-  EXPECT_FALSE(device_calls_from_host_functions_fail(*cpu_without([](auto& r) { r.no_device_calls_in_stream_work = false; })));
-  if (auto gpu = gpu_or_null()) {
-    EXPECT_TRUE(device_calls_from_host_functions_fail(*gpu));
-  }
+  expect_rule(device_calls_from_host_functions_fail, [](auto& r) { r.no_device_calls_in_stream_work = false; });
 }
 
 TEST(StrictRules, CpuKernelsThatCallTheDeviceFail) {
@@ -224,11 +231,7 @@ TEST(StrictRules, FreesSynchronizeTheDevice) {
 }
 
 TEST(StrictRules, FailuresAreSticky) {
-  EXPECT_TRUE(errors_are_sticky(*strict_cpu()));
-  EXPECT_FALSE(errors_are_sticky(*cpu_without([](auto& r) { r.sticky_errors = false; })));
-  if (auto gpu = gpu_or_null()) {
-    EXPECT_TRUE(errors_are_sticky(*gpu));
-  }
+  expect_rule(errors_are_sticky, [](auto& r) { r.sticky_errors = false; });
 }
 
 TEST(StrictRules, WorkAfterAStickyFailureIsRefused) {
