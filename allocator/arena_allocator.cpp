@@ -125,6 +125,18 @@ void* arena_allocator::try_allocate_at(std::size_t offset, std::size_t bytes, st
                      "arena allocator: try_allocate_at offset " + std::to_string(offset) + " is not a multiple of the " +
                          std::to_string(granule) + "-byte granule");
   std::lock_guard lock(mutex_);
+  return allocate_at_locked(offset, need, s);
+}
+
+void* arena_allocator::try_allocate_high(std::size_t bytes, stream s) {
+  const std::size_t need = round_up(bytes, granule);
+  std::lock_guard lock(mutex_);
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it)
+    if (it->second.free && it->second.size >= need) return allocate_at_locked(it->first + it->second.size - need, need, s);
+  return nullptr;
+}
+
+void* arena_allocator::allocate_at_locked(std::size_t offset, std::size_t need, stream s) {
   if (need == 0 || offset + need > capacity_) return nullptr;
   auto it = blocks_.upper_bound(offset);  // the block holding `offset` starts at or before it
   if (it == blocks_.begin()) return nullptr;

@@ -66,6 +66,10 @@ class arena_allocator final : public device_memory_resource {
   /// returns nullptr and changes nothing. For callers that planned the layout themselves
   /// (prefetch/layout.hpp). `offset` must be a multiple of the granule.
   [[nodiscard]] void* try_allocate_at(std::size_t offset, std::size_t bytes, stream s);
+  /// Allocates the last `bytes` (rounded) of the highest free block that holds them, with the
+  /// same stream handoff as allocate, or returns nullptr. For short-lived memory (an op's
+  /// scratch): a layout packs from address 0 up, so the top of the region is where it plans least.
+  [[nodiscard]] void* try_allocate_high(std::size_t bytes, stream s);
   /// Offset in the region of a pointer this arena returned.
   [[nodiscard]] std::size_t offset_of(const void* p) const noexcept {
     return static_cast<std::size_t>(static_cast<const std::byte*>(p) - base_);
@@ -92,6 +96,7 @@ class arena_allocator final : public device_memory_resource {
   void prune(std::vector<dependency>& deps);
   static std::vector<dependency> within(const std::vector<dependency>& deps, std::size_t lo, std::size_t hi);
   void* take(std::map<std::size_t, block>::iterator it, std::size_t offset, std::size_t need, stream s);
+  void* allocate_at_locked(std::size_t offset, std::size_t need, stream s);  // try_allocate_at, rounded
   void reserve(device_budget budget);  // the region for `budget`, one free block
   void wait_for_frees();               // every dependency of every block has finished
 

@@ -292,18 +292,24 @@ void* executor::allocate_for(tensor_id id, stream s, bool may_evict) {
 // op's scratch; with `may_evict`, evicts (farthest next use first) and waits for the copy streams
 // until it fits, and throws out_of_memory only when the op's own tensors and scratch fill it.
 void* executor::allocate_bytes(std::uint64_t bytes, stream s, bool may_evict, const tensor_state* for_tensor) {
+  auto from_arena = [&]() -> void* {
+    // Scratch from the top of the arena, away from the addresses a layout plans (the bottom).
+    if (for_tensor == nullptr) return arena_->try_allocate_high(bytes, s);
+    try {
+      return arena_->allocate(bytes, s);
+    } catch (const out_of_memory&) {
+      return nullptr;
+    }
+  };
   bool waited = false;
   for (;;) {
     if (budget().admits(in_use_, bytes)) {
-      try {
-        void* p = arena_->allocate(bytes, s);
+      if (void* p = from_arena()) {
         in_use_ += bytes;
         note_memory();
         return p;
-      } catch (const out_of_memory&) {
-        // Fragmentation, or memory freed on another stream that is not yet done with it.
-        ++stats_.fragmented_allocations;
       }
+      ++stats_.fragmented_allocations;  // no free run long enough: fragments
     }
     if (!may_evict) return nullptr;
     if (evict_one(bytes)) continue;

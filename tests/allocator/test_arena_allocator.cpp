@@ -303,3 +303,34 @@ TEST(DeviceBudget, PlacedPlanningAndAdmitsFollowTheHeadroomRule) {
   EXPECT_EQ(device_budget::of_free_memory(dev).bytes() % device_budget::granule, 0u);
   EXPECT_LE(device_budget::of_free_memory(dev).bytes(), 16_MiB);
 }
+
+// try_allocate_high takes the end of the highest free block that holds the request: the top of
+// the region when it is free, else lower down; nullptr (and nothing changed) when no block holds it.
+TEST(ArenaAllocator, AllocateHighTakesTheTopOfTheHighestFreeBlockThatFits) {
+  device_options o;
+  o.cpu_device_memory = 16_MiB;
+  cpu_device dev(o);
+  device_resource up(dev);
+  owned_stream s(dev);
+  arena_allocator arena(dev, up, device_budget(1_MiB));
+  auto* base = static_cast<std::byte*>(arena.allocate(256_KiB, s));  // best fit: the bottom
+  ASSERT_EQ(arena.offset_of(base), 0u);
+  void* top = arena.try_allocate_high(100, s);
+  EXPECT_EQ(arena.offset_of(top), 1_MiB - arena_allocator::granule) << "not the top granule";
+  void* mid = arena.try_allocate_at(512_KiB, 256_KiB, s);  // splits the free middle
+  ASSERT_NE(mid, nullptr);
+  // Free now: [256, 512) KiB and [768 KiB, 1 MiB - 512): 200 KiB goes to the top of the higher,
+  // 256 KiB fits only the lower, and then nothing holds 128 KiB.
+  void* low = arena.try_allocate_high(200_KiB, s);
+  EXPECT_EQ(arena.offset_of(low), 1_MiB - arena_allocator::granule - 200_KiB);
+  void* fits_lower = arena.try_allocate_high(256_KiB, s);
+  EXPECT_EQ(arena.offset_of(fits_lower), 256_KiB);
+  const auto before = arena.stats();
+  EXPECT_EQ(arena.try_allocate_high(128_KiB, s), nullptr);
+  EXPECT_EQ(arena.stats().allocated_bytes, before.allocated_bytes);
+  for (auto [p, n] : {std::pair<void*, std::size_t>{base, 256_KiB}, {top, 100}, {mid, 256_KiB}, {low, 200_KiB},
+                      {fits_lower, 256_KiB}})
+    arena.deallocate(p, n, s);
+  EXPECT_EQ(arena.stats().largest_free_bytes, 1_MiB);
+  arena.forget_stream(s);
+}
