@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <random>
 #include <string>
@@ -48,6 +49,12 @@ class rig {
   [[nodiscard]] kernel_context& ctx() { return *ctx_; }
   [[nodiscard]] stream s() const { return s_; }
   void sync() { dev_->synchronize_stream(s_); }
+  /// Holds the stream as a long kernel would, until the returned gate is opened (set_value).
+  [[nodiscard]] std::promise<void> hold_stream() {
+    std::promise<void> gate;
+    dev_->launch_kernel(s_, [opened = gate.get_future().share()] { opened.wait(); });
+    return gate;
+  }
 
   /// n zeroed elements of device memory, starting `offset` elements into the allocation.
   template <class T>

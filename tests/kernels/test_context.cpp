@@ -171,9 +171,7 @@ TEST(LaunchCheck, AnEarlierToleratedErrorIsNotBlamedOnTheNextLaunch) {
   float* y = r.alloc<float>(4);
   r.sync();
   // Unfinished work: a kernel stand-in that holds the stream until the gate opens.
-  std::promise<void> gate;
-  auto opened = gate.get_future().share();
-  r.dev().launch_kernel(r.s(), [opened] { opened.wait(); });
+  std::promise<void> gate = r.hold_stream();
   cudaEvent_t ev = nullptr;
   ASSERT_EQ(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), cudaSuccess);
   ASSERT_EQ(cudaEventRecord(ev, static_cast<cudaStream_t>(r.s().handle)), cudaSuccess);

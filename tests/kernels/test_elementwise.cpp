@@ -148,9 +148,7 @@ TEST(LaunchContract, KernelsRunInStreamOrderNotAtTheCall) {
   const float* dx = r.up(x);
   float* y = r.alloc<float>(4);
   r.sync();
-  std::promise<void> gate;
-  auto opened = gate.get_future().share();
-  r.dev().launch_kernel(r.s(), [opened] { opened.wait(); });  // holds the stream like a long kernel
+  std::promise<void> gate = r.hold_stream();  // holds the stream like a long kernel
   scale(r.ctx(), r.s(), dx, 2.0f, y, 4);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   std::vector<float> early(4);
