@@ -1,11 +1,9 @@
 // Size parsing and formatting.
-// Parsing goes through std::from_chars so no locale can change the meaning of "1.5".
+// Parsing reads the decimal digits exactly (no binary floating point, no locale), so "4.1GB" is 4100000000.
 #include "device/units.hpp"
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
-#include <cmath>
 #include <cstdio>
 
 #include "device/error.hpp"
@@ -15,14 +13,14 @@ namespace {
 
 struct unit {
   const char* name;
-  double factor;
+  std::uint64_t factor;
 };
 
 constexpr unit units[] = {
-    {"", 1.0},          {"b", 1.0},
-    {"kib", 1024.0},    {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0},
-    {"kb", 1e3},        {"mb", 1e6},        {"gb", 1e9},           {"tb", 1e12},
-    {"k", 1024.0},      {"m", 1048576.0},   {"g", 1073741824.0},   {"t", 1099511627776.0},
+    {"", 1},           {"b", 1},
+    {"kib", 1ULL << 10}, {"mib", 1ULL << 20}, {"gib", 1ULL << 30}, {"tib", 1ULL << 40},
+    {"kb", 1000ULL},   {"mb", 1000000ULL},  {"gb", 1000000000ULL}, {"tb", 1000000000000ULL},
+    {"k", 1ULL << 10}, {"m", 1ULL << 20},   {"g", 1ULL << 30},     {"t", 1ULL << 40},
 };
 
 [[noreturn]] void bad(std::string_view text, std::string_view what, const std::string& why) {
@@ -30,8 +28,12 @@ constexpr unit units[] = {
                      "; write a byte count such as 1048576 or a size such as 512MiB, 6GiB, 1.5GB");
 }
 
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
 }  // namespace
 
+// The number is read as decimal digits, exactly: "4.1GB" is 41 x 10^8 bytes, with no binary
+// floating point in between to make it 4099999999.9999995 and refuse it as fractional.
 std::uint64_t parse_size(std::string_view text, std::string_view what, bool allow_zero) {
   std::string_view s = text;
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
@@ -40,26 +42,47 @@ std::uint64_t parse_size(std::string_view text, std::string_view what, bool allo
   if (s.front() == '-') bad(text, what, "a size cannot be negative");
   if (s.front() == '+') s.remove_prefix(1);
 
-  double value = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value, std::chars_format::fixed);
-  if (ec != std::errc() || end == s.data()) bad(text, what, "it does not start with a number");
-  if (!std::isfinite(value)) bad(text, what, "the number is not finite");
+  std::size_t i = 0;
+  std::string_view whole, fraction;
+  while (i < s.size() && is_digit(s[i])) ++i;
+  whole = s.substr(0, i);
+  if (i < s.size() && s[i] == '.') {
+    const std::size_t from = ++i;
+    while (i < s.size() && is_digit(s[i])) ++i;
+    fraction = s.substr(from, i - from);
+  }
+  if (whole.empty() && fraction.empty()) bad(text, what, "it does not start with a number");
 
-  std::string_view rest(end, static_cast<std::size_t>(s.data() + s.size() - end));
+  std::string_view rest = s.substr(i);
   while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
   std::string suffix(rest);
   std::transform(suffix.begin(), suffix.end(), suffix.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-
   const unit* found = nullptr;
   for (const auto& u : units)
     if (suffix == u.name) found = &u;
   if (found == nullptr) bad(text, what, "unknown unit \"" + std::string(rest) + "\" (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)");
 
-  const double bytes = value * found->factor;
-  if (bytes > static_cast<double>(max_size_bytes))
-    bad(text, what, "it is larger than the 1 PiB Spillway accepts");
-  if (std::floor(bytes) != bytes) bad(text, what, "it is not a whole number of bytes");
+  using wide = unsigned __int128;
+  const wide limit = max_size_bytes;
+  while (!whole.empty() && whole.front() == '0') whole.remove_prefix(1);
+  while (!fraction.empty() && fraction.back() == '0') fraction.remove_suffix(1);
+  if (whole.size() > 16) bad(text, what, "it is larger than the 1 PiB Spillway accepts");
+  wide units_whole = 0;
+  for (char c : whole) units_whole = units_whole * 10 + static_cast<unsigned>(c - '0');
+  if (units_whole * found->factor > limit) bad(text, what, "it is larger than the 1 PiB Spillway accepts");
+  // A unit is at most 10^12 or 2^40, so a fraction with more than 12 significant digits can
+  // never make whole bytes.
+  if (fraction.size() > 12) bad(text, what, "it is not a whole number of bytes");
+  wide scale = 1, digits = units_whole;
+  for (char c : fraction) {
+    scale *= 10;
+    digits = digits * 10 + static_cast<unsigned>(c - '0');
+  }
+  const wide scaled = digits * found->factor;
+  if (scaled % scale != 0) bad(text, what, "it is not a whole number of bytes");
+  const wide bytes = scaled / scale;
+  if (bytes > limit) bad(text, what, "it is larger than the 1 PiB Spillway accepts");
   if (bytes == 0 && !allow_zero) bad(text, what, "a size must be greater than zero");
   return static_cast<std::uint64_t>(bytes);
 }
