@@ -19,14 +19,24 @@ using namespace spillway;
 using namespace spillway::literals;
 
 namespace {
-std::size_t round_up(std::size_t n) { return (n + arena_allocator::granule - 1) / arena_allocator::granule * arena_allocator::granule; }
+std::size_t round_up(std::size_t n) { return device_budget::placed(n); }
+
+/// A cpu device of `memory` bytes and the device resource an arena reserves its region from.
+struct device_rig {
+  explicit device_rig(std::size_t memory = 16_MiB) : dev(options(memory)), up(dev) {}
+  static device_options options(std::size_t memory) {
+    device_options o;
+    o.cpu_device_memory = memory;
+    return o;
+  }
+  cpu_device dev;
+  device_resource up;
+};
 }  // namespace
 
 TEST(ArenaAllocator, RandomOpsAgainstAReferenceModel) {
-  device_options o;
-  o.cpu_device_memory = 64_MiB;
-  cpu_device dev(o);
-  device_resource up(dev);
+  device_rig rig(64_MiB);
+  auto& [dev, up] = rig;
   constexpr std::size_t capacity = 8_MiB;
   auto arena = std::make_unique<arena_allocator>(dev, up, device_budget(capacity));
   std::vector<owned_stream> streams;
@@ -97,10 +107,8 @@ TEST(ArenaAllocator, RandomOpsAgainstAReferenceModel) {
 }
 
 TEST(ArenaAllocator, BlockFreedOnASlowStreamWaitsBeforeAnotherStreamUsesIt) {
-  device_options o;
-  o.cpu_device_memory = 16_MiB;
-  cpu_device dev(o);
-  device_resource up(dev);
+  device_rig rig;
+  auto& [dev, up] = rig;
   arena_allocator arena(dev, up, device_budget(1_MiB));
   owned_stream slow(dev), fast(dev);
   dev.set_stream_delay(slow, std::chrono::milliseconds(50));
@@ -121,10 +129,8 @@ TEST(ArenaAllocator, BlockFreedOnASlowStreamWaitsBeforeAnotherStreamUsesIt) {
 }
 
 TEST(ArenaAllocator, BadCapacityAndExhaustionAreClearErrors) {
-  device_options o;
-  o.cpu_device_memory = 16_MiB;
-  cpu_device dev(o);
-  device_resource up(dev);
+  device_rig rig;
+  auto& [dev, up] = rig;
   EXPECT_THROW(arena_allocator(dev, up, device_budget(0)), config_error);
   EXPECT_THROW(arena_allocator(dev, up, device_budget(32_MiB)), config_error);
   arena_allocator arena(dev, up, device_budget(1_MiB));
@@ -144,10 +150,8 @@ TEST(ArenaAllocator, BadCapacityAndExhaustionAreClearErrors) {
 // the region and overlaps no live block, and then returns that very address; mixed with best-fit
 // allocations and frees, blocks never overlap and the region merges back into one.
 TEST(ArenaAllocator, AllocateAtTakesExactlyTheRangeAskedForWhenItIsFree) {
-  device_options o;
-  o.cpu_device_memory = 16_MiB;
-  cpu_device dev(o);
-  device_resource up(dev);
+  device_rig rig;
+  auto& [dev, up] = rig;
   constexpr std::size_t capacity = 2_MiB;
   arena_allocator arena(dev, up, device_budget(capacity));
   std::map<std::size_t, std::size_t> live;  // offset -> rounded bytes
@@ -207,10 +211,8 @@ TEST(ArenaAllocator, AllocateAtTakesExactlyTheRangeAskedForWhenItIsFree) {
 // merged block waits only for the earlier users of those bytes, not for a slow stream that used
 // the bytes beside them.
 TEST(ArenaAllocator, CarvedBlockWaitsOnlyForTheEarlierUsersOfItsOwnBytes) {
-  device_options o;
-  o.cpu_device_memory = 16_MiB;
-  cpu_device dev(o);
-  device_resource up(dev);
+  device_rig rig;
+  auto& [dev, up] = rig;
   arena_allocator arena(dev, up, device_budget(2_MiB));
   owned_stream slow(dev), fast(dev), third(dev);
   void* b = arena.try_allocate_at(0, 1_MiB, fast);
@@ -248,10 +250,8 @@ TEST(ArenaAllocator, CarvedBlockWaitsOnlyForTheEarlierUsersOfItsOwnBytes) {
 // set_budget: refused while a block is live (a misuse), refused past the device (bad input, the
 // old region stays usable), and otherwise a fresh region of the new size, empty and whole.
 TEST(ArenaAllocator, SetBudgetReservesANewRegionOnlyWhenEmpty) {
-  device_options o;
-  o.cpu_device_memory = 16_MiB;
-  cpu_device dev(o);
-  device_resource up(dev);
+  device_rig rig;
+  auto& [dev, up] = rig;
   owned_stream s(dev);
   arena_allocator arena(dev, up, device_budget(2_MiB));
   void* p = arena.allocate(1_MiB, s);
@@ -294,9 +294,8 @@ TEST(DeviceBudget, PlacedPlanningAndAdmitsFollowTheHeadroomRule) {
     EXPECT_TRUE(budget.admits(used, b - used));
     EXPECT_FALSE(budget.admits(used, b - used + 1));
   }
-  device_options o;
-  o.cpu_device_memory = 16_MiB;
-  cpu_device dev(o);
+  device_rig rig;
+  auto& dev = rig.dev;
   EXPECT_THROW(device_budget(17_MiB).check_fits(dev), config_error);
   EXPECT_THROW(device_budget(0).check_fits(dev), config_error);
   EXPECT_NO_THROW(device_budget(16_MiB).check_fits(dev));
@@ -307,10 +306,8 @@ TEST(DeviceBudget, PlacedPlanningAndAdmitsFollowTheHeadroomRule) {
 // try_allocate_high takes the end of the highest free block that holds the request: the top of
 // the region when it is free, else lower down; nullptr (and nothing changed) when no block holds it.
 TEST(ArenaAllocator, AllocateHighTakesTheTopOfTheHighestFreeBlockThatFits) {
-  device_options o;
-  o.cpu_device_memory = 16_MiB;
-  cpu_device dev(o);
-  device_resource up(dev);
+  device_rig rig;
+  auto& [dev, up] = rig;
   owned_stream s(dev);
   arena_allocator arena(dev, up, device_budget(1_MiB));
   auto* base = static_cast<std::byte*>(arena.allocate(256_KiB, s));  // best fit: the bottom
