@@ -31,7 +31,8 @@ namespace spillway {
 // persistent tensor still resident when the iteration ends keeps its address into the next
 // iteration: its block wraps around the timeline. The executor asks the layout for the address of each allocation it makes
 // while following the plan and falls back to best fit when the address is taken (the run
-// departed from the plan).
+// departed from the plan). An op's scratch (executor::scratch) is not in the plan; it is taken
+// from the top of the arena, where the layout, packed from address 0 up, plans least.
 
 /// The timeline position of an allocation, as the executor makes them.
 struct layout_slot {
