@@ -37,8 +37,6 @@ using clk = std::chrono::steady_clock;
 struct nvme_args {
   examples::config_flags config;  // --config, --backend, --nvme-directories (one; default /tmp)
   std::string size = "256MiB";
-  std::string block_size = "1MiB";
-  unsigned queue_depth = 32;
   int repeats = 3;
   double target = 0.9;
   std::string json;
@@ -194,21 +192,23 @@ class uring_loop {
 
 int run(const nvme_args& a) {
   const std::size_t n = parse_size(a.size, "--size");
-  const auto bs = static_cast<std::uint32_t>(parse_size(a.block_size, "--block-size"));
-  SPILLWAY_EXPECTS_T(config_error, n % bs == 0, "--size: " + a.size + " is not a multiple of --block-size " + a.block_size);
   session_config c = examples::load_config(a.config);
   if (c.nvme.directories.empty()) c.nvme.directories = {"/tmp"};
   c.validate();
   if (c.nvme.directories.size() != 1)
     throw config_error(c.source_of("nvme.directories") + ": nvme compares one drive with a plain loop; give one directory");
   const std::string dir = c.nvme.directories.front();
+  const auto bs = static_cast<std::uint32_t>(c.nvme.block_size);  // both sides use the tier's block and depth
+  const auto depth = static_cast<unsigned>(c.nvme.queue_depth);
+  if (n % bs != 0)
+    throw config_error("--size: " + a.size + " is not a multiple of " + c.source_of("nvme.block_size") + " " + format_bytes(bs));
   device_options dopt;
   dopt.cpu_device_memory = c.cpu_device_memory != 0 ? c.cpu_device_memory : std::size_t{64} << 20;
   dopt.strict.callback_seed = c.cpu_callback_seed;
   auto dev = make_device(c.backend, dopt);
 
   nlohmann::json j = {{"device", dev->properties().name}, {"backend", to_string(dev->properties().backend)},
-                      {"dir", dir}, {"bytes", n}, {"block_size", bs}, {"queue_depth", a.queue_depth},
+                      {"dir", dir}, {"bytes", n}, {"block_size", bs}, {"queue_depth", depth},
                       {"repeats", a.repeats}, {"target", a.target}, {"skipped", false}};
   auto finish = [&](int code) {
     if (!a.json.empty()) {
@@ -233,9 +233,9 @@ int run(const nvme_args& a) {
     o.directories = {dir};
     o.reserve = n + bs;
     o.block_size = bs;
-    o.queue_depth = a.queue_depth;
+    o.queue_depth = depth;
     tier.emplace(o, &*pool);
-    plain.emplace(dir, n, bs, a.queue_depth);
+    plain.emplace(dir, n, bs, depth);
   } catch (const io_error& e) {
     // io_uring refused (a sandbox), or no O_DIRECT-capable place: a reason, not a failure.
     std::cout << "SKIP nvme tier vs plain liburing loop: " << e.what() << "\n";
@@ -262,7 +262,7 @@ int run(const nvme_args& a) {
   const double w = gbps(n, tw), rd = gbps(n, tr), p_w = gbps(n, pw), p_r = gbps(n, pr);
   const bool met = w >= a.target * p_w && rd >= a.target * p_r;
   std::cout << std::fixed << std::setprecision(2) << "nvme tier in " << dir << ": " << format_bytes(n) << ", block "
-            << format_bytes(bs) << ", depth " << a.queue_depth << ", best of " << a.repeats << "\n"
+            << format_bytes(bs) << ", depth " << depth << ", best of " << a.repeats << "\n"
             << "  spillway write " << w << " GB/s, read " << rd << " GB/s (" << (tier->direct_io() ? "O_DIRECT" : "buffered")
             << ", " << stats.fixed_buffer_ops << "/" << stats.ops << " ops on fixed buffers, CRC32C per block)\n"
             << "  plain    write " << p_w << " GB/s, read " << p_r << " GB/s (" << (plain->direct() ? "O_DIRECT" : "buffered")
@@ -290,10 +290,9 @@ int run(const nvme_args& a) {
 const command_registration registration{"nvme", [](CLI::App& app, int& exit_code) {
   auto args = std::make_shared<nvme_args>();
   auto* cmd = app.add_subcommand("nvme", "NVMe tier write/read against a plain liburing loop, same run");
-  examples::add_config_flags(*cmd, args->config, {"backend", "cpu_device_memory", "cpu_callback_seed", "nvme.directories"});
+  examples::add_config_flags(*cmd, args->config, {"backend", "cpu_device_memory", "cpu_callback_seed", "nvme.directories",
+                                                 "nvme.block_size", "nvme.queue_depth"});
   cmd->add_option("--size", args->size, "bytes per pass")->capture_default_str();
-  cmd->add_option("--block-size", args->block_size, "bytes per I/O, both sides")->capture_default_str();
-  cmd->add_option("--queue-depth", args->queue_depth, "I/Os in flight, both sides")->capture_default_str()->check(CLI::Range(1, 4096));
   cmd->add_option("--repeats", args->repeats, "passes per side (best taken)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--target", args->target, "least ratio to the plain loop")->capture_default_str();
   cmd->add_option("--json", args->json, "write the figures as JSON");

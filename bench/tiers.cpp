@@ -34,11 +34,8 @@ namespace {
 using clk = std::chrono::steady_clock;
 
 struct tiers_args {
-  examples::config_flags config;  // --config, --backend, --cpu-device-memory, --nvme-directories
+  examples::config_flags config;  // --config, --backend, --nvme-directories, --nvme-block-size, ...
   std::string size = "256MiB";
-  std::string block_size = "1MiB";
-  unsigned queue_depth = 32;
-  unsigned rings = 1;
   int repeats = 3;
   std::string json;
   bool tune = false;
@@ -269,11 +266,12 @@ std::string target_line(const char* what, double got, double baseline, double ra
 
 int run(const tiers_args& a) {
   const std::size_t n = parse_size(a.size, "--size");
-  const auto bs = static_cast<std::uint32_t>(parse_size(a.block_size, "--block-size"));
   session_config c = examples::load_config(a.config);
   if (c.nvme.directories.empty()) c.nvme.directories = {"/tmp"};
   c.validate();
   const auto& dirs = c.nvme.directories;
+  const auto bs = static_cast<std::uint32_t>(c.nvme.block_size);
+  const auto rings = static_cast<unsigned>(c.nvme.rings);
   std::string dir_text;
   for (const auto& d : dirs) dir_text += (dir_text.empty() ? "" : ",") + d;
   set_log_sink([](log_level l, const std::string& m) { std::cerr << "[" << to_string(l) << "] " << m << "\n"; });
@@ -292,14 +290,14 @@ int run(const tiers_args& a) {
             << " GB/s (memcpy " << host.memcpy_h2d << ")\n";
 
   std::uint32_t best_bs = bs;
-  unsigned best_depth = a.queue_depth;
+  unsigned best_depth = static_cast<unsigned>(c.nvme.queue_depth);
   nlohmann::json sweep = nlohmann::json::array();
   if (a.tune) {
     std::cout << "tuning the NVMe tier (block size x queue depth):\n";
     double best = -1;
     for (std::uint32_t b : {256u << 10, 512u << 10, 1u << 20, 2u << 20, 4u << 20}) {
       for (unsigned d : {4u, 8u, 16u, 32u, 64u}) {
-        const auto f = bench_nvme(*dev, dirs, n, b, d, a.rings, 1, !a.no_huge_pages);
+        const auto f = bench_nvme(*dev, dirs, n, b, d, rings, 1, !a.no_huge_pages);
         const double score = std::min(f.write, f.read);
         std::cout << "  block " << std::setw(10) << format_bytes(b) << "  depth " << std::setw(3) << d << "  write "
                   << f.write << " GB/s  read " << f.read << " GB/s\n";
@@ -312,12 +310,12 @@ int run(const tiers_args& a) {
       }
     }
     std::cout << "best: block " << format_bytes(best_bs) << ", depth " << best_depth << "\n";
+    // A session config file: --config FILE (or session_config::from_json_file) takes it as is.
     nlohmann::json snippet = {{"nvme",
                                {{"directories", dirs},
-                                {"block_size", format_bytes(best_bs)},
-                                {"block_size_bytes", best_bs},
+                                {"block_size", best_bs},
                                 {"queue_depth", best_depth},
-                                {"rings", a.rings}}}};
+                                {"rings", rings}}}};
     std::ofstream(a.tune_out) << snippet.dump(2) << "\n";
     std::cout << "wrote " << a.tune_out << "\n";
   }
@@ -327,7 +325,7 @@ int run(const tiers_args& a) {
   nvme_figures nv;
   fio_figures fio;
   for (int r = 0; r < a.repeats; ++r) {
-    const auto ours = bench_nvme(*dev, dirs, n, best_bs, best_depth, a.rings, 1, !a.no_huge_pages);
+    const auto ours = bench_nvme(*dev, dirs, n, best_bs, best_depth, rings, 1, !a.no_huge_pages);
     nv.write = std::max(nv.write, ours.write);
     nv.read = std::max(nv.read, ours.read);
     nv.direct = ours.direct;
@@ -342,7 +340,7 @@ int run(const tiers_args& a) {
     if (!theirs.ran) break;
   }
   std::cout << "nvme tier  write " << nv.write << " GB/s, read " << nv.read << " GB/s (block " << format_bytes(best_bs)
-            << ", depth " << best_depth << ", rings " << a.rings << (nv.direct ? ", O_DIRECT" : ", buffered")
+            << ", depth " << best_depth << ", rings " << rings << (nv.direct ? ", O_DIRECT" : ", buffered")
             << ", " << nv.fixed_ops << "/" << nv.ops << " ops on fixed buffers, " << format_bytes(nv.huge_page_bytes)
             << " of registered buffers on huge pages)\n";
   if (fio.ran)
@@ -378,7 +376,7 @@ int run(const tiers_args& a) {
                         {"fio_command", fio.command},
                         {"block_size", best_bs},
                         {"queue_depth", best_depth},
-                        {"rings", a.rings},
+                        {"rings", rings},
                         {"targets_met", !missed}};
     if (a.tune) j["sweep"] = sweep;
     std::ofstream(a.json) << j.dump(2) << "\n";
@@ -389,11 +387,10 @@ int run(const tiers_args& a) {
 const command_registration registration{"tiers", [](CLI::App& app, int& exit_code) {
   auto args = std::make_shared<tiers_args>();
   auto* cmd = app.add_subcommand("tiers", "host tier vs memcpy and NVMe tier vs fio, GB/s");
-  examples::add_config_flags(*cmd, args->config, {"backend", "cpu_device_memory", "cpu_callback_seed", "nvme.directories"});
+  examples::add_config_flags(*cmd, args->config,
+                             {"backend", "cpu_device_memory", "cpu_callback_seed", "nvme.directories", "nvme.block_size",
+                              "nvme.queue_depth", "nvme.rings"});
   cmd->add_option("--size", args->size, "bytes moved per measurement")->capture_default_str();
-  cmd->add_option("--block-size", args->block_size, "NVMe block size")->capture_default_str();
-  cmd->add_option("--queue-depth", args->queue_depth, "NVMe queue depth")->capture_default_str()->check(CLI::Range(1, 4096));
-  cmd->add_option("--rings", args->rings, "io_uring rings (I/O threads)")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--repeats", args->repeats, "measurements per figure (best taken)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--json", args->json, "write the figures as JSON");
   cmd->add_flag("--no-huge-pages", args->no_huge_pages, "pinned buffers on 4 KiB pages (device_options::pinned_huge_pages off)");

@@ -127,6 +127,9 @@ class session_impl {
       no.directories = cfg.nvme.directories;
       no.reserve = cfg.nvme.reserve != 0 ? cfg.nvme.reserve : initial_nvme_reserve;
       no.grow_on_demand = cfg.nvme.reserve == 0;
+      no.block_size = static_cast<std::uint32_t>(cfg.nvme.block_size);
+      no.queue_depth = static_cast<unsigned>(cfg.nvme.queue_depth);
+      no.rings = static_cast<unsigned>(cfg.nvme.rings);
       if (hooks.make_io_queue) no.make_queue = hooks.make_io_queue;
       so.nvme = no;
     }

@@ -123,6 +123,15 @@ const row rows[] = {
     {{"nvme.reserve", "SIZE", "swap space reserved over the NVMe directories (0: sized from the plan)"},
      [](session_config& c, std::string_view t, const std::string& w) { c.nvme.reserve = parse_size(t, w, true); },
      [](const session_config& c) { return std::to_string(c.nvme.reserve); }},
+    {{"nvme.block_size", "SIZE", "NVMe tier: bytes per I/O, a multiple of the drives' O_DIRECT alignment"},
+     [](session_config& c, std::string_view t, const std::string& w) { c.nvme.block_size = parse_size(t, w); },
+     [](const session_config& c) { return std::to_string(c.nvme.block_size); }},
+    {{"nvme.queue_depth", "N", "NVMe tier: I/Os in flight per ring"},
+     [](session_config& c, std::string_view t, const std::string& w) { c.nvme.queue_depth = parse_count(t, w, 4096); },
+     [](const session_config& c) { return std::to_string(c.nvme.queue_depth); }},
+    {{"nvme.rings", "N", "NVMe tier: io_uring rings, each with its own I/O thread"},
+     [](session_config& c, std::string_view t, const std::string& w) { c.nvme.rings = parse_count(t, w, 64); },
+     [](const session_config& c) { return std::to_string(c.nvme.rings); }},
     {{"policy", "none|lms|vdnn|auto", "swap policy"},
      [](session_config& c, std::string_view t, const std::string&) { c.policy = std::string(t); },
      [](const session_config& c) { return c.policy; }},
@@ -354,6 +363,11 @@ void session_config::validate() const {
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       bad("chrome_trace", in_quotes(chrome_trace) + ": the folder '" + dir + "' does not exist");
   }
+  if (nvme.block_size < 512 || nvme.block_size > (1u << 30) || nvme.block_size % 512 != 0)
+    bad("nvme.block_size", format_bytes(nvme.block_size) + " is not a block size; give a multiple of 512 B up to 1 GiB, such as 1MiB");
+  if (nvme.queue_depth < 1 || nvme.queue_depth > 4096)
+    bad("nvme.queue_depth", std::to_string(nvme.queue_depth) + " is not a queue depth; give 1 to 4096");
+  if (nvme.rings < 1 || nvme.rings > 64) bad("nvme.rings", std::to_string(nvme.rings) + " is not a ring count; give 1 to 64");
   // NVMe: each directory usable now, and a fixed reserve within what the file systems have free.
   const auto& dirs = nvme.directories;
   if (nvme.reserve != 0 && dirs.empty())

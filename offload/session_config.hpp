@@ -37,6 +37,9 @@ struct session_config {
     /// starts small and grows to what the plan places on NVMe (the planner may use what the
     /// file systems have free). Non-zero: reserved at start, and the planner uses exactly that.
     std::uint64_t reserve = 0;
+    std::uint64_t block_size = 1 << 20;   ///< bytes per I/O; 1 MiB suits NVMe drives
+    std::uint64_t queue_depth = 32;       ///< I/Os in flight per ring
+    std::uint64_t rings = 1;              ///< io_uring rings, each with an I/O thread
   } nvme;
 
   // What to move and when.

@@ -11,7 +11,8 @@ namespace {
 
 /// Flags a user may still type from before each setting had one name.
 constexpr std::pair<std::string_view, std::string_view> old_flags[] = {
-    {"--nvme-dir", "nvme.directories"}, {"--dir", "nvme.directories"}, {"--device-memory", "cpu_device_memory"}};
+    {"--nvme-dir", "nvme.directories"}, {"--dir", "nvme.directories"}, {"--device-memory", "cpu_device_memory"},
+    {"--block-size", "nvme.block_size"}, {"--queue-depth", "nvme.queue_depth"}, {"--rings", "nvme.rings"}};
 
 }  // namespace
 

@@ -36,7 +36,7 @@ struct config_flags {
 
 /// Adds --config FILE and, for each key of session_config::settings() in `keys` (all when
 /// empty), its flag (session_config::flag_of). Old flag names (--nvme-dir, --dir,
-/// --device-memory) are taken only to be refused with the new name. `f` must outlive parsing.
+/// --device-memory, --block-size, --queue-depth, --rings) are taken only to be refused with the new name. `f` must outlive parsing.
 void add_config_flags(CLI::App& app, config_flags& f, std::initializer_list<std::string_view> keys = {});
 
 /// The config of these flags: `defaults` (a program's own built-in defaults; session_config's

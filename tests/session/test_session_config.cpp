@@ -60,7 +60,8 @@ TEST(SessionConfig, EachSettingHasOneNameForFlagVariableAndKey) {
   std::vector<std::string> keys;
   for (const auto& s : session_config::settings()) keys.emplace_back(s.key);
   for (const char* k : {"backend", "cpu_device_memory", "cpu_callback_seed", "link_gbps", "device_budget", "host_budget",
-                        "nvme.directories", "nvme.reserve", "policy", "vdnn_variant", "chrome_trace"})
+                        "nvme.directories", "nvme.reserve", "nvme.block_size", "nvme.queue_depth", "nvme.rings", "policy",
+                        "vdnn_variant", "chrome_trace"})
     EXPECT_NE(std::find(keys.begin(), keys.end(), k), keys.end()) << k;
 }
 
@@ -143,6 +144,23 @@ TEST(SessionConfig, FromJson) {
   EXPECT_DOUBLE_EQ(c.link_gbps, 8.5);
   EXPECT_EQ(c.cpu_callback_seed, 9u);
   EXPECT_EQ(c.source_of("nvme.reserve"), "run.json: nvme.reserve");
+  // What spillway-bench tiers --tune writes is a config file too.
+  const auto tuned = session_config::from_json_text(
+      R"({"nvme": {"directories": ["/a"], "block_size": 524288, "queue_depth": 64, "rings": 2}})", "tuned.json");
+  EXPECT_EQ(tuned.nvme.block_size, 512_KiB);
+  EXPECT_EQ(tuned.nvme.queue_depth, 64u);
+  EXPECT_EQ(tuned.nvme.rings, 2u);
+}
+
+TEST(SessionConfig, ValidateChecksTheNvmeTierKnobs) {
+  session_config c;
+  c.set("nvme.block_size", "1000", "SPILLWAY_NVME_BLOCK_SIZE");
+  EXPECT_TRUE(has(error_of([&] { c.validate(); }), "SPILLWAY_NVME_BLOCK_SIZE")) << "not a multiple of 512";
+  c = session_config{};
+  c.set("nvme.queue_depth", "0", "--nvme-queue-depth");
+  EXPECT_TRUE(has(error_of([&] { c.validate(); }), "--nvme-queue-depth: 0 is not a queue depth"));
+  c = session_config{};
+  EXPECT_TRUE(has(error_of([&] { c.set("nvme.rings", "65", "--nvme-rings"); }), "--nvme-rings"));
 }
 
 TEST(SessionConfig, BadJsonNamesTheKeyAndTheFile) {
