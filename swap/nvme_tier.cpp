@@ -173,12 +173,15 @@ class nvme_transfer final : public block_owner {
 
 nvme_tier::nvme_tier(nvme_options options, pinned_host_pool* pool)
     : options_(std::move(options)), pool_(pool), counters_(std::make_unique<detail::ring_counters>()) {
-  SPILLWAY_EXPECTS_T(config_error, !options_.directories.empty(), "nvme tier: no swap directory given");
-  SPILLWAY_EXPECTS_T(config_error, options_.block_size >= 512 && options_.block_size <= (1u << 30),
-                     "nvme tier: block size must be between 512 B and 1 GiB");
-  SPILLWAY_EXPECTS_T(config_error, options_.queue_depth >= 1 && options_.queue_depth <= 4096,
-                     "nvme tier: queue depth must be between 1 and 4096");
-  SPILLWAY_EXPECTS_T(config_error, options_.rings >= 1 && options_.rings <= 64, "nvme tier: rings must be between 1 and 64");
+  // Bad options are the caller's input (session_config's nvme.* settings): config_errors that
+  // name the option and carry no source location (device/error.hpp).
+  if (options_.directories.empty()) throw config_error("nvme tier: nvme.directories is empty; give at least one swap directory");
+  if (options_.block_size < 512 || options_.block_size > (1u << 30))
+    throw config_error("nvme tier: nvme.block_size " + std::to_string(options_.block_size) + " is not between 512 B and 1 GiB");
+  if (options_.queue_depth < 1 || options_.queue_depth > 4096)
+    throw config_error("nvme tier: nvme.queue_depth " + std::to_string(options_.queue_depth) + " is not between 1 and 4096");
+  if (options_.rings < 1 || options_.rings > 64)
+    throw config_error("nvme tier: nvme.rings " + std::to_string(options_.rings) + " is not between 1 and 64");
   const std::size_t nfiles = options_.directories.size();
   const std::uint64_t per_file =
       round_up((options_.reserve + nfiles - 1) / nfiles, options_.block_size);
@@ -189,7 +192,7 @@ nvme_tier::nvme_tier(nvme_options options, pinned_host_pool* pool)
     space_.emplace_back(per_file / options_.block_size);
   }
   if (options_.block_size % alignment_ != 0)
-    throw config_error("nvme tier: block size " + std::to_string(options_.block_size) +
+    throw config_error("nvme tier: nvme.block_size " + std::to_string(options_.block_size) +
                        " is not a multiple of the swap files' O_DIRECT alignment " + std::to_string(alignment_));
   auto make = options_.make_queue ? options_.make_queue : [](unsigned d) { return make_uring_queue(d); };
   // Every ring registers the same regions; only the first measures them for huge_page_bytes,
@@ -307,11 +310,11 @@ move_handle nvme_tier::start(std::unique_ptr<detail::nvme_transfer> t) {
 
 move_handle nvme_tier::write(const std::string& name, const void* src, std::size_t bytes, std::size_t src_capacity,
                              completion on_done) {
-  SPILLWAY_EXPECTS(src != nullptr || bytes == 0, "nvme tier: write of tensor '" + name + "' from a null buffer");
+  SPILLWAY_EXPECTS_T(usage_error, src != nullptr || bytes == 0, "nvme tier: write of tensor '" + name + "' from a null buffer");
   record* rec = nullptr;
   {
     std::lock_guard lock(mutex_);
-    SPILLWAY_EXPECTS(tensors_.find(name) == tensors_.end(), "nvme tier: tensor '" + name + "' is already stored");
+    SPILLWAY_EXPECTS_T(usage_error, tensors_.find(name) == tensors_.end(), "nvme tier: tensor '" + name + "' is already stored");
     auto r = std::make_unique<record>();
     r->bytes = bytes;
     place(*r, name);
@@ -340,9 +343,9 @@ move_handle nvme_tier::read(const std::string& name, void* dst, std::size_t dst_
   {
     std::lock_guard lock(mutex_);
     auto it = tensors_.find(name);
-    SPILLWAY_EXPECTS(it != tensors_.end(), "nvme tier: tensor '" + name + "' is not stored");
-    SPILLWAY_EXPECTS(!it->second->writing, "nvme tier: tensor '" + name + "' is still being written");
-    SPILLWAY_EXPECTS(dst != nullptr || it->second->bytes == 0, "nvme tier: read of tensor '" + name + "' into a null buffer");
+    SPILLWAY_EXPECTS_T(usage_error, it != tensors_.end(), "nvme tier: tensor '" + name + "' is not stored");
+    SPILLWAY_EXPECTS_T(usage_error, !it->second->writing, "nvme tier: tensor '" + name + "' is still being written");
+    SPILLWAY_EXPECTS_T(usage_error, dst != nullptr || it->second->bytes == 0, "nvme tier: read of tensor '" + name + "' into a null buffer");
     rec = it->second.get();
     ++rec->readers;
     ++in_flight_;
@@ -401,8 +404,8 @@ void nvme_tier::finished(detail::nvme_transfer* t, std::exception_ptr error) noe
 void nvme_tier::erase(const std::string& name) {
   std::lock_guard lock(mutex_);
   auto it = tensors_.find(name);
-  SPILLWAY_EXPECTS(it != tensors_.end(), "nvme tier: tensor '" + name + "' is not stored");
-  SPILLWAY_EXPECTS(!it->second->writing && it->second->readers == 0,
+  SPILLWAY_EXPECTS_T(usage_error, it != tensors_.end(), "nvme tier: tensor '" + name + "' is not stored");
+  SPILLWAY_EXPECTS_T(usage_error, !it->second->writing && it->second->readers == 0,
                    "nvme tier: tensor '" + name + "' cannot be erased while it is being written or read");
   release(*it->second);
   stored_bytes_ -= it->second->bytes;
@@ -418,7 +421,7 @@ bool nvme_tier::contains(const std::string& name) const {
 std::size_t nvme_tier::size(const std::string& name) const {
   std::lock_guard lock(mutex_);
   auto it = tensors_.find(name);
-  SPILLWAY_EXPECTS(it != tensors_.end(), "nvme tier: tensor '" + name + "' is not stored");
+  SPILLWAY_EXPECTS_T(usage_error, it != tensors_.end(), "nvme tier: tensor '" + name + "' is not stored");
   return it->second->bytes;
 }
 

@@ -113,9 +113,9 @@ class nvme_tier {
   move_handle write(const std::string& name, const void* src, std::size_t bytes, std::size_t src_capacity = 0,
                     completion on_done = {});
   /// Reads tensor `name` into `dst` (its size() bytes); `dst_capacity` as for write. The
-  /// tensor stays stored. Throws spillway::error when `name` is not stored or is being written.
+  /// tensor stays stored. Throws usage_error when `name` is not stored or is being written.
   move_handle read(const std::string& name, void* dst, std::size_t dst_capacity = 0, completion on_done = {});
-  /// Frees a stored tensor's blocks. Throws spillway::error when it is being written or read.
+  /// Frees a stored tensor's blocks. Throws usage_error when it is being written or read.
   void erase(const std::string& name);
 
   [[nodiscard]] bool contains(const std::string& name) const;
