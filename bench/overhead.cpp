@@ -201,8 +201,9 @@ double median(std::vector<double> v) {
 }
 
 int run(const overhead_args& a) {
-  SPILLWAY_EXPECTS_T(config_error, a.layers >= 2, "overhead: --layers must be at least 2");
-  SPILLWAY_EXPECTS_T(config_error, a.budget_ratio > 0 && a.budget_ratio <= 1, "overhead: --budget-ratio must be in (0, 1]");
+  if (a.layers < 2) throw config_error("--layers: " + std::to_string(a.layers) + " is too few; give at least 2");
+  if (!(a.budget_ratio > 0 && a.budget_ratio <= 1))
+    throw config_error("--budget-ratio: " + std::to_string(a.budget_ratio) + " is not in (0, 1]");
   const std::uint64_t footprint = footprint_of(a);
   const std::uint64_t planned_budget = static_cast<std::uint64_t>(static_cast<double>(footprint) * a.budget_ratio);
   std::cout << "overhead: " << a.layers * 3 << " zero-duration ops per iteration over " << a.layers * 3

@@ -100,7 +100,8 @@ int run(const copies_args& a) {
 #if SPILLWAY_HAVE_CUDA
   else plain = std::make_unique<cuda_loop>(n);
 #endif
-  SPILLWAY_EXPECTS_T(config_error, plain != nullptr, "copies: no plain loop for backend " + c.backend);
+  if (plain == nullptr)
+    throw config_error(c.source_of("backend") + ": copies has no plain loop for the " + c.backend + " backend");
   const std::string what = plain->what();
 
   // Turns: ours then the plain loop, each direction, every round; best of each. Round 0 warms
