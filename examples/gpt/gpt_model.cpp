@@ -250,6 +250,19 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
   s.release(targets);
 
   // ---- backward ----
+  // A block's layer norm backward, with the residual stream's gradient added:
+  // d_in = layer_norm'(d_out) + d_resid. `saved` is what the forward kept: its input, mean and rstd.
+  struct norm_saved {
+    tensor_handle x, mean, rstd;
+  };
+  auto norm_backward = [&](const std::string& name, const norm_saved& saved, const parameter& g, const parameter& b,
+                           tensor_handle d_out, tensor_handle d_resid, tensor_handle d_in) {
+    auto op = s.op(name, {saved.x, g.value, saved.mean, saved.rstd, d_out, d_resid}, {d_in, g.grad, b.grad}, 11 * dbt * dc);
+    k::layer_norm_backward(ctx, op.stream(), op.ptr<float>(saved.x), op.ptr<float>(g.value), op.ptr<float>(saved.mean),
+                           op.ptr<float>(saved.rstd), op.ptr<float>(d_out), op.ptr<float>(d_in), op.ptr<float>(g.grad),
+                           op.ptr<float>(b.grad), BT, C, false);
+    k::add(ctx, op.stream(), op.ptr<float>(d_in), op.ptr<float>(d_resid), op.ptr<float>(d_in), bt * C);
+  };
   auto d_lnf = s.add_transient("lnf.dout", act);
   {
     auto op = s.op("head.backward", {lnf, wte_.value, logits}, {d_lnf, wte_.grad}, 4 * dbt * dc * V);
@@ -292,14 +305,7 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
     }
     for (auto t : {d_fc, a.fc_pre, a.ln2}) s.release(t);
     auto d_mid = s.add_transient(n + "resid.dmid", act);
-    {
-      auto op = s.op(n + "ln2.backward", {a.x_mid, p.ln2_g.value, a.ln2_mean, a.ln2_rstd, d_ln2, dres},
-                     {d_mid, p.ln2_g.grad, p.ln2_b.grad}, 11 * dbt * dc);
-      k::layer_norm_backward(ctx, op.stream(), op.ptr<float>(a.x_mid), op.ptr<float>(p.ln2_g.value),
-                             op.ptr<float>(a.ln2_mean), op.ptr<float>(a.ln2_rstd), op.ptr<float>(d_ln2),
-                             op.ptr<float>(d_mid), op.ptr<float>(p.ln2_g.grad), op.ptr<float>(p.ln2_b.grad), BT, C, false);
-      k::add(ctx, op.stream(), op.ptr<float>(d_mid), op.ptr<float>(dres), op.ptr<float>(d_mid), bt * C);
-    }
+    norm_backward(n + "ln2.backward", {a.x_mid, a.ln2_mean, a.ln2_rstd}, p.ln2_g, p.ln2_b, d_ln2, dres, d_mid);
     for (auto t : {dres, d_ln2, a.ln2_mean, a.ln2_rstd, a.x_mid}) s.release(t);
     dres = d_mid;
     auto d_att = s.add_transient(n + "attn.dout", act);
@@ -329,14 +335,7 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
     }
     for (auto t : {d_qkv, a.qkv, a.ln1}) s.release(t);
     auto d_in = s.add_transient(n + "resid.din", act);
-    {
-      auto op = s.op(n + "ln1.backward", {a.x_in, p.ln1_g.value, a.ln1_mean, a.ln1_rstd, d_ln1, dres},
-                     {d_in, p.ln1_g.grad, p.ln1_b.grad}, 11 * dbt * dc);
-      k::layer_norm_backward(ctx, op.stream(), op.ptr<float>(a.x_in), op.ptr<float>(p.ln1_g.value),
-                             op.ptr<float>(a.ln1_mean), op.ptr<float>(a.ln1_rstd), op.ptr<float>(d_ln1),
-                             op.ptr<float>(d_in), op.ptr<float>(p.ln1_g.grad), op.ptr<float>(p.ln1_b.grad), BT, C, false);
-      k::add(ctx, op.stream(), op.ptr<float>(d_in), op.ptr<float>(dres), op.ptr<float>(d_in), bt * C);
-    }
+    norm_backward(n + "ln1.backward", {a.x_in, a.ln1_mean, a.ln1_rstd}, p.ln1_g, p.ln1_b, d_ln1, dres, d_in);
     for (auto t : {dres, d_ln1, a.ln1_mean, a.ln1_rstd, a.x_in}) s.release(t);
     dres = d_in;
   }
