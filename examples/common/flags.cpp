@@ -20,7 +20,8 @@ void add_config_flags(CLI::App& app, config_flags& f, std::initializer_list<std:
   f.app = &app;
   app.add_option("--config", f.config_file,
                  "JSON file of settings, e.g. {\"policy\": \"auto\", \"nvme\": {\"directories\": [\"/mnt/a\"]}}; "
-                 "SPILLWAY_* variables and flags override it");
+                 "SPILLWAY_* variables and flags override it")
+      ->type_name("FILE");
   for (const auto& s : session_config::settings()) {
     if (keys.size() != 0 && std::find(keys.begin(), keys.end(), s.key) == keys.end()) continue;
     const std::string flag = session_config::flag_of(s.key);
