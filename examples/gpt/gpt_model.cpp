@@ -263,6 +263,14 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
                            op.ptr<float>(b.grad), BT, C, false);
     k::add(ctx, op.stream(), op.ptr<float>(d_in), op.ptr<float>(d_resid), op.ptr<float>(d_in), bt * C);
   };
+  // A block's linear layer backward: d_x = d_y w (in -> out features); w's and b's gradients
+  // overwritten (every block has its own).
+  auto linear_backward = [&](const std::string& name, tensor_handle x, const parameter& w, const parameter& b,
+                             tensor_handle d_y, tensor_handle d_x, int in, int out, double flops) {
+    auto op = s.op(name, {x, w.value, d_y}, {d_x, w.grad, b.grad}, flops);
+    k::linear_backward(ctx, op.stream(), op.ptr<float>(x), op.ptr<float>(w.value), op.ptr<float>(d_y), op.ptr<float>(d_x),
+                       op.ptr<float>(w.grad), op.ptr<float>(b.grad), BT, in, out, false);
+  };
   auto d_lnf = s.add_transient("lnf.dout", act);
   {
     auto op = s.op("head.backward", {lnf, wte_.value, logits}, {d_lnf, wte_.grad}, 4 * dbt * dc * V);
@@ -286,13 +294,7 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
     const block_acts& a = acts[static_cast<std::size_t>(l)];
     const std::string n = indexed("h", l);
     auto d_fc = s.add_transient(n + "fc.dgelu", 4 * act);
-    {
-      auto op = s.op(n + "fcproj.backward", {a.fc_act, p.fcproj_w.value, dres}, {d_fc, p.fcproj_w.grad, p.fcproj_b.grad},
-                     16 * dbt * dc * dc);
-      k::linear_backward(ctx, op.stream(), op.ptr<float>(a.fc_act), op.ptr<float>(p.fcproj_w.value), op.ptr<float>(dres),
-                         op.ptr<float>(d_fc), op.ptr<float>(p.fcproj_w.grad), op.ptr<float>(p.fcproj_b.grad), BT, 4 * C,
-                         C, false);
-    }
+    linear_backward(n + "fcproj.backward", a.fc_act, p.fcproj_w, p.fcproj_b, dres, d_fc, 4 * C, C, 16 * dbt * dc * dc);
     s.release(a.fc_act);
     auto d_ln2 = s.add_transient(n + "ln2.dout", act);
     {
@@ -309,13 +311,7 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
     for (auto t : {dres, d_ln2, a.ln2_mean, a.ln2_rstd, a.x_mid}) s.release(t);
     dres = d_mid;
     auto d_att = s.add_transient(n + "attn.dout", act);
-    {
-      auto op = s.op(n + "proj.backward", {a.att, p.proj_w.value, dres}, {d_att, p.proj_w.grad, p.proj_b.grad},
-                     4 * dbt * dc * dc);
-      k::linear_backward(ctx, op.stream(), op.ptr<float>(a.att), op.ptr<float>(p.proj_w.value), op.ptr<float>(dres),
-                         op.ptr<float>(d_att), op.ptr<float>(p.proj_w.grad), op.ptr<float>(p.proj_b.grad), BT, C, C,
-                         false);
-    }
+    linear_backward(n + "proj.backward", a.att, p.proj_w, p.proj_b, dres, d_att, C, C, 4 * dbt * dc * dc);
     s.release(a.att);
     auto d_qkv = s.add_transient(n + "qkv.dout", 3 * act);
     auto scratch = s.add_transient(n + "attn.scratch", probs_bytes, tensor_kind::workspace);
@@ -326,13 +322,7 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
     }
     for (auto t : {scratch, a.probs, d_att}) s.release(t);
     auto d_ln1 = s.add_transient(n + "ln1.dout", act);
-    {
-      auto op = s.op(n + "qkv.backward", {a.ln1, p.qkv_w.value, d_qkv}, {d_ln1, p.qkv_w.grad, p.qkv_b.grad},
-                     12 * dbt * dc * dc);
-      k::linear_backward(ctx, op.stream(), op.ptr<float>(a.ln1), op.ptr<float>(p.qkv_w.value), op.ptr<float>(d_qkv),
-                         op.ptr<float>(d_ln1), op.ptr<float>(p.qkv_w.grad), op.ptr<float>(p.qkv_b.grad), BT, C, 3 * C,
-                         false);
-    }
+    linear_backward(n + "qkv.backward", a.ln1, p.qkv_w, p.qkv_b, d_qkv, d_ln1, C, 3 * C, 12 * dbt * dc * dc);
     for (auto t : {d_qkv, a.qkv, a.ln1}) s.release(t);
     auto d_in = s.add_transient(n + "resid.din", act);
     norm_backward(n + "ln1.backward", {a.x_in, a.ln1_mean, a.ln1_rstd}, p.ln1_g, p.ln1_b, d_ln1, dres, d_in);
