@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -49,7 +50,7 @@ double need_number(const nlohmann::json& j, const char* field) {
   if (!j.contains(field) || !j[field].is_number())
     throw config_error(std::string("hardware profile: field '") + field + "' (number) is missing");
   const double v = j[field].get<double>();
-  if (!(v > 0))
+  if (!(v > 0) || !std::isfinite(v))
     throw config_error(std::string("hardware profile: field '") + field + "' must be positive, got " + j[field].dump());
   return v;
 }
@@ -57,7 +58,12 @@ double need_number(const nlohmann::json& j, const char* field) {
 std::uint64_t need_size(const nlohmann::json& j, const char* field) {
   if (!j.contains(field)) throw config_error(std::string("hardware profile: field '") + field + "' is missing");
   const auto& v = j[field];
-  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
+  if (v.is_number_unsigned()) {
+    if (v.get<std::uint64_t>() > max_size_bytes)
+      throw config_error(std::string("hardware profile: field '") + field + "' is " + v.dump() +
+                         " bytes, above the largest size Spillway accepts (" + format_bytes(max_size_bytes) + ")");
+    return v.get<std::uint64_t>();
+  }
   if (v.is_string()) return parse_size(v.get<std::string>(), std::string("hardware profile field ") + field);
   throw config_error(std::string("hardware profile: field '") + field + "' must be a size (a byte count or a string such as \"80GiB\"), got " +
                      v.dump());
@@ -71,16 +77,17 @@ double hw_profile::op_seconds(const op_desc& op) const noexcept {
 
 void hw_profile::validate() const {
   auto check = [&](bool ok, const char* field) {
-    if (!ok) throw config_error("hardware profile '" + name + "': field '" + field + "' must be positive");
+    if (!ok) throw config_error("hardware profile '" + name + "': field '" + field + "' must be positive and finite");
   };
+  const auto rate = [](double v) { return v > 0 && std::isfinite(v); };  // a number of GB/s past 1e299 is not
   check(device_bytes > 0, "device_memory");
-  check(compute_flops_per_s > 0, "compute_tflops");
-  check(hbm_bytes_per_s > 0, "hbm_gbps");
-  check(h2d_bytes_per_s > 0, "h2d_gbps");
-  check(d2h_bytes_per_s > 0, "d2h_gbps");
+  check(rate(compute_flops_per_s), "compute_tflops");
+  check(rate(hbm_bytes_per_s), "hbm_gbps");
+  check(rate(h2d_bytes_per_s), "h2d_gbps");
+  check(rate(d2h_bytes_per_s), "d2h_gbps");
   check(copy_engines > 0, "copy_engines");
-  check(nvme_read_bytes_per_s > 0, "nvme_read_gbps");
-  check(nvme_write_bytes_per_s > 0, "nvme_write_gbps");
+  check(rate(nvme_read_bytes_per_s), "nvme_read_gbps");
+  check(rate(nvme_write_bytes_per_s), "nvme_write_gbps");
 }
 
 std::vector<std::string> builtin_profile_names() {
@@ -115,13 +122,19 @@ hw_profile get_profile(std::string_view name_or_path) {
 hw_profile profile_from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw config_error("hardware profile: must be a JSON object");
   hw_profile p;
+  if (j.contains("name") && !j["name"].is_string())
+    throw config_error("hardware profile: field 'name' must be a string, got " + j["name"].dump());
   p.name = j.value("name", std::string("custom"));
   p.device_bytes = need_size(j, "device_memory");
   p.compute_flops_per_s = need_number(j, "compute_tflops") * TF;
   p.hbm_bytes_per_s = need_number(j, "hbm_gbps") * GB;
   p.h2d_bytes_per_s = need_number(j, "h2d_gbps") * GB;
   p.d2h_bytes_per_s = need_number(j, "d2h_gbps") * GB;
-  p.copy_engines = static_cast<int>(need_number(j, "copy_engines"));
+  const double engines = need_number(j, "copy_engines");
+  if (engines != std::floor(engines) || engines > 64)
+    throw config_error("hardware profile: field 'copy_engines' must be a whole number from 1 to 64, got " +
+                       j["copy_engines"].dump());
+  p.copy_engines = static_cast<int>(engines);
   p.host_bytes = need_size(j, "host_memory");
   p.nvme_read_bytes_per_s = need_number(j, "nvme_read_gbps") * GB;
   p.nvme_write_bytes_per_s = need_number(j, "nvme_write_gbps") * GB;

@@ -127,6 +127,8 @@ trace trace_from_json_text(std::string_view text) {
     j = json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {
     throw config_error("trace JSON: syntax error at byte " + std::to_string(e.byte) + ": " + e.what());
+  } catch (const json::exception& e) {  // valid syntax the parser still refuses: a number past a double
+    throw config_error(std::string("trace JSON: ") + e.what());
   }
   return trace_from_json(j);
 }

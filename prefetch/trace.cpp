@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "device/error.hpp"
+#include "device/units.hpp"
 #include "prefetch/enum_names.hpp"
 
 namespace spillway {
@@ -54,10 +55,15 @@ std::optional<tensor_id> trace::find_tensor(std::string_view name) const {
 }
 
 void trace::validate() const {
-  for (std::size_t i = 0; i < tensors.size(); ++i)
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i].bytes == 0)
       throw config_error("trace: tensor " + std::to_string(i) + " ('" + tensors[i].name +
                          "'): field 'bytes' must be positive");
+    if (tensors[i].bytes > max_size_bytes)
+      throw config_error("trace: tensor " + std::to_string(i) + " ('" + tensors[i].name + "'): field 'bytes' is " +
+                         std::to_string(tensors[i].bytes) + ", above the largest size Spillway accepts (" +
+                         format_bytes(max_size_bytes) + ")");
+  }
   std::vector<char> written(tensors.size(), 0);
   std::vector<tensor_id> seen;
   for (op_index i = 0; i < ops.size(); ++i) {

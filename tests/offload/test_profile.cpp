@@ -72,6 +72,22 @@ TEST(Profile, AFileErrorNamesTheFileAndTheKey) {
   }
 }
 
+TEST(Profile, OddValuesAreConfigErrors) {
+  const auto base = profile_to_json(get_profile("v100-16g"));
+  auto j = base;
+  j["name"] = 7;  // not a string
+  EXPECT_THROW((void)profile_from_json(j), config_error);
+  j = base;
+  j["d2h_gbps"] = 1e308;  // finite here, past a double once in bytes per second
+  EXPECT_THROW((void)profile_from_json(j), config_error);
+  j = base;
+  j["copy_engines"] = 2.5;
+  EXPECT_THROW((void)profile_from_json(j), config_error);
+  j = base;
+  j["device_memory"] = 1ULL << 60;  // above the largest size Spillway accepts
+  EXPECT_THROW((void)profile_from_json(j), config_error);
+}
+
 TEST(Profile, OpSeconds) {
   hw_profile hw = get_profile("v100-16g");
   op_desc op;

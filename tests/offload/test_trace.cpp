@@ -87,6 +87,11 @@ TEST(TraceJson, MalformedJsonAndFieldsNamePosition) {
     "ops": [{"name": "early", "reads": ["x"]}, {"name": "late", "writes": ["x"]}]})");
   EXPECT_NE(order.find("op 0 ('early')"), std::string::npos) << order;
   EXPECT_THROW(load_trace("/nonexistent/trace.json"), config_error);
+  const auto huge = error_of(R"({"tensors": [{"name": "w", "bytes": 18446744073709551615, "kind": "parameter"}], "ops": []})");
+  EXPECT_NE(huge.find("tensor 0 ('w')"), std::string::npos) << huge;
+  EXPECT_NE(huge.find("above the largest size"), std::string::npos) << huge;
+  const auto overflow = error_of(R"({"tensors": [], "ops": [{"name": "k", "flops": 1e999}]})");
+  EXPECT_NE(overflow.find("trace JSON: "), std::string::npos) << overflow;  // a config_error, not the parser's own
 }
 
 }  // namespace
