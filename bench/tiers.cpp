@@ -46,14 +46,6 @@ struct tiers_args {
 double seconds_since(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
 double gbps(std::size_t bytes, double s) { return s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0; }
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string part; std::getline(in, part, sep);)
-    if (!part.empty()) out.push_back(part);
-  return out;
-}
-
 // ---- host tier ----------------------------------------------------------------------------
 
 struct host_figures {

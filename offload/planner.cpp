@@ -37,6 +37,7 @@ void check_budget(const trace& t, const lifetime_report& r, std::uint64_t budget
 
 plan planner::make_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) const {
   check_budget(t, r, budget);
+  if (t.ops.empty()) return plan::empty_for(t, name(), budget);  // nothing to move: every planner agrees
   return do_make_plan(t, r, hw, budget);
 }
 

@@ -274,7 +274,7 @@ void session_config::apply_json_text(std::string_view text, std::string_view sou
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // syntax, or a number too large for a double
     throw config_error(source + ": not valid JSON: " + e.what());
   }
   if (!j.is_object()) throw config_error(source + ": expected a JSON object of settings, such as {\"policy\": \"auto\"}");
