@@ -32,7 +32,8 @@
 //    cuDNN uses fixed deterministic algorithms (no autotuning) and FMA math (no TF32).
 //    cuBLAS and cuDNN may pick kernels by pointer alignment, so on the GPU the promise holds
 //    for buffers whose addresses agree modulo 256 bytes between runs (every allocation from
-//    Device::allocate and the caching allocator is 256-byte aligned).
+//    Device::allocate is 256-byte aligned, and the arena hands out multiples of 512 bytes from
+//    such a base).
 //
 // Note [Workspace]
 // Some kernels need device scratch: cuDNN convolutions (their algorithm's workspace),
