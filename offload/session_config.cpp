@@ -16,6 +16,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 
@@ -86,70 +87,86 @@ std::string show_real(double v) {
   return s.str();
 }
 
-// One row per setting: its names and help (public), how text becomes the field, and the
-// field's value as text (to tell whether it still holds what an input gave).
-struct row {
-  session_config::setting names;
-  void (*assign)(session_config&, std::string_view text, const std::string& where);
-  std::string (*show)(const session_config&);
+// Where a setting's value lives: a member of session_config, or of its nvme block.
+template <class T>
+struct place {
+  T session_config::*top = nullptr;
+  T session_config::nvme_settings::*nvme = nullptr;
+  [[nodiscard]] T& of(session_config& c) const { return top != nullptr ? c.*top : c.nvme.*nvme; }
+  [[nodiscard]] const T& of(const session_config& c) const { return top != nullptr ? c.*top : c.nvme.*nvme; }
 };
 
+// How a setting's text becomes its value.
+enum class read_as : std::uint8_t { text, list, real, size, positive_size, count };
+
+// One row per setting: its names and help (public), how its text is read, where the value goes,
+// and (counts) the largest value allowed.
+struct row {
+  session_config::setting names;
+  read_as as;
+  std::variant<place<std::string>, place<std::vector<std::string>>, place<double>, place<std::uint64_t>> at;
+  std::uint64_t max = 0;
+
+  void assign(session_config& c, std::string_view t, const std::string& where) const {
+    switch (as) {
+      case read_as::text: std::get<place<std::string>>(at).of(c) = std::string(t); break;
+      case read_as::list: std::get<place<std::vector<std::string>>>(at).of(c) = split_list(t); break;
+      case read_as::real: std::get<place<double>>(at).of(c) = parse_real(t, where); break;
+      case read_as::size: std::get<place<std::uint64_t>>(at).of(c) = parse_size(t, where, true); break;
+      case read_as::positive_size: std::get<place<std::uint64_t>>(at).of(c) = parse_size(t, where); break;
+      case read_as::count: std::get<place<std::uint64_t>>(at).of(c) = parse_count(t, where, max); break;
+    }
+  }
+  /// The value as text, to tell whether the field still holds what an input gave.
+  [[nodiscard]] std::string show(const session_config& c) const {
+    switch (as) {
+      case read_as::text: return std::get<place<std::string>>(at).of(c);
+      case read_as::list: return join_list(std::get<place<std::vector<std::string>>>(at).of(c));
+      case read_as::real: return show_real(std::get<place<double>>(at).of(c));
+      default: return std::to_string(std::get<place<std::uint64_t>>(at).of(c));
+    }
+  }
+};
+
+using sc = session_config;
+using nv = session_config::nvme_settings;
 constexpr std::uint64_t u32_max = std::numeric_limits<std::uint32_t>::max();
+constexpr std::uint64_t u64_max = std::numeric_limits<std::uint64_t>::max();
 
 const row rows[] = {
     {{"backend", "auto|cpu|cuda", "where to run: cuda when a GPU answers (auto), the cpu backend, or cuda"},
-     [](session_config& c, std::string_view t, const std::string&) { c.backend = std::string(t); },
-     [](const session_config& c) { return c.backend; }},
+     read_as::text, place<std::string>{&sc::backend}},
     {{"cpu_device_memory", "SIZE", "cpu backend: emulated device memory (0: 1 GiB)"},
-     [](session_config& c, std::string_view t, const std::string& w) { c.cpu_device_memory = parse_size(t, w, true); },
-     [](const session_config& c) { return std::to_string(c.cpu_device_memory); }},
+     read_as::size, place<std::uint64_t>{&sc::cpu_device_memory}},
     {{"cpu_callback_seed", "N", "cpu backend: seed of the order of host functions ready at once (0: 1)"},
-     [](session_config& c, std::string_view t, const std::string& w) {
-       c.cpu_callback_seed = parse_count(t, w, std::numeric_limits<std::uint64_t>::max());
-     },
-     [](const session_config& c) { return std::to_string(c.cpu_callback_seed); }},
+     read_as::count, place<std::uint64_t>{&sc::cpu_callback_seed}, u64_max},
     {{"link_gbps", "GBPS", "cpu backend: host<->device link GB/s each way (0: unlimited)"},
-     [](session_config& c, std::string_view t, const std::string& w) { c.link_gbps = parse_real(t, w); },
-     [](const session_config& c) { return show_real(c.link_gbps); }},
+     read_as::real, place<double>{&sc::link_gbps}},
     {{"device_budget", "SIZE", "device memory Spillway may use (0: what is free when the Session opens)"},
-     [](session_config& c, std::string_view t, const std::string& w) { c.device_budget = parse_size(t, w, true); },
-     [](const session_config& c) { return std::to_string(c.device_budget); }},
+     read_as::size, place<std::uint64_t>{&sc::device_budget}},
     {{"host_budget", "SIZE", "pinned host tier capacity (0: no limit)"},
-     [](session_config& c, std::string_view t, const std::string& w) { c.host_budget = parse_size(t, w, true); },
-     [](const session_config& c) { return std::to_string(c.host_budget); }},
+     read_as::size, place<std::uint64_t>{&sc::host_budget}},
     {{"nvme.directories", "DIR[,DIR...]", "NVMe-tier swap directories, one per drive, striped"},
-     [](session_config& c, std::string_view t, const std::string&) { c.nvme.directories = split_list(t); },
-     [](const session_config& c) { return join_list(c.nvme.directories); }},
+     read_as::list, place<std::vector<std::string>>{nullptr, &nv::directories}},
     {{"nvme.reserve", "SIZE", "swap space reserved over the NVMe directories (0: sized from the plan)"},
-     [](session_config& c, std::string_view t, const std::string& w) { c.nvme.reserve = parse_size(t, w, true); },
-     [](const session_config& c) { return std::to_string(c.nvme.reserve); }},
+     read_as::size, place<std::uint64_t>{nullptr, &nv::reserve}},
     {{"nvme.block_size", "SIZE", "NVMe tier: bytes per I/O, a multiple of the drives' O_DIRECT alignment"},
-     [](session_config& c, std::string_view t, const std::string& w) { c.nvme.block_size = parse_size(t, w); },
-     [](const session_config& c) { return std::to_string(c.nvme.block_size); }},
+     read_as::positive_size, place<std::uint64_t>{nullptr, &nv::block_size}},
     {{"nvme.queue_depth", "N", "NVMe tier: I/Os in flight per ring"},
-     [](session_config& c, std::string_view t, const std::string& w) { c.nvme.queue_depth = parse_count(t, w, 4096); },
-     [](const session_config& c) { return std::to_string(c.nvme.queue_depth); }},
+     read_as::count, place<std::uint64_t>{nullptr, &nv::queue_depth}, 4096},
     {{"nvme.rings", "N", "NVMe tier: io_uring rings, each with its own I/O thread"},
-     [](session_config& c, std::string_view t, const std::string& w) { c.nvme.rings = parse_count(t, w, 64); },
-     [](const session_config& c) { return std::to_string(c.nvme.rings); }},
-    {{"policy", "none|lms|vdnn|auto", "swap policy"},
-     [](session_config& c, std::string_view t, const std::string&) { c.policy = std::string(t); },
-     [](const session_config& c) { return c.policy; }},
+     read_as::count, place<std::uint64_t>{nullptr, &nv::rings}, 64},
+    {{"policy", "none|lms|vdnn|auto", "swap policy"}, read_as::text, place<std::string>{&sc::policy}},
     {{"lms_swapout_threshold", "N", "lms: ops a tensor must sit idle before it is swapped out (0: tuned)"},
-     [](session_config& c, std::string_view t, const std::string& w) { c.lms_swapout_threshold = parse_count(t, w, u32_max); },
-     [](const session_config& c) { return std::to_string(c.lms_swapout_threshold); }},
+     read_as::count, place<std::uint64_t>{&sc::lms_swapout_threshold}, u32_max},
     {{"lms_swapin_ahead", "N", "lms: ops ahead of use to start a swap-in (0: tuned)"},
-     [](session_config& c, std::string_view t, const std::string& w) { c.lms_swapin_ahead = parse_count(t, w, u32_max); },
-     [](const session_config& c) { return std::to_string(c.lms_swapin_ahead); }},
+     read_as::count, place<std::uint64_t>{&sc::lms_swapin_ahead}, u32_max},
     {{"lms_swapin_groupby", "N", "lms: swap-ins issued together within this many ops (0: tuned)"},
-     [](session_config& c, std::string_view t, const std::string& w) { c.lms_swapin_groupby = parse_count(t, w, u32_max); },
-     [](const session_config& c) { return std::to_string(c.lms_swapin_groupby); }},
+     read_as::count, place<std::uint64_t>{&sc::lms_swapin_groupby}, u32_max},
     {{"vdnn_variant", "all|conv", "vdnn: offload every layer's input, or only convolutions'"},
-     [](session_config& c, std::string_view t, const std::string&) { c.vdnn_variant = std::string(t); },
-     [](const session_config& c) { return c.vdnn_variant; }},
+     read_as::text, place<std::string>{&sc::vdnn_variant}},
     {{"chrome_trace", "FILE", "write a Chrome trace of the real iterations here"},
-     [](session_config& c, std::string_view t, const std::string&) { c.chrome_trace = std::string(t); },
-     [](const session_config& c) { return c.chrome_trace; }},
+     read_as::text, place<std::string>{&sc::chrome_trace}},
 };
 
 const row* find_row(std::string_view key) {
