@@ -1,5 +1,5 @@
 // The upstream device memory resource: every allocate is a Device::allocate (cudaMalloc).
-// Slow and synchronous by design; the arena and the adaptors sit on top of it.
+// Slow and synchronous by design; the arena sits on top of it.
 #pragma once
 
 #include "allocator/memory_resource.hpp"

@@ -1,4 +1,4 @@
-// The memory resource interface every device allocator and adaptor implements (RMM style).
+// The memory resource interface of device allocators (RMM style): the device itself and the arena.
 // Public non-virtual allocate/deallocate check their input once and call private do_* hooks.
 //
 // Stream contract (written once, here; every resource follows it):
@@ -49,7 +49,7 @@ class device_memory_resource : public abstract_interface {
     if (ptr != nullptr) do_deallocate(ptr, bytes, s);
   }
 
-  /// A short name for messages ("device", "arena allocator", "limit adaptor", ...).
+  /// A short name for messages ("device", "arena allocator").
   [[nodiscard]] virtual const char* name() const noexcept = 0;
 
  private:

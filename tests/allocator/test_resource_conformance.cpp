@@ -1,5 +1,5 @@
-// One conformance suite for every device memory resource: the upstream device resource, the
-// arena and each adaptor, on both backends (cuda instances skip without a GPU).
+// One conformance suite for every device memory resource: the upstream device resource
+// and the arena, on both backends (cuda instances skip without a GPU).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -11,9 +11,6 @@
 
 #include "allocator/arena_allocator.hpp"
 #include "allocator/device_resource.hpp"
-#include "allocator/limit_adaptor.hpp"
-#include "allocator/statistics_adaptor.hpp"
-#include "allocator/tracing_adaptor.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
 
@@ -49,19 +46,7 @@ std::vector<resource_kind> kinds() {
   std::vector<resource_kind> out;
   for (const char* b : {"cpu", "cuda"}) {
     out.push_back({"device", b, device_layer});
-    out.push_back({"statistics", b, [](Device& d, resource_stack& st) {
-                     arena_layer(d, st);
-                     push<statistics_adaptor>(st, st.top());
-                   }});
-    out.push_back({"limit", b, [](Device& d, resource_stack& st) {
-                     arena_layer(d, st);
-                     push<limit_adaptor>(st, st.top(), 100_MiB);
-                   }});
     out.push_back({"arena", b, arena_layer});
-    out.push_back({"tracing", b, [](Device& d, resource_stack& st) {
-                     device_layer(d, st);
-                     push<tracing_adaptor>(st, st.top(), 64);
-                   }});
   }
   return out;
 }
