@@ -116,7 +116,7 @@ std::string format_report(const lifetime_report& r, const trace& t) {
   std::ostringstream os;
   os << "trace: " << t.ops.size() << " ops, " << t.tensors.size() << " tensors, "
      << r.total_flops / 1e12 << " TFLOP\n";
-  for (int k = 0; k < 5; ++k)
+  for (int k = 0; k < tensor_kind_count; ++k)
     os << "  " << to_string(static_cast<tensor_kind>(k)) << ": " << format_bytes(r.bytes_by_kind[k]) << "\n";
   if (!t.ops.empty()) {
     os << "peak live: " << format_bytes(r.peak_live_bytes) << " during op " << r.peak_op << " ('"

@@ -68,7 +68,7 @@ struct lifetime_report {
   std::uint64_t min_budget_bytes = 0;
   op_index min_budget_op = 0;
   std::uint64_t persistent_bytes = 0;
-  std::uint64_t bytes_by_kind[5] = {};
+  std::uint64_t bytes_by_kind[tensor_kind_count] = {};
   double total_flops = 0;
 };
 

@@ -112,8 +112,8 @@ class sweep {
         if (!is_persistent(t_.tensors[x].kind) && next_[x] == uses.size() && in_r_[x]) {
           erase(x);
           cur -= bytes(x);
-        } else if (in_r_[x]) {
-          push(x);
+        } else if (in_r_[x] && may_leave_device(t_.tensors[x].kind)) {
+          push(x);  // a candidate to evict; a metric never is
         }
       };
       for (tensor_id x : op.writes) after(x, true);

@@ -24,6 +24,7 @@ std::vector<off_interval> lms_intervals(const trace& t, const lifetime_report& r
       if (is_persistent(t.tensors[x].kind)) out.push_back({x, 0, 0, 0, tier::host, true});
       continue;
     }
+    if (!may_leave_device(t.tensors[x].kind)) continue;  // a metric stays from first write to last use
     for (const auto& g : lt.gaps) {
       if (g.ops < k.threshold) continue;
       off_interval iv{x, g.after, g.before, g.before, tier::host, g.wraps};

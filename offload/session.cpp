@@ -1,10 +1,14 @@
 // Session: the swap-policy header's implementation. Owns the device, the arena over the device
 // budget, the tiers and the executor; records iteration 1, plans, and follows the plan afterwards.
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <cmath>
 #include <exception>
+#include <map>
 #include <unordered_map>
 
 #include "allocator/device_budget.hpp"
@@ -102,6 +106,31 @@ std::pair<double, double> measure_link(Device& dev) {
   dev.deallocate_pinned(host, n);
   return {h2d, d2h};
 }
+// Note [Phases]
+// A loop may run iterations of several kinds: training steps, evaluation passes, a step with
+// another batch size. Each kind is a phase, named by the tag given to begin_iteration, and each
+// phase keeps its own recorded trace, plan and layout, so that alternating phases follow their
+// plans instead of recording again at every switch. An iteration follows the plan of its
+// phase while its ops match that trace (name, reads, writes), and falls back to on-demand moves
+// from the first op that does not; the executor keeps every transient until release() (Note
+// [Transients live until release] in prefetch/executor.cpp), so the fallback always finds the
+// values it needs. A phase's iteration that departed is recorded and planned again, so a phase
+// is recorded once per change of its own ops, never because another phase ran in between.
+//
+// A host read (Session::read inside an iteration) is an op of the trace, "host read: NAME",
+// that reads the tensor: the planner sees it as a use and keeps the value, or brings it back,
+// for the read.
+
+/// One phase's recording and plan (Note [Phases]).
+struct phase_state {
+  trace recorded;      // the trace its plan was made from
+  plan p;
+  device_layout layout;
+  bool have_plan = false;
+  std::uint64_t footprint = 0;  // peak live bytes of `recorded` with everything resident
+  std::uint64_t least = 0;      // its largest single op's working set, placed
+  int margin_doublings = 0;     // of the packing margin the plan was made with (Note [Headroom])
+};
 }  // namespace
 
 class session_impl {
@@ -175,11 +204,21 @@ class session_impl {
     SPILLWAY_EXPECTS_T(usage_error, t.id < tensors.size(), "unknown tensor handle " + std::to_string(t.id));
   }
 
-  void begin_iteration() {
+  void begin_iteration(std::string_view tag) {
     SPILLWAY_EXPECTS_T(usage_error, !in_iteration, "begin_iteration() called twice without end_iteration()");
+    auto it = phases.find(tag);
+    if (it == phases.end()) it = phases.emplace(std::string(tag), phase_state{}).first;
+    if (&it->second != active) {  // another phase: the executor follows its plan, or records
+      active = &it->second;
+      if (active->have_plan) {
+        exec->follow(&active->recorded, &active->p, &active->layout);
+      } else {
+        exec->follow(nullptr, nullptr);
+      }
+    }
     in_iteration = true;
-    following = have_plan;
-    exec->set_timing(!have_plan);
+    following = active->have_plan;
+    exec->set_timing(!active->have_plan);
     exec->begin_iteration();
     ops.clear();
     iteration_start = std::chrono::steady_clock::now();
@@ -187,12 +226,17 @@ class session_impl {
 
   std::uint32_t begin_op(std::string_view name, std::span<const tensor_handle> reads,
                          std::span<const tensor_handle> writes, double flops) {
+    return begin_op(name, reads, writes, flops, phase_from_name(name));
+  }
+
+  std::uint32_t begin_op(std::string_view name, std::span<const tensor_handle> reads,
+                         std::span<const tensor_handle> writes, double flops, op_phase phase) {
     SPILLWAY_EXPECTS_T(usage_error, in_iteration, "op \"" + std::string(name) + "\" outside begin_iteration()/end_iteration()");
     SPILLWAY_EXPECTS_T(usage_error, !op_open, "op \"" + std::string(name) + "\" started inside another op's scope");
     op_desc d;
     d.name = std::string(name);
     d.flops = flops;
-    d.phase = phase_from_name(name);
+    d.phase = phase;
     for (auto t : reads) {
       check_handle(t);
       if (std::find(d.reads.begin(), d.reads.end(), t.id) == d.reads.end()) d.reads.push_back(t.id);
@@ -214,7 +258,26 @@ class session_impl {
     return k;
   }
 
+  /// Session::read: inside an iteration, an op of the trace that reads the tensor (Note [Phases]).
+  void read(tensor_handle t, void* host) {
+    exec->check_readable(t.id);  // a released tensor, or one with no value, is an error naming it
+    if (!in_iteration) {
+      exec->read(t.id, host);
+      return;
+    }
+    const std::array<tensor_handle, 1> reads{t};
+    const auto k = begin_op("host read: " + tensors[t.id].name, reads, {}, 0, op_phase::other);
+    try {
+      exec->read(t.id, host);
+    } catch (...) {
+      end_op(k);
+      throw;
+    }
+    end_op(k);
+  }
+
   bool matches(op_index k, const op_desc& d) const {
+    const trace& planned = active->recorded;
     if (k >= planned.ops.size()) return false;
     const auto& p = planned.ops[k];
     return p.name == d.name && p.reads == d.reads && p.writes == d.writes;
@@ -226,16 +289,46 @@ class session_impl {
                        "set_device_budget(" + format_bytes(bytes) + ") inside an iteration; call it after end_iteration()");
     const device_budget budget(bytes);
     budget.check_fits(*dev);
+    const std::uint64_t least = least_of_all();
     if (bytes < least) {
       throw config_error("set_device_budget: " + format_bytes(bytes) + " (" + std::to_string(bytes) +
                          " B) is below the least the recorded iteration needs: " + format_bytes(least) + " (" +
                          std::to_string(least) + " B, its largest single op's working set); give at least that");
     }
     stack->set_device_budget(budget);  // every tensor leaves for its tier; the arena is reserved again
-    if (have_plan) {
-      margin_doublings = 0;
-      plan_trace(std::move(planned));
+    for (auto& [tag, ph] : phases) {   // every phase's plan, made again for the new budget
+      if (!ph.have_plan) continue;
+      ph.margin_doublings = 0;
+      plan_trace(ph, std::move(ph.recorded));
     }
+  }
+
+  /// The least budget over every recorded phase: each phase's plan must fit it.
+  std::uint64_t least_of_all() const {
+    std::uint64_t least = 0;
+    for (const auto& [tag, ph] : phases) least = std::max(least, ph.least);
+    return least;
+  }
+
+  /// The device_budget_ratio setting, after the first recording: budget = ratio x footprint.
+  void apply_budget_ratio() {
+    ratio_applied = true;
+    const double ratio = cfg.device_budget_ratio;
+    const std::uint64_t footprint = active->footprint;
+    const auto bytes = static_cast<std::uint64_t>(std::llround(ratio * static_cast<double>(footprint)));
+    const std::uint64_t least = least_of_all();
+    if (bytes < least) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%g", ratio);
+      char need[64];
+      std::snprintf(need, sizeof need, "%.4g",
+                    std::ceil(static_cast<double>(least) / static_cast<double>(footprint) * 1e4) / 1e4);
+      throw config_error(cfg.source_of("device_budget_ratio") + ": " + buf + " gives a device budget of " +
+                         format_bytes(bytes) + " (of a " + format_bytes(footprint) +
+                         " footprint), below the least any plan needs: " + format_bytes(least) +
+                         " (the largest single op's working set); give a ratio of at least " + need);
+    }
+    set_device_budget(bytes);
   }
 
   void end_op(std::uint32_t k) {
@@ -247,12 +340,12 @@ class session_impl {
     SPILLWAY_EXPECTS_T(usage_error, in_iteration, "end_iteration() without begin_iteration()");
     SPILLWAY_EXPECTS_T(usage_error, !op_open, "end_iteration() inside an op's scope");
     in_iteration = false;
-    if (following && ops.size() != planned.ops.size()) following = false;
+    if (following && ops.size() != active->recorded.ops.size()) following = false;
     const bool followed = following;
     iteration_report r;
     r.iteration = history.size() + 1;
     r.planned = followed;
-    r.policy = followed ? current.policy : "on-demand";
+    r.policy = followed ? active->p.policy : "on-demand";
     std::exception_ptr io_failure;
     executor_stats st;
     try {
@@ -266,11 +359,13 @@ class session_impl {
     history.push_back(r);
     if (!followed && !io_failure) {
       replan(st);
-    } else if (followed && r.on_demand_evictions > 0 && margin_doublings < device_budget::max_margin_doublings) {
+      if (cfg.device_budget_ratio > 0 && !ratio_applied) apply_budget_ratio();
+    } else if (followed && r.on_demand_evictions > 0 &&
+               active->margin_doublings < device_budget::max_margin_doublings) {
       // The plan did not fit in practice (packing and rounding took more than the margin left
       // for them): plan the same trace again with the margin doubled (Note [Headroom]).
-      ++margin_doublings;
-      plan_trace(std::move(planned));
+      ++active->margin_doublings;
+      plan_trace(*active, std::move(active->recorded));
     }
     if (io_failure) std::rethrow_exception(io_failure);
     return r;
@@ -283,11 +378,13 @@ class session_impl {
     if (st.op_ms.size() == t.ops.size()) {
       for (std::size_t k = 0; k < t.ops.size(); ++k) t.ops[k].measured_seconds = st.op_ms[k] / 1000.0;
     }
-    margin_doublings = 0;
-    plan_trace(std::move(t));
+    active->margin_doublings = 0;
+    plan_trace(*active, std::move(t));
   }
 
-  void plan_trace(trace t) {
+  /// Plans `t` for phase `ph`; the executor follows it from the next iteration when `ph` is the
+  /// active phase (else when that phase next begins).
+  void plan_trace(phase_state& ph, trace t) {
     t.validate();
     const auto report = offload::analyze(t);
     offload::hw_profile hw;
@@ -312,17 +409,18 @@ class session_impl {
     // Plan under the budget by the packing margin (Note [Headroom]) and lower still until the
     // packed layout of the plan's allocations fits; the executor's on-demand path covers what the
     // plan misses.
-    auto fitted = offload::fit_plan(*p, t, report, hw, stack->budget(), margin_doublings, exec->release_points());
-    current = std::move(fitted.p);
-    current.validate(t);
+    auto fitted = offload::fit_plan(*p, t, report, hw, stack->budget(), ph.margin_doublings, exec->release_points());
+    ph.p = std::move(fitted.p);
+    ph.p.validate(t);
     if (stack->nvme() != nullptr && cfg.nvme.reserve == 0)  // Note [Sizing the NVMe tier]
-      stack->nvme()->reserve(nvme_bytes_of(current, t, stack->nvme()->options()));
-    planned = std::move(t);
-    footprint = report.peak_live_bytes;
-    least = 0;
-    for (const auto& op : planned.ops) least = std::max(least, placed_bytes(op));
-    have_plan = true;
-    exec->follow(&planned, &current, &fitted.layout);  // the executor keeps a copy of the layout
+      stack->nvme()->reserve(nvme_bytes_of(ph.p, t, stack->nvme()->options()));
+    ph.recorded = std::move(t);
+    ph.layout = std::move(fitted.layout);
+    ph.footprint = report.peak_live_bytes;
+    ph.least = 0;
+    for (const auto& op : ph.recorded.ops) ph.least = std::max(ph.least, placed_bytes(op));
+    ph.have_plan = true;
+    if (&ph == active) exec->follow(&ph.recorded, &ph.p, &ph.layout);  // the executor copies the layout
   }
 
   /// Device memory an op's tensors take once placed (device_budget::placed). The least budget
@@ -350,15 +448,12 @@ class session_impl {
   std::vector<tensor_desc> tensors;
   std::unordered_map<std::string, tensor_id> by_name;
   std::vector<op_desc> ops;  // this iteration's, as recorded
-  trace planned;             // the trace the plan in force was made from
-  plan current;
-  bool have_plan = false;
+  std::map<std::string, phase_state, std::less<>> phases;  // by tag (Note [Phases])
+  phase_state* active = nullptr;  // the phase of the current or last iteration (map nodes stay put)
   bool following = false;
   bool in_iteration = false;
   bool op_open = false;
-  std::uint64_t footprint = 0;
-  std::uint64_t least = 0;
-  int margin_doublings = 0;  // of the packing margin the plan in force was made with (Note [Headroom])
+  bool ratio_applied = false;  // the device_budget_ratio setting was resolved
   std::vector<iteration_report> history;
   std::chrono::steady_clock::time_point iteration_start;
 };
@@ -388,7 +483,7 @@ tensor_handle Session::add_persistent(std::string name, std::uint64_t bytes, ten
 tensor_handle Session::add_transient(std::string name, std::uint64_t bytes, tensor_kind kind) {
   if (is_persistent(kind))
     throw config_error("add_transient(\"" + name + "\"): kind " + std::string(to_string(kind)) +
-                       " is persistent; give an activation or workspace kind, or use add_persistent");
+                       " is persistent; give an activation, workspace or metric kind, or use add_persistent");
   SPILLWAY_EXPECTS_T(usage_error, impl_->in_iteration, "add_transient(\"" + name + "\") outside an iteration");
   return tensor_handle{impl_->add_tensor(std::move(name), bytes, kind)};
 }
@@ -405,10 +500,10 @@ void Session::read(tensor_handle t, void* host, std::uint64_t bytes) {
                      "read(\"" + d.name + "\"): asked for " + std::to_string(bytes) + " bytes; it has " +
                          std::to_string(d.bytes));
   SPILLWAY_EXPECTS_T(usage_error, !impl_->op_open, "read(\"" + d.name + "\") inside an op's scope");
-  impl_->exec->read(t.id, host);
+  impl_->read(t, host);
 }
 
-void Session::begin_iteration() { impl_->begin_iteration(); }
+void Session::begin_iteration(std::string_view tag) { impl_->begin_iteration(tag); }
 iteration_report Session::end_iteration() { return impl_->end_iteration(); }
 
 Session::op_scope Session::op(std::string_view name, std::initializer_list<tensor_handle> reads,
@@ -456,10 +551,15 @@ void* Session::op_scope::workspace(std::uint64_t bytes) const {
 }
 
 const std::vector<iteration_report>& Session::history() const noexcept { return impl_->history; }
-const trace& Session::recorded_trace() const noexcept { return impl_->planned; }
-const plan* Session::current_plan() const noexcept { return impl_->have_plan ? &impl_->current : nullptr; }
-std::uint64_t Session::footprint_bytes() const { return impl_->footprint; }
-std::uint64_t Session::least_budget_bytes() const { return impl_->least; }
+const trace& Session::recorded_trace() const noexcept {
+  static const trace none;
+  return impl_->active != nullptr ? impl_->active->recorded : none;
+}
+const plan* Session::current_plan() const noexcept {
+  return impl_->active != nullptr && impl_->active->have_plan ? &impl_->active->p : nullptr;
+}
+std::uint64_t Session::footprint_bytes() const { return impl_->active != nullptr ? impl_->active->footprint : 0; }
+std::uint64_t Session::least_budget_bytes() const { return impl_->least_of_all(); }
 void Session::write_chrome_trace(const std::string& path) const { impl_->write_chrome_trace(path); }
 
 }  // namespace spillway

@@ -144,6 +144,8 @@ const row rows[] = {
      read_as::real, place<double>{&sc::link_gbps}},
     {{"device_budget", "SIZE", "device memory Spillway may use (0: what is free when the Session opens)"},
      read_as::size, place<std::uint64_t>{&sc::device_budget}},
+    {{"device_budget_ratio", "RATIO", "device budget as a fraction (0 < r <= 1) of the footprint of the first recorded iteration (0: not used)"},
+     read_as::real, place<double>{&sc::device_budget_ratio}},
     {{"host_budget", "SIZE", "pinned host tier capacity (0: no limit)"},
      read_as::size, place<std::uint64_t>{&sc::host_budget}},
     {{"nvme.directories", "DIR[,DIR...]", "NVMe-tier swap directories, one per drive, striped"},
@@ -367,6 +369,11 @@ void session_config::validate() const {
                         std::pair{"host_budget", host_budget}, std::pair{"nvme.reserve", nvme.reserve}}) {
     if (v > max_size_bytes) bad(key, format_bytes(v) + " is past 1 PiB; write sizes as 6GiB, 512MiB, ...");
   }
+  if (!std::isfinite(device_budget_ratio) || device_budget_ratio < 0 || device_budget_ratio > 1)
+    bad("device_budget_ratio", show_real(device_budget_ratio) +
+                                   " is not a fraction of the footprint; give a ratio above 0 and at most 1, such as 0.25");
+  if (device_budget_ratio > 0 && device_budget != 0)
+    bad("device_budget_ratio", "it and " + source_of("device_budget") + " both set the device budget; give one");
   if (!std::isfinite(link_gbps) || link_gbps < 0)
     bad("link_gbps", show_real(link_gbps) + " is not a link speed; give GB/s >= 0 (0: unlimited)");
   for (auto [key, v] : {std::pair{"lms_swapout_threshold", lms_swapout_threshold},

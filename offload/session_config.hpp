@@ -29,6 +29,10 @@ struct session_config {
 
   // How much of each tier to use.
   std::uint64_t device_budget = 0;        ///< 0 = what is free (GPU: less 1/16)
+  /// > 0: after the first recorded iteration (run at the device_budget, or what is free), the
+  /// Session sets its budget to this fraction of that iteration's footprint (peak live bytes).
+  /// 0 < ratio <= 1; not together with device_budget. 0 = not used.
+  double device_budget_ratio = 0;
   std::uint64_t host_budget = 0;          ///< 0 = no limit on the host tier
   /// The NVMe tier; the fields are those of nvme_options (swap/nvme_tier.hpp) of the same name.
   struct nvme_settings {

@@ -16,8 +16,10 @@
 // Iteration 1 runs on demand and records the trace (with measured durations); the Session then
 // plans with the configured policy, and later iterations follow the plan, prefetching ahead of
 // use and swapping out behind. A different sequence of ops or sizes triggers a new recording
-// and a new plan. Whatever the plan, results are bit for bit those of an unlimited device, and
-// device memory in use never exceeds the budget.
+// and a new plan; begin_iteration("eval") gives another phase its own recording and plan.
+// The budget may be a fraction of the recorded footprint (device_budget_ratio). Whatever the
+// plan, results are bit for bit those of an unlimited device, and device memory in use never
+// exceeds the budget.
 #pragma once
 
 #include <cstdint>
@@ -93,18 +95,28 @@ class Session {
   /// A tensor that lives across iterations (parameter, gradient, optimizer state). Its initial
   /// contents are copied from `initial` (`bytes` bytes), or are zero when it is null.
   tensor_handle add_persistent(std::string name, std::uint64_t bytes, tensor_kind kind, const void* initial = nullptr);
-  /// A tensor created within the current iteration (activation, workspace). Its first op must
+  /// A tensor created within the current iteration (activation, workspace, metric). Its first op must
   /// write it; release() it after its last use. The same name in every iteration is the same
   /// tensor as far as planning goes.
   tensor_handle add_transient(std::string name, std::uint64_t bytes, tensor_kind kind = tensor_kind::activation);
   /// Ends a transient tensor's life in this iteration; its memory is reused.
   void release(tensor_handle t);
-  /// Copies a tensor's current contents to host memory (waits for the ops that write it).
-  /// A gradient that the recorded iteration overwrites before reading again may have been
-  /// dropped after its last use (an error says so); parameters and optimizer state never are.
+  /// Copies a tensor's current contents to host memory (waits for the ops that write it). Inside
+  /// an iteration (between op scopes) the read is an op of the recorded trace, "host read: NAME",
+  /// so the plan keeps or brings back the value for it, in every iteration; a transient the
+  /// host reads each iteration (a loss, a metric) is best of kind tensor_kind::metric. Reading a
+  /// transient after release() in the same iteration, or before any op wrote it, is a
+  /// usage_error naming it. A gradient that the recorded iteration overwrites before reading
+  /// again may have been dropped after its last use (an error says so); parameters and
+  /// optimizer state never are.
   void read(tensor_handle t, void* host, std::uint64_t bytes);
 
-  void begin_iteration();
+  /// Starts an iteration of the phase `tag` ("train", "eval", ...). Each phase keeps its own
+  /// recorded trace and plan: its first iteration runs on demand and is recorded, later ones
+  /// follow its plan, so alternating phases do not record again. An iteration whose ops depart
+  /// from its phase's trace finishes on demand, with the same results, and is recorded and
+  /// planned again for that phase.
+  void begin_iteration(std::string_view tag = "train");
   /// Waits for the iteration's work, plans after a recording iteration, and reports.
   iteration_report end_iteration();
 
@@ -152,16 +164,17 @@ class Session {
 
   /// Reports of every finished iteration, in order.
   [[nodiscard]] const std::vector<iteration_report>& history() const noexcept;
-  /// The trace the current plan was made from (empty before the first iteration ends).
+  /// The trace the plan of the current (or last) iteration's phase was made from (empty before
+  /// that phase's first iteration ends).
   [[nodiscard]] const trace& recorded_trace() const noexcept;
-  /// The plan in force, or null while recording.
+  /// The plan of the current (or last) iteration's phase, or null while it records.
   [[nodiscard]] const plan* current_plan() const noexcept;
-  /// Peak live bytes of the recorded iteration with everything resident (0 before the first
-  /// iteration ends).
+  /// Peak live bytes of that phase's recorded iteration with everything resident (0 before it
+  /// ends).
   [[nodiscard]] std::uint64_t footprint_bytes() const;
-  /// The least device budget any plan can need for the recorded iteration: its largest single-op
-  /// working set, each tensor rounded up to the budget's 512-byte granule (0 before the
-  /// first iteration ends).
+  /// The least device budget any plan can need for the recorded iterations (of every phase):
+  /// the largest single-op working set, each tensor rounded up to the budget's 512-byte granule
+  /// (0 before the first iteration ends).
   [[nodiscard]] std::uint64_t least_budget_bytes() const;
   /// Writes a Chrome trace (compute, copy and I/O tracks, a device-memory counter with the
   /// budget line) of the iterations run so far. Also written at destruction when the config's

@@ -63,7 +63,7 @@ trace trace_from_json(const json& j) {
     const auto kind = parse_tensor_kind(e["kind"].get<std::string>());
     if (!kind)
       fail(where, "field 'kind' is '" + e["kind"].get<std::string>() +
-                      "'; expected parameter, gradient, optimizer_state, activation or workspace");
+                      "'; expected parameter, gradient, optimizer_state, activation, workspace or metric");
     if (!by_name.emplace(name, static_cast<tensor_id>(i)).second) fail(where, "duplicate tensor name");
     t.add_tensor(name, bytes, *kind);
   }

@@ -28,6 +28,17 @@ namespace spillway {
 // not resident is fetched on demand; an allocation past the budget evicts the resident tensor
 // used farthest in the future (least recently used while recording), saving it first unless
 // its tier copy is current; a "drop" of a tensor whose value is still needed becomes a save.
+//
+// Note [Transients live until release]
+// A plan may say "drop" for a transient after its last use in the trace it was made from, but
+// only the program knows when the value is dead: it says so with release() (or by ending the
+// iteration). The loop may depart from the trace after that op (an evaluation iteration whose
+// first ops have the training ops' names, a host read the trace did not have), and then the
+// value is still needed. So a drop never discards a transient that holds the only copy of its
+// value: the tensor stays resident until release() frees it, and when memory is short it is the
+// first candidate for an on-demand eviction (its next use is beyond the trace), which saves it.
+// In the usual loop release() follows the last use at once, so the memory is back where the
+// plan expects it; make_layout (layout.cpp) mirrors this with the release points it is given.
 
 struct executor::tensor_state {
   tensor_desc desc;
@@ -133,7 +144,19 @@ void executor::upload(tensor_id id, const void* host, tier where) {
   st.tier_current = true;
 }
 
+void executor::check_readable(tensor_id id) {
+  auto& st = state(id);
+  SPILLWAY_EXPECTS_T(usage_error, !st.released,
+                     "executor: read of tensor \"" + st.desc.name +
+                         "\", which the program released in this iteration; read it before release()");
+  SPILLWAY_EXPECTS_T(usage_error, (st.dev != nullptr && st.dev_valid) || st.tier_current,
+                     "executor: read of tensor \"" + st.desc.name +
+                         "\", which holds no value: no op of this iteration has written it yet (a transient's value "
+                         "lasts from its first write to its release() or the end of the iteration)");
+}
+
 void executor::read(tensor_id id, void* host) {
+  check_readable(id);
   auto& st = state(id);
   if (st.dev != nullptr && st.dev_valid) {
     if (st.ready_pending) wait_landed(compute_, st);
@@ -142,8 +165,6 @@ void executor::read(tensor_id id, void* host) {
     device_->synchronize_stream(compute_);
     return;
   }
-  SPILLWAY_EXPECTS_T(usage_error, st.tier_current,
-                     "executor: read of tensor \"" + st.desc.name + "\", which has no value yet (no op wrote it)");
   if (st.pending_save.valid()) st.pending_save.wait();
   backing_->get(id, st.desc.name, host, st.desc.bytes);
 }
@@ -653,12 +674,16 @@ void executor::end_op(op_index k) {
         case evict_action::evict_to_host: evict(e.tensor, tier::host, false); break;
         case evict_action::evict_to_nvme: evict(e.tensor, tier::nvme, false); break;
         case evict_action::drop:
-          if (st.tier_current || !st.dev_valid || value_dead_after(e.tensor, k)) {
+          // Note [Transients live until release]
+          if (st.tier_current || !st.dev_valid) {
             drop_device(e.tensor);
           } else if (is_persistent(st.desc.kind)) {
-            evict(e.tensor, options_.spill_tier, false);  // the plan was wrong: keep the value
+            if (value_dead_after(e.tensor, k)) {
+              drop_device(e.tensor);
+            } else {
+              evict(e.tensor, options_.spill_tier, false);  // the plan was wrong: keep the value
+            }
           }
-          // A transient whose value is still read stays until release().
           break;
       }
     }

@@ -70,6 +70,9 @@ class executor {
   [[nodiscard]] std::span<const std::int64_t> release_points() const noexcept { return released_after_; }
   /// Copies a tensor's current value to host memory, waiting for the work that writes it.
   void read(tensor_id id, void* host);
+  /// Throws usage_error naming the tensor when read() could not give its value: the program
+  /// released it in this iteration, or nothing has written it yet.
+  void check_readable(tensor_id id);
 
   /// Follow `p` for trace `t` from the next iteration on; null: run on demand (recording).
   /// Both must outlive their use; the executor keeps pointers. `layout`, where given, is the

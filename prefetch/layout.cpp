@@ -90,8 +90,8 @@ class residency {
         for (const auto& e : p_.steps[k].evictions) {
           const auto x = e.tensor;
           if (x >= open_.size() || open_[x] < 0) continue;
-          if (e.action == evict_action::drop && !is_persistent(t_.tensors[x].kind) && !tier_current_[x] && !dead_after(x, k))
-            continue;  // the executor keeps a transient whose value is still read until release()
+          if (e.action == evict_action::drop && !is_persistent(t_.tensors[x].kind) && !tier_current_[x])
+            continue;  // the executor keeps a transient until release() (Note [Transients live until release])
           const double freed = e.action == evict_action::drop ? op_end(k) : time_of(timing_ ? &timing_->save_end : nullptr, x, k, op_end(k));
           if (e.action != evict_action::drop) tier_current_[x] = 1;
           close(x, layout_slot::after(k), freed);
@@ -166,12 +166,6 @@ class residency {
     if (m == nullptr) return otherwise;
     auto it = m->find(plan_timing::key(x, k));
     return it == m->end() ? otherwise : it->second;
-  }
-  // The next use after op k overwrites x without reading it, or nothing uses it again.
-  [[nodiscard]] bool dead_after(tensor_id x, op_index k) const {
-    for (const auto& [op, reads] : uses_[x])
-      if (op > k) return !reads;
-    return true;
   }
 
   const trace& t_;

@@ -12,7 +12,7 @@ namespace spillway {
 
 namespace {
 constexpr std::string_view kind_names[] = {"parameter", "gradient", "optimizer_state", "activation",
-                                           "workspace"};
+                                           "workspace", "metric"};
 constexpr std::string_view phase_names[] = {"forward", "backward", "optimizer", "other"};
 
 std::string op_label(const trace& t, op_index i) {

@@ -16,15 +16,21 @@ using tensor_id = std::uint32_t;
 using op_index = std::uint32_t;
 
 /// What a tensor holds. Parameters, gradients and optimizer state are persistent: they live
-/// across iterations. Activations and workspaces are transient: created by their first write,
-/// dead after their last use.
-enum class tensor_kind : std::uint8_t { parameter, gradient, optimizer_state, activation, workspace };
+/// across iterations. Activations, workspaces and metrics are transient: created by their first
+/// write, dead after their last use. A metric is a value the host reads every iteration (a loss,
+/// an accuracy): small, so planners keep it on the device from its first write to its last use
+/// (a host read is a use) rather than put a copy on the read's path.
+enum class tensor_kind : std::uint8_t { parameter, gradient, optimizer_state, activation, workspace, metric };
 
 [[nodiscard]] constexpr bool is_persistent(tensor_kind k) noexcept {
   return k == tensor_kind::parameter || k == tensor_kind::gradient || k == tensor_kind::optimizer_state;
 }
+/// Whether a planner may move a tensor of this kind off the device between its uses.
+[[nodiscard]] constexpr bool may_leave_device(tensor_kind k) noexcept { return k != tensor_kind::metric; }
+/// Number of kinds (for tables indexed by kind).
+inline constexpr int tensor_kind_count = 6;
 [[nodiscard]] std::string_view to_string(tensor_kind k) noexcept;
-/// Parses "parameter", "gradient", "optimizer_state", "activation", "workspace".
+/// Parses "parameter", "gradient", "optimizer_state", "activation", "workspace", "metric".
 [[nodiscard]] std::optional<tensor_kind> parse_tensor_kind(std::string_view s) noexcept;
 
 /// Where an op sits in the iteration; planners such as vDNN use it, everything else ignores it.

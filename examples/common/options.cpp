@@ -2,6 +2,7 @@
 // example's own here) and the session_config a run opens its Session with.
 #include "examples/common/options.hpp"
 
+#include <cstdio>
 #include <string>
 
 #include "device/error.hpp"
@@ -34,11 +35,21 @@ void example_options::validate() const {
     throw config_error("--budget-ratio: " + std::to_string(budget_ratio) + " is not a ratio above 0");
   if (budget_ratio > 0 && device_budget > 0)
     throw config_error("--budget-ratio and " + source_of("device_budget") + " both set the device budget; give one");
+  if (budget_ratio > 0 && device_budget_ratio > 0)
+    throw config_error("--budget-ratio and " + source_of("device_budget_ratio") + " both set the device budget; give one");
 }
 
 session_config make_session_config(const example_options& o, std::uint64_t device_budget) {
   session_config c = o;  // the Session's part; chrome_trace: the Session records a timeline only when set
   c.device_budget = device_budget;
+  // --budget-ratio is the Session's device_budget_ratio, named by the example's flag in messages.
+  // Above 1 (a budget with room beyond the footprint, which the train bench gives the
+  // everything-resident run on a GPU) the trainer sets the budget itself.
+  if (o.budget_ratio > 0 && o.budget_ratio <= 1) {
+    char text[40];
+    std::snprintf(text, sizeof text, "%.17g", o.budget_ratio);
+    c.set("device_budget_ratio", text, "--budget-ratio");
+  }
   return c;
 }
 

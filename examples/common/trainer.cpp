@@ -1,6 +1,6 @@
-// The training harness: the step loop, the budget from a ratio of the footprint after the
-// recording step, and the totals over the steps that the progress lines, the summary and the
-// bench read.
+// The training harness: the step loop (the Session sets the budget from a ratio of the
+// footprint after the recording step), and the totals over the steps that the progress lines,
+// the summary and the bench read.
 #include "examples/common/trainer.hpp"
 
 #include <algorithm>
@@ -28,16 +28,6 @@ double run_result::median_step_ms() const {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-namespace {
-
-std::string format_ratio(double r) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", r);
-  return buf;
-}
-
-}  // namespace
-
 // Waits for the device's queued work when it leaves scope, so that a model never dies while
 // its kernels and uploads still read its host buffers (an exception mid-step leaves work queued).
 class drain_on_exit {
@@ -58,7 +48,8 @@ class drain_on_exit {
 
 training_run::training_run(const example_options& o, const model_factory& make, const start_observer& on_start) : o_(o) {
   o_.validate();
-  // With a ratio, o_.device_budget is 0 (validate): the recording step runs at the whole device.
+  // With a ratio, o_.device_budget is 0 (validate): the recording step runs at the whole device,
+  // and the Session sets the budget to ratio x footprint after it (device_budget_ratio).
   s_ = std::make_unique<Session>(make_session_config(o_, o_.device_budget));
   m_ = make();
   drain_ = std::make_unique<drain_on_exit>(*s_);
@@ -67,7 +58,7 @@ training_run::training_run(const example_options& o, const model_factory& make, 
   r_.parameters = m_->parameter_count();
   r_.backend = to_string(s_->device().properties().backend);
   r_.policy = o_.policy;
-  r_.budget_ratio = o_.budget_ratio;
+  r_.budget_ratio = o_.budget_ratio > 0 ? o_.budget_ratio : o_.device_budget_ratio;
   r_.device_budget_bytes = s_->device_budget();
   r_.device_memory_bytes = s_->device().properties().total_memory;
   if (on_start) on_start(r_);
@@ -95,23 +86,19 @@ float training_run::step(const step_observer& on_step) {
   }
   r_.stall_ms += rep.stall_ms;
   if (step == 0) {
+    // With a ratio up to 1 the Session set the budget after this recording step itself
+    // (device_budget_ratio); a ratio above 1 is the trainer's to apply.
     r_.footprint_bytes = s_->footprint_bytes();
     r_.min_budget_bytes = s_->least_budget_bytes();
-    if (o_.budget_ratio > 0) apply_budget_ratio();
+    if (o_.budget_ratio > 1) s_->set_device_budget(budget_above_footprint());
+    r_.device_budget_bytes = s_->device_budget();
   }
   if (on_step) on_step(step, loss, rep);
   return loss;
 }
 
-void training_run::apply_budget_ratio() {
-  const auto budget = static_cast<std::uint64_t>(std::llround(o_.budget_ratio * static_cast<double>(r_.footprint_bytes)));
-  if (budget < r_.min_budget_bytes)
-    throw config_error("--budget-ratio " + format_ratio(o_.budget_ratio) + " gives a device budget of " +
-                       format_bytes(budget) + " (of a " + format_bytes(r_.footprint_bytes) +
-                       " footprint), below the least any plan needs: " + format_bytes(r_.min_budget_bytes) +
-                       " (the largest single op's working set)");
-  s_->set_device_budget(budget);
-  r_.device_budget_bytes = s_->device_budget();
+std::uint64_t training_run::budget_above_footprint() const {
+  return static_cast<std::uint64_t>(std::llround(o_.budget_ratio * static_cast<double>(r_.footprint_bytes)));
 }
 
 run_result training_run::finish() {

@@ -87,9 +87,9 @@ class training_run {
   training_run(const training_run&) = delete;
   training_run& operator=(const training_run&) = delete;
 
-  /// Runs the next step and returns its loss. After the first step, with o.budget_ratio > 0, sets
-  /// the device budget to ratio x footprint (a config_error when that is below the least any plan
-  /// needs), so the following steps run under it.
+  /// Runs the next step and returns its loss. After the first step, with o.budget_ratio > 0, the
+  /// Session (its device_budget_ratio) sets the device budget to ratio x footprint (a config_error
+  /// when that is below the least any plan needs), so the following steps run under it.
   float step(const step_observer& on_step = {});
   [[nodiscard]] int steps_done() const noexcept { return static_cast<int>(r_.losses.size()); }
   /// Writes the Chrome trace if o.chrome_trace asks for one; the result of the steps run.
@@ -99,7 +99,7 @@ class training_run {
   [[nodiscard]] Session& session() noexcept { return *s_; }
 
  private:
-  void apply_budget_ratio();  // after the recording step: budget = ratio x footprint
+  [[nodiscard]] std::uint64_t budget_above_footprint() const;  // o_.budget_ratio > 1: ratio x footprint
 
   example_options o_;
   run_result r_;
@@ -110,7 +110,7 @@ class training_run {
 
 /// Trains a model made by `make` for o.steps steps. With o.budget_ratio > 0 the first (recording)
 /// step runs at the whole device and learns the footprint; the rest run at budget_ratio x
-/// footprint (Session::set_device_budget). Throws config_error for bad options before any work,
+/// footprint (the Session's device_budget_ratio setting). Throws config_error for bad options before any work,
 /// and for a ratio below the least any plan needs after the first step.
 run_result train(const example_options& o, const model_factory& make, const step_observer& on_step = {},
                  const start_observer& on_start = {});
