@@ -320,7 +320,7 @@ void session_config::apply_json_text(std::string_view text, std::string_view sou
       return;
     }
     const auto hint = r->names.value_hint;
-    const bool numeric = hint == "SIZE" || hint == "N" || hint == "GBPS";
+    const bool numeric = r->as != read_as::text && r->as != read_as::list;  // sizes, counts, reals
     if (!numeric && !v.is_string()) throw config_error(where + ": must be a string (" + std::string(hint) + "), not " + v.dump());
     set(key, json_scalar_text(v, where), where);
   };

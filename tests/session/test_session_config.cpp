@@ -324,3 +324,50 @@ TEST(SessionNvmeReserve, NonZeroIsReservedAtStartAndIsAllThePlannerGets) {
   EXPECT_EQ(swap_bytes_in(dir.path()), 48_MiB) << "a fixed reserve never grows";
   EXPECT_LE(planned_nvme_bytes(s), 48_MiB);
 }
+
+// device_budget_ratio: one row in the table gives the flag, the variable and the JSON key.
+TEST(SessionConfig, DeviceBudgetRatioFromEachInputAndItsChecks) {
+  EXPECT_EQ(session_config::flag_of("device_budget_ratio"), "--device-budget-ratio");
+  EXPECT_EQ(session_config::variable_of("device_budget_ratio"), "SPILLWAY_DEVICE_BUDGET_RATIO");
+  {
+    env_guard g({{"SPILLWAY_DEVICE_BUDGET_RATIO", "0.25"}});
+    const auto c = session_config::from_env();
+    EXPECT_DOUBLE_EQ(c.device_budget_ratio, 0.25);
+    EXPECT_NO_THROW(c.validate());
+  }
+  EXPECT_DOUBLE_EQ(session_config::from_json_text(R"({"device_budget_ratio": 0.5})").device_budget_ratio, 0.5);
+  {
+    session_config c;
+    c.set("device_budget_ratio", "1", "--device-budget-ratio");
+    EXPECT_NO_THROW(c.validate());  // the whole footprint is a ratio
+  }
+  for (const char* bad : {"1.5", "inf", "nan"}) {
+    session_config c;
+    std::string msg;
+    try {
+      c.set("device_budget_ratio", bad, "--device-budget-ratio");
+      c.validate();
+    } catch (const config_error& e) {
+      msg = e.what();
+    }
+    EXPECT_TRUE(has(msg, "--device-budget-ratio")) << bad << ": " << msg;
+  }
+  EXPECT_TRUE(has(error_of([] {
+                    session_config c;
+                    c.set("device_budget_ratio", "-0.5", "--device-budget-ratio");
+                  }),
+                  "--device-budget-ratio"));
+  {
+    env_guard g({{"SPILLWAY_DEVICE_BUDGET", "1GiB"}, {"SPILLWAY_DEVICE_BUDGET_RATIO", "0.5"}});
+    const auto c = session_config::from_env();
+    const auto msg = error_of([&] { c.validate(); });
+    EXPECT_TRUE(has(msg, "SPILLWAY_DEVICE_BUDGET_RATIO")) << msg;
+    EXPECT_TRUE(has(msg, "SPILLWAY_DEVICE_BUDGET both set the device budget")) << msg;
+  }
+  {
+    session_config c;
+    c.backend = "cpu";
+    c.device_budget_ratio = 2;
+    EXPECT_THROW(Session s(c), config_error) << "a Session opens only with a valid ratio";
+  }
+}
