@@ -27,6 +27,8 @@ parameter parameter_set::add(Session& s, const std::string& name, const std::vec
 
 void parameter_set::adam_step(Session& s, kernels::kernel_context& ctx, const kernels::adam_config& config,
                               std::int64_t step) const {
+  kernels::adam_config warmed = config;
+  warmed.lr = warmup_lr(config.lr, step);
   for (const auto& p : params_) {
     for (std::size_t c = 0; c < p.m.size(); ++c) {
       const std::size_t first = c * moment_chunk;
@@ -34,7 +36,7 @@ void parameter_set::adam_step(Session& s, kernels::kernel_context& ctx, const ke
       auto op = s.op(p.m.size() == 1 ? p.name + ".adam" : p.name + ".adam." + std::to_string(c),
                      {p.value, p.grad, p.m[c], p.v[c]}, {p.value, p.m[c], p.v[c]}, 12.0 * static_cast<double>(n));
       kernels::adam_step(ctx, op.stream(), op.ptr<float>(p.value) + first, op.ptr<float>(p.grad) + first,
-                         op.ptr<float>(p.m[c]), op.ptr<float>(p.v[c]), n, config, step);
+                         op.ptr<float>(p.m[c]), op.ptr<float>(p.v[c]), n, warmed, step);
     }
   }
 }

@@ -31,6 +31,17 @@ struct parameter {
   std::vector<tensor_handle> v;
 };
 
+/// Steps over which the learning rate rises linearly to its full value. Adam's first steps move
+/// every weight by about the learning rate whatever its gradient, which at full rate throws a
+/// freshly initialised model far off (the loss doubled at step 2 before); warming up keeps the
+/// loss falling from the start.
+inline constexpr std::int64_t warmup_steps = 20;
+
+/// The learning rate at Adam step `step` (from 1): lr x step / warmup_steps, then lr.
+[[nodiscard]] constexpr float warmup_lr(float lr, std::int64_t step) noexcept {
+  return step >= warmup_steps ? lr : lr * static_cast<float>(step < 1 ? 1 : step) / static_cast<float>(warmup_steps);
+}
+
 /// Elements per chunk of the Adam moments (4 MiB of floats).
 inline constexpr std::size_t moment_chunk = std::size_t{1} << 20;
 
@@ -42,7 +53,8 @@ class parameter_set {
   parameter add(Session& s, const std::string& name, const std::vector<float>& initial);
 
   /// One Adam step over every parameter, one op per moment chunk ("<name>.adam", or
-  /// "<name>.adam.<chunk>" when chunked), in registration order.
+  /// "<name>.adam.<chunk>" when chunked), in registration order. `step` counts from 1; the
+  /// learning rate warms up linearly over the first warmup_steps steps (see warmup_lr).
   void adam_step(Session& s, kernels::kernel_context& ctx, const kernels::adam_config& config,
                  std::int64_t step) const;
 
