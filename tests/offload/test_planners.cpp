@@ -184,6 +184,50 @@ TEST(Planners, RandomTracesAndBudgets) {
   EXPECT_EQ(auto_checked, 150);
 }
 
+// A metric (a value the host reads every iteration) stays on the device from its first write to
+// its last use, whatever the budget: no planner swaps it out or prefetches it.
+TEST(Planners, NoPlannerMovesAMetricOffTheDevice) {
+  std::mt19937_64 rng(7);
+  const auto hw = test_hw(1ull << 40);
+  int metrics = 0;
+  int moved_as_activation = 0;
+  for (int iter = 0; iter < 60; ++iter) {
+    auto t = random_trace(rng);
+    std::vector<tensor_id> transients;
+    for (tensor_id x = 0; x < t.tensors.size(); ++x)
+      if (!is_persistent(t.tensors[x].kind)) transients.push_back(x);
+    if (transients.empty()) continue;
+    const tensor_id m = transients[rng() % transients.size()];
+    t.tensors[m].kind = tensor_kind::metric;
+    ++metrics;
+    const auto rep = analyze(t);
+    const std::uint64_t lo = rep.min_budget_bytes, hi = std::max(rep.peak_live_bytes, lo);
+    const auto budget = std::uniform_int_distribution<std::uint64_t>(lo, lo + (hi - lo) / 3)(rng);
+    for (const auto& name : planner_names()) {
+      SCOPED_TRACE(name + " iteration " + std::to_string(iter) + " budget " + std::to_string(budget));
+      const auto p = make_planner(name)->make_plan(t, rep, hw, budget);
+      ASSERT_NO_THROW(p.validate(t));
+      for (const auto& step : p.steps) {
+        for (const auto& e : step.evictions) {
+          if (e.tensor == m) {
+            EXPECT_EQ(e.action, evict_action::drop) << "the metric was swapped out";
+          }
+        }
+        for (const auto& f : step.prefetches) EXPECT_NE(f.tensor, m) << "the metric was prefetched";
+      }
+      // The same tensor as an activation: the planners do move such tensors, so the check above
+      // is not vacuous.
+      auto as_activation = t;
+      as_activation.tensors[m].kind = tensor_kind::activation;
+      const auto q = make_planner(name)->make_plan(as_activation, analyze(as_activation), hw, budget);
+      for (const auto& step : q.steps)
+        for (const auto& f : step.prefetches) moved_as_activation += f.tensor == m ? 1 : 0;
+    }
+  }
+  EXPECT_GT(metrics, 30);
+  EXPECT_GT(moved_as_activation, 0) << "no planner ever moved the chosen tensor as an activation";
+}
+
 // Note [Lower bound] must hold for every plan that keeps the rules, not only for the plans
 // the planners happen to make: vary the hardware (one or two copy engines, links of different
 // speeds each way, a small host tier) and the planners' knobs, and check every feasible plan.

@@ -45,17 +45,23 @@ TEST(TraceJson, RoundTrip) {
   const auto t = trace_from_json_text(R"({
     "tensors": [{"name": "w", "bytes": "1KiB", "kind": "parameter"},
                 {"name": "x", "bytes": 64, "kind": "activation"},
-                {"name": "ws", "bytes": 8, "kind": "workspace"}],
+                {"name": "ws", "bytes": 8, "kind": "workspace"},
+                {"name": "loss", "bytes": 4, "kind": "metric"}],
     "ops": [{"name": "make_x", "writes": ["x"], "flops": 10},
             {"name": "use", "reads": ["x", 0], "writes": ["ws"], "flops": 2e9, "bytes": 100,
-             "seconds": 0.5, "phase": "forward", "category": "matmul", "layer": 3}]})");
-  ASSERT_EQ(t.tensors.size(), 3u);
+             "seconds": 0.5, "phase": "forward", "category": "matmul", "layer": 3},
+            {"name": "loss", "reads": ["ws"], "writes": ["loss"]},
+            {"name": "host read: loss", "reads": ["loss"]}]})");
+  ASSERT_EQ(t.tensors.size(), 4u);
+  EXPECT_EQ(t.tensors[3].kind, tensor_kind::metric);
+  EXPECT_FALSE(is_persistent(tensor_kind::metric));
   EXPECT_EQ(t.tensors[0].bytes, 1024u);
   EXPECT_EQ(t.ops[1].reads, (std::vector<tensor_id>{1, 0}));
   EXPECT_EQ(*t.ops[1].measured_seconds, 0.5);
   EXPECT_EQ(t.ops[1].layer, 3);
   const auto back = trace_from_json(trace_to_json(t));
-  ASSERT_EQ(back.ops.size(), 2u);
+  ASSERT_EQ(back.ops.size(), 4u);
+  EXPECT_EQ(back.tensors[3].kind, tensor_kind::metric);
   EXPECT_EQ(back.ops[1].category, "matmul");
   EXPECT_EQ(back.ops[1].phase, op_phase::forward);
   EXPECT_EQ(back.ops[1].flops, 2e9);
