@@ -136,5 +136,24 @@ TEST(ExampleOptions, OldFlagsAreRefusedWithTheNewName) {
   EXPECT_TRUE(has(msg, "--cpu-device-memory")) << msg;
 }
 
+
+// The examples' --budget-ratio is the Session's device_budget_ratio, named by the example's flag;
+// --device-budget-ratio, from the settings table, works too, and not both at once.
+TEST(ExampleOptions, BudgetRatioIsTheSessionsDeviceBudgetRatio) {
+  {
+    const auto o = load({"--budget-ratio", "0.25"});
+    const auto c = make_session_config(o, 0);
+    EXPECT_DOUBLE_EQ(c.device_budget_ratio, 0.25);
+    EXPECT_EQ(c.source_of("device_budget_ratio"), "--budget-ratio");
+  }
+  {
+    const auto o = load({"--device-budget-ratio", "0.5"});
+    EXPECT_DOUBLE_EQ(make_session_config(o, 0).device_budget_ratio, 0.5);
+  }
+  EXPECT_TRUE(has(error_of({"--device-budget-ratio", "1.5"}), "--device-budget-ratio"));
+  const auto both = error_of({"--budget-ratio", "0.5", "--device-budget-ratio", "0.5"});
+  EXPECT_TRUE(has(both, "--budget-ratio and --device-budget-ratio")) << both;
+}
+
 }  // namespace
 }  // namespace spillway::examples
