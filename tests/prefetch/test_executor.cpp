@@ -137,6 +137,53 @@ TEST(Executor, WrongPlanStillGivesCorrectDataAndCountsTheMisses) {
   EXPECT_TRUE(holds(back.data(), n, p2_value)) << "the dropped-while-dirty p2 lost its update";
 }
 
+// Note [Transients live until release]: a plan made from a shorter iteration (an eval pass)
+// drops t0 after its last use there; the program departs and reads t0 again later, and under a
+// budget that forces t0 out before that read. The drop must not discard the only copy.
+TEST(Executor, APlannedDropNeverDiscardsATransientBeforeItsRelease) {
+  constexpr std::uint64_t n = 256_KiB;
+  trace eval;
+  const auto p0 = eval.add_tensor("p0", n, tensor_kind::parameter);
+  const auto t0 = eval.add_tensor("t0", n, tensor_kind::activation);
+  const auto t1 = eval.add_tensor("t1", n, tensor_kind::activation);
+  eval.add_op("fwd0", {p0}, {t0});
+  eval.add_op("fwd1", {t0}, {t1});
+  eval.validate();
+  plan p = plan::empty_for(eval, "drops after the last use in the eval trace", 3 * n);
+  p.steps[1].evictions.push_back({t0, evict_action::drop});
+  p.steps[1].evictions.push_back({t1, evict_action::drop});
+
+  rig r(3 * n + 64_KiB, 0);
+  for (tensor_id id : {p0, t0, t1}) r.exec->define(id, eval.tensors[id]);
+  const auto t2 = static_cast<tensor_id>(3);
+  r.exec->define(t2, tensor_desc{"t2", n, tensor_kind::activation});
+  std::vector<unsigned char> init(n, 7);
+  r.exec->upload(p0, init.data());
+  r.exec->follow(&eval, &p);
+
+  trace train = eval;  // what the program does: the eval ops, then a backward that reads t0
+  train.add_tensor("t2", n, tensor_kind::activation);
+  train.add_op("fwd2", {t1, p0}, {t2});   // p0, t1, t2: t0 must leave the device here
+  train.add_op("bwd0", {t0, p0}, {p0});
+  auto bad_reads = std::make_shared<std::atomic<int>>(0);
+  for (int it = 1; it <= 2; ++it) {
+    r.exec->begin_iteration();
+    const auto v = static_cast<unsigned char>(7 + 3 * (it - 1));
+    run_op(r, train, 0, {{p0, v}}, {{t0, 50}}, bad_reads);
+    run_op(r, train, 1, {{t0, 50}}, {{t1, 60}}, bad_reads);  // the plan says drop t0 and t1 here
+    r.exec->abandon_plan();                                   // the program departs from the eval trace
+    run_op(r, train, 2, {{t1, 60}, {p0, v}}, {{t2, 70}}, bad_reads);
+    r.exec->release(t1);
+    r.exec->release(t2);
+    ASSERT_NO_THROW(run_op(r, train, 3, {{t0, 50}, {p0, v}}, {{p0, static_cast<unsigned char>(v + 3)}}, bad_reads))
+        << "iteration " << it;
+    r.exec->release(t0);
+    const auto st = r.exec->end_iteration();
+    EXPECT_LE(st.peak_device_bytes, 3 * n + 64_KiB);
+  }
+  EXPECT_EQ(bad_reads->load(), 0) << "an op saw a lost value";
+}
+
 TEST(Executor, BudgetBelowAnOpsWorkingSetIsAClearError) {
   constexpr std::uint64_t n = 256_KiB;
   rig r(n + 64_KiB, 0);
