@@ -76,7 +76,7 @@ int gpt_shape(const std::string& preset, const std::string& json) {
 const command_registration cuda_registration{"cuda-info", [](CLI::App& app, int& exit_code) {
   auto json = std::make_shared<std::string>();
   auto* cmd = app.add_subcommand("cuda-info", "CUDA driver, runtime, cuBLAS and cuDNN versions, devices (JSON)");
-  cmd->add_option("--json", *json, "write it here instead of stdout");
+  cmd->add_option("--json", *json, "write it here instead of stdout")->check(writable_file);
   cmd->callback([json, &exit_code] { exit_code = cuda_info(*json); });
 }};
 
@@ -85,7 +85,7 @@ const command_registration shape_registration{"gpt-shape", [](CLI::App& app, int
   auto json = std::make_shared<std::string>();
   auto* cmd = app.add_subcommand("gpt-shape", "the GPT example's shape at a preset (JSON), for models built elsewhere");
   cmd->add_option("--preset", *preset, "tiny, small, medium or large")->capture_default_str();
-  cmd->add_option("--json", *json, "write it here instead of stdout");
+  cmd->add_option("--json", *json, "write it here instead of stdout")->check(writable_file);
   cmd->callback([preset, json, &exit_code] { exit_code = gpt_shape(*preset, *json); });
 }};
 

@@ -274,7 +274,7 @@ const command_registration registration{"overhead", [](CLI::App& app, int& exit_
   cmd->add_option("--target-none-us", args->target_none_us, "target host us per op with policy none")->capture_default_str();
   cmd->add_option("--target-planned-us", args->target_planned_us, "target host us per op with planned policies")
       ->capture_default_str();
-  cmd->add_option("--json", args->json, "write the figures as JSON");
+  cmd->add_option("--json", args->json, "write the figures as JSON")->check(writable_file);
   cmd->callback([args, &exit_code] {
     args->base = load_base(args->config);
     exit_code = run(*args);

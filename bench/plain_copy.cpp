@@ -161,7 +161,7 @@ const command_registration registration{"copies", [](CLI::App& app, int& exit_co
   cmd->add_option("--copies", args->copies, "copies per timed turn")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--repeats", args->repeats, "timed turns per side (best taken)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--target", args->target, "least ratio to the plain loop")->capture_default_str();
-  cmd->add_option("--json", args->json, "write the figures as JSON");
+  cmd->add_option("--json", args->json, "write the figures as JSON")->check(writable_file);
   cmd->callback([args, &exit_code] { exit_code = run(*args); });
 }};
 

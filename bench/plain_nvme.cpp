@@ -295,7 +295,7 @@ const command_registration registration{"nvme", [](CLI::App& app, int& exit_code
   cmd->add_option("--size", args->size, "bytes per pass")->capture_default_str();
   cmd->add_option("--repeats", args->repeats, "passes per side (best taken)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--target", args->target, "least ratio to the plain loop")->capture_default_str();
-  cmd->add_option("--json", args->json, "write the figures as JSON");
+  cmd->add_option("--json", args->json, "write the figures as JSON")->check(writable_file);
   cmd->callback([args, &exit_code] { exit_code = run(*args); });
 }};
 

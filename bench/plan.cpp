@@ -184,6 +184,8 @@ struct runner {
         if (budget > hw.device_bytes) r.note = "budget above the profile's device memory (what-if)";
         if (budget < rep.min_budget_bytes) {
           r.below_min = true;
+          r.note = "budget below the least any plan needs: op " + std::to_string(rep.min_budget_op) + " ('" +
+                   t.ops[rep.min_budget_op].name + "') needs " + format_bytes(rep.min_budget_bytes) + " resident at once";
           rows.push_back(std::move(r));
           continue;
         }
@@ -207,8 +209,12 @@ std::vector<std::uint64_t> budgets_for(const plan_args& a, const lifetime_report
   auto ratios = a.ratios;
   if (out.empty() && ratios.empty()) ratios = {0.5, 0.25, 0.125};
   for (double r : ratios) {
-    if (!(r > 0)) throw config_error("--budget-ratio must be positive");
-    out.push_back(static_cast<std::uint64_t>(static_cast<double>(rep.peak_live_bytes) * r));
+    const double bytes = static_cast<double>(rep.peak_live_bytes) * r;
+    if (!(r > 0) || !std::isfinite(r) || bytes > static_cast<double>(max_size_bytes) || bytes < 1)
+      throw config_error("--budget-ratio: cannot use " + std::to_string(r) + ": give a fraction of the peak live bytes (" +
+                         format_bytes(rep.peak_live_bytes) + ") such as 0.5, greater than 0 and at most " +
+                         std::to_string(static_cast<double>(max_size_bytes) / static_cast<double>(std::max<std::uint64_t>(1, rep.peak_live_bytes))));
+    out.push_back(static_cast<std::uint64_t>(bytes));
   }
   return out;
 }
@@ -308,10 +314,12 @@ int run_plan(const plan_args& a) {
     if (a.model.empty() == a.trace_file.empty()) throw config_error("give exactly one of --model and --trace");
     trace t = a.trace_file.empty() ? make_model_trace(a.model, zoo_options{a.batch, a.seq, a.layers}) : load_trace(a.trace_file);
     const std::string name = a.trace_file.empty() ? a.model : a.trace_file;
+    if (t.ops.empty()) throw config_error(name + ": the trace has no ops, so there is nothing to plan; give at least one op");
     const auto rep = analyze(t);
     if (a.report) std::cout << format_report(rep, t) << "\n";
     const auto budgets = budgets_for(a, rep);
-    for (auto b : budgets) check_budget(t, rep, b);  // a budget the user gave: an error, not a row
+    // A budget below the least any plan needs is a row that says so (feasible: false), and the
+    // sweep goes on with the other budgets.
     print_header();
     const auto hws = a.hw.empty() ? std::vector<std::string>{"h200"} : a.hw;
     for (const auto& hwname : hws) {
@@ -353,9 +361,9 @@ command_registration reg("plan", [](CLI::App& app, int& exit_code) {
   sub->add_option("--budget", a->budgets, "device budget, e.g. 8GiB (repeatable)");
   sub->add_option("--budget-ratio", a->ratios, "budget as a fraction of peak live bytes (repeatable)");
   sub->add_option("--policy", a->policies, "none, lms, vdnn-all, vdnn-conv, auto or all (repeatable)");
-  sub->add_option("--json", a->json_file, "write the rows as JSON");
-  sub->add_option("--svg", a->svg_file, "plot step time against budget, one line per policy");
-  sub->add_option("--chrome-trace", a->chrome_file, "write the simulated timelines (Perfetto / chrome://tracing)");
+  sub->add_option("--json", a->json_file, "write the rows as JSON")->check(writable_file);
+  sub->add_option("--svg", a->svg_file, "plot step time against budget, one line per policy")->check(writable_file);
+  sub->add_option("--chrome-trace", a->chrome_file, "write the simulated timelines (Perfetto / chrome://tracing)")->check(writable_file);
   sub->add_flag("--report", a->report, "print the lifetime report of the trace");
   sub->callback([a, &exit_code] { exit_code = run_plan(*a); });
 });

@@ -384,10 +384,10 @@ const command_registration registration{"tiers", [](CLI::App& app, int& exit_cod
                               "nvme.queue_depth", "nvme.rings"});
   cmd->add_option("--size", args->size, "bytes moved per measurement")->capture_default_str();
   cmd->add_option("--repeats", args->repeats, "measurements per figure (best taken)")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--json", args->json, "write the figures as JSON");
+  cmd->add_option("--json", args->json, "write the figures as JSON")->check(writable_file);
   cmd->add_flag("--no-huge-pages", args->no_huge_pages, "pinned buffers on 4 KiB pages (device_options::pinned_huge_pages off)");
   cmd->add_flag("--tune", args->tune, "sweep block size and queue depth; write the best as a config snippet");
-  cmd->add_option("--tune-out", args->tune_out, "where --tune writes its snippet")->capture_default_str();
+  cmd->add_option("--tune-out", args->tune_out, "where --tune writes its snippet")->check(writable_file)->capture_default_str();
   cmd->callback([args, &exit_code] { exit_code = run(*args); });
 }};
 

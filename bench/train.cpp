@@ -277,7 +277,7 @@ const command_registration registration{"train", [](CLI::App& app, int& exit_cod
                               "nvme.directories", "nvme.reserve", "lms_swapout_threshold", "lms_swapin_ahead",
                               "lms_swapin_groupby", "vdnn_variant"});
   cmd->add_option("--seed", args->seed, "seed of weights and data")->capture_default_str();
-  cmd->add_option("--json", args->json, "write the rows as JSON");
+  cmd->add_option("--json", args->json, "write the rows as JSON")->check(writable_file);
   cmd->callback([args, &exit_code] { exit_code = run(*args); });
 }};
 
