@@ -49,6 +49,7 @@ class executor_stack {
     memory_.set_budget(budget);
   }
   [[nodiscard]] nvme_tier* nvme() noexcept { return nvme_.get(); }
+  [[nodiscard]] pinned_host_pool& pool() noexcept { return pool_; }
 
  private:
   static pinned_pool_options pool_options() {
