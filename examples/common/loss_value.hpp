@@ -1,5 +1,6 @@
-// The step's mean loss as a Session tensor: one float, persistent, so that it can be read with
-// Session::read after the last op that touches it (a plan may drop a transient after its last op).
+// The step's mean loss as a Session tensor: one float, registered persistent so that one tensor
+// serves every step. (A new loop may as well add a transient of kind metric each step: the
+// planner keeps metrics on the device for the host read, and reads are uses it plans for.)
 // It is read into pinned memory: a copy to pageable memory would be synchronous for the caller
 // (Device contract), and one every step is the kind of stall the examples keep out.
 #pragma once
