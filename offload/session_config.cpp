@@ -278,7 +278,11 @@ void session_config::apply_env() {
   for (const auto& r : rows) {
     const std::string name = variable_of(r.names.key);
     const char* v = std::getenv(name.c_str());
-    if (v != nullptr && *v != '\0') set(r.names.key, v, name);
+    if (v == nullptr) continue;
+    // Set but empty is a mistake to report (a script that lost its value), not a default.
+    if (*v == '\0') throw config_error(name + " is set but empty; give a value (" + std::string(r.names.value_hint) +
+                                        ") or unset it for the default");
+    set(r.names.key, v, name);
   }
 }
 
@@ -369,6 +373,10 @@ void session_config::validate() const {
                         std::pair{"host_budget", host_budget}, std::pair{"nvme.reserve", nvme.reserve}}) {
     if (v > max_size_bytes) bad(key, format_bytes(v) + " is past 1 PiB; write sizes as 6GiB, 512MiB, ...");
   }
+  // The cpu backend's device must hold at least one arena granule and a little more to do anything.
+  if (cpu_device_memory != 0 && cpu_device_memory < (std::uint64_t{1} << 20))
+    bad("cpu_device_memory", format_bytes(cpu_device_memory) +
+                                 " is too small for an emulated device; give at least 1MiB (0: the default, 1 GiB)");
   if (!std::isfinite(device_budget_ratio) || device_budget_ratio < 0 || device_budget_ratio > 1)
     bad("device_budget_ratio", show_real(device_budget_ratio) +
                                    " is not a fraction of the footprint; give a ratio above 0 and at most 1, such as 0.25");

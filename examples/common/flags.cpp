@@ -71,10 +71,10 @@ void add_common_flags(CLI::App& app, flag_values& v, bool with_data) {
   app.add_option("--budget-ratio", v.budget_ratio,
                  "device budget as a fraction of the model's footprint (learned by a first one-step run)");
   app.add_option("--steps", v.steps, "training steps")->capture_default_str();
-  app.add_option("--seed", v.seed, "seed of initial weights and data")->capture_default_str();
+  app.add_option("--seed", v.seed, "seed of initial weights and data")->check(whole_number)->capture_default_str();
   app.add_option("--preset", v.preset, "model size: tiny, small (about 1 s/step on 2 cpu cores), medium, large (GPU)")
       ->capture_default_str();
-  app.add_option("--report", v.report, "write a JSON report of the run here");
+  app.add_option("--report", v.report, "write a JSON report of the run here")->check(writable_file);
   if (with_data) app.add_option("--data", v.data, "text file to train on (bytes are the tokens)")->capture_default_str();
 }
 

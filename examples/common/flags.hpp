@@ -13,10 +13,45 @@
 
 #include <CLI/CLI.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "examples/common/options.hpp"
 #include "offload/session_config.hpp"
 
 namespace spillway::examples {
+
+/// A CLI11 check for an output file (--report, --json, --chrome-trace, ...): its folder exists
+/// and can be written, checked when the flags are read, so that a run does not do its work and
+/// then fail to save it. CLI11 puts the flag's name in front of the message.
+inline const CLI::Validator writable_file(
+    [](std::string& path) -> std::string {
+      if (path.empty()) return {};
+      const auto slash = path.rfind('/');
+      const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+      struct stat st {};
+      if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        return "cannot write '" + path + "': the folder '" + dir + "' does not exist";
+      if (::access(dir.c_str(), W_OK) != 0) return "cannot write '" + path + "': the folder '" + dir + "' is not writable";
+      if (::access(path.c_str(), F_OK) == 0 && ::access(path.c_str(), W_OK) != 0)
+        return "cannot write '" + path + "': the file exists and is not writable";
+      return {};
+    },
+    "FILE", "writable file");
+
+/// A CLI11 check for a whole number from 0 to 2^64 - 1 written in digits (a seed): "-1" and
+/// numbers past the range are refused as given instead of wrapping or saturating.
+inline const CLI::Validator whole_number(
+    [](std::string& text) -> std::string {
+      static constexpr std::string_view max = "18446744073709551615";
+      const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+      std::string_view v(text);
+      while (v.size() > 1 && v.front() == '0') v.remove_prefix(1);
+      if (!digits || v.size() > max.size() || (v.size() == max.size() && v > max))
+        return "cannot use \"" + text + "\": give a whole number from 0 to " + std::string(max);
+      return {};
+    },
+    "N", "whole number");
 
 /// The session_config flags of one program or subcommand, as given.
 struct config_flags {

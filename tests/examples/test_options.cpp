@@ -67,6 +67,32 @@ std::string error_of(std::vector<std::string> args) {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+/// The message CLI11 gives for `args` when a check refuses a flag's value while parsing.
+std::string parse_error_of(std::vector<std::string> args) {
+  try {
+    (void)load(std::move(args));
+  } catch (const CLI::ParseError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no parse error";
+  return {};
+}
+
+TEST(ExampleOptions, SeedsAndOutputPathsAreCheckedWhenTheFlagsAreRead) {
+  for (const char* seed : {"-1", "18446744073709551616", "1.5", "12abc", "99999999999999999999999"}) {
+    const auto msg = parse_error_of({"--seed", seed});
+    EXPECT_TRUE(has(msg, "--seed")) << seed << ": " << msg;
+    EXPECT_TRUE(has(msg, "whole number from 0 to 18446744073709551615")) << seed << ": " << msg;
+  }
+  EXPECT_EQ(load({"--seed", "18446744073709551615"}).seed, 18446744073709551615ULL);
+  EXPECT_EQ(load({"--seed", "007"}).seed, 7u);
+  const auto msg = parse_error_of({"--report", "/nonexistent-folder/run.json"});
+  EXPECT_TRUE(has(msg, "--report")) << msg;
+  EXPECT_TRUE(has(msg, "the folder '/nonexistent-folder' does not exist")) << msg;
+  spillway::test::temp_dir d;
+  EXPECT_EQ(load({"--report", d.path() + "/run.json"}).steps, example_options{}.steps);
+}
+
 TEST(ExampleOptions, BadVariablesAreRefusedNamingThem) {
   {
     env_scope e({{"SPILLWAY_POLICY", "greedy"}});

@@ -108,6 +108,17 @@ TEST(SessionConfig, BadEnvironmentValuesNameTheVariable) {
     const auto msg = error_of([&] { c.validate(); });
     EXPECT_TRUE(has(msg, "SPILLWAY_POLICY: 'greedy' is not a policy")) << msg;
   }
+  {  // set but empty: a script that lost its value, not a request for the default
+    env_guard g({{"SPILLWAY_DEVICE_BUDGET", ""}});
+    const auto msg = error_of([] { (void)session_config::from_env(); });
+    EXPECT_TRUE(has(msg, "SPILLWAY_DEVICE_BUDGET is set but empty")) << msg;
+  }
+  {  // an emulated device too small to hold anything is refused by its own name
+    env_guard g({{"SPILLWAY_CPU_DEVICE_MEMORY", "1"}});
+    const auto c = session_config::from_env();
+    const auto msg = error_of([&] { c.validate(); });
+    EXPECT_TRUE(has(msg, "SPILLWAY_CPU_DEVICE_MEMORY: 1 B is too small")) << msg;
+  }
 }
 
 TEST(SessionConfig, OldAndUnknownVariablesAreRefused) {
