@@ -13,6 +13,7 @@
 #include "device/units.hpp"
 #include "swap/crc32c.hpp"
 #include "swap/io_ring.hpp"
+#include "swap/thread_queue.hpp"
 
 namespace spillway {
 
@@ -194,7 +195,12 @@ nvme_tier::nvme_tier(nvme_options options, pinned_host_pool* pool)
   if (options_.block_size % alignment_ != 0)
     throw config_error("nvme tier: nvme.block_size " + std::to_string(options_.block_size) +
                        " is not a multiple of the swap files' O_DIRECT alignment " + std::to_string(alignment_));
-  auto make = options_.make_queue ? options_.make_queue : [](unsigned d) { return make_uring_queue(d); };
+  // Without a queue of the caller's, io_uring; where the kernel refuses it (a container's seccomp
+  // profile, a kernel without it), pread/pwrite threads, with a warning: slower, never a failure.
+  std::function<std::unique_ptr<io_queue>(unsigned)> make = options_.make_queue;
+  if (!make) {
+    make = [this](unsigned d) { return make_queue_or_threads(d, make_uring_queue, io_uring_); };
+  }
   // Every ring registers the same regions; only the first measures them for huge_page_bytes,
   // so each region counts once (Note [Counting huge-page bytes] in io_ring.cpp).
   for (unsigned r = 0; r < options_.rings; ++r)
@@ -438,6 +444,7 @@ nvme_stats nvme_tier::stats() const {
     s.tensors = tensors_.size();
     s.bytes_written = bytes_written_;
     s.bytes_read = bytes_read_;
+    s.io_uring = io_uring_;
     s.failed_moves = failed_moves_;
   }
   s.ops = counters_->ops.load(std::memory_order_relaxed);

@@ -82,6 +82,9 @@ struct nvme_stats {
   std::uint64_t huge_page_bytes = 0;
   std::uint64_t region_pins = 0;      ///< COUNT of pool regions registered as fixed buffers, each time
   std::uint64_t failed_moves = 0;     ///< COUNT of reads or writes that ended in an error
+  /// False when the kernel refused io_uring and pread/pwrite threads serve the tier instead
+  /// (swap/thread_queue.hpp; a warning goes to the log).
+  bool io_uring = true;
   std::vector<std::uint64_t> free_bytes_per_file;  ///< free bytes of each swap file, in options order
 };
 
@@ -133,6 +136,8 @@ class nvme_tier {
   [[nodiscard]] const nvme_options& options() const noexcept { return options_; }
   /// The largest O_DIRECT alignment over the swap files.
   [[nodiscard]] std::uint32_t alignment() const noexcept { return alignment_; }
+  /// True when io_uring serves the tier (false after the pread/pwrite fallback).
+  [[nodiscard]] bool io_uring() const noexcept { return io_uring_; }
   /// True when every swap file uses O_DIRECT (false after a buffered fallback).
   [[nodiscard]] bool direct_io() const noexcept { return direct_; }
 
@@ -162,6 +167,7 @@ class nvme_tier {
   std::vector<swap_file> files_;
   std::uint32_t alignment_ = 4096;
   bool direct_ = true;
+  bool io_uring_ = true;
 
   mutable std::mutex mutex_;
   std::condition_variable idle_cv_;
