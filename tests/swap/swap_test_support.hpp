@@ -61,7 +61,7 @@ inline std::vector<unsigned char> random_bytes(std::size_t n, std::uint64_t seed
 
 /// What to do to the k-th op (counted from 1, per kind, over every queue sharing the plan).
 struct fault_plan {
-  enum class action { none, fail, short_transfer, eagain, corrupt_on_disk };
+  enum class action { none, fail, short_transfer, zero_transfer, eagain, eintr, corrupt_on_disk };
   io_kind kind = io_kind::write;
   action what = action::none;
   int error = EIO;              ///< for fail: the errno reported
@@ -108,6 +108,12 @@ class fault_queue final : public io_queue {
         break;
       case fault_plan::action::eagain:
         c.result = -EAGAIN;
+        break;
+      case fault_plan::action::eintr:  // a completion interrupted by a signal
+        c.result = -EINTR;
+        break;
+      case fault_plan::action::zero_transfer:  // no progress: a stuck write, or a read past the end
+        c.result = 0;
         break;
       case fault_plan::action::short_transfer: {
         // Claim fewer bytes than were moved (aligned, so an O_DIRECT continuation is legal).

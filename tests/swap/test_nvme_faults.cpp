@@ -131,6 +131,45 @@ TEST(NvmeFaults, EagainIsRetried) {
   f.expect_healthy();
 }
 
+TEST(NvmeFaults, EintrIsRetriedLikeEagain) {
+  faulty_tier f;
+  const auto data = test::random_bytes(1_MiB + 33, 14);
+  f.arm(io_kind::write, action::eintr, 1, 4);
+  f.tier->write("i", data.data(), data.size()).wait();
+  f.arm(io_kind::read, action::eintr, 1, 3);
+  std::vector<unsigned char> back(data.size());
+  f.tier->read("i", back.data()).wait();
+  EXPECT_EQ(back, data);
+  EXPECT_EQ(f.tier->stats().eagain_retries, 7u);
+  f.expect_healthy();
+}
+
+// A completion of 0 bytes with bytes left makes no progress: retrying it could spin for ever, so
+// it fails the move with an error naming the tensor, and the tier goes on.
+TEST(NvmeFaults, AZeroByteCompletionFailsTheMoveNamingTheTensorInsteadOfSpinning) {
+  faulty_tier f;
+  const auto data = test::random_bytes(2_MiB, 15);
+  f.arm(io_kind::write, action::zero_transfer, 1, 1);
+  try {
+    f.tier->write("zero", data.data(), data.size()).wait();
+    FAIL() << "no error";
+  } catch (const io_error& e) {
+    EXPECT_TRUE(names(e, "zero")) << e.what();
+    EXPECT_EQ(e.error_number(), EIO);
+  }
+  EXPECT_FALSE(f.tier->contains("zero")) << "a failed write keeps nothing";
+  f.plan->disarm();
+  f.tier->write("second", data.data(), data.size()).wait();
+  f.arm(io_kind::read, action::zero_transfer, 1, 1);
+  std::vector<unsigned char> back(data.size());
+  EXPECT_THROW(f.tier->read("second", back.data()).wait(), io_error);
+  EXPECT_TRUE(f.tier->contains("second")) << "a failed read leaves the tensor stored";
+  f.plan->disarm();
+  f.tier->read("second", back.data()).wait();
+  EXPECT_EQ(back, data);
+  f.expect_healthy();
+}
+
 TEST(NvmeFaults, EndlessEagainGivesUpWithAnErrorNamingTheTensor) {
   faulty_tier f;
   const auto data = test::random_bytes(300_KiB, 5);
