@@ -228,6 +228,7 @@ class session_impl {
     exec->set_timing(!active->have_plan);
     exec->begin_iteration();
     ops.clear();
+    accumulated.clear();
     iteration_start = std::chrono::steady_clock::now();
   }
 
@@ -262,6 +263,36 @@ class session_impl {
     ops.push_back(d);
     exec->begin_op(k, d.reads, d.writes, d.name);
     op_open = true;
+    return k;
+  }
+
+  // Note [Accumulation]
+  // An op that accumulates into a tensor (+=, as backward passes add into gradients) is
+  // recorded as what it does to the value: at the tensor's first accumulation in an iteration
+  // the library zero-fills it on the compute stream before the op's own work, so the op only
+  // writes it (no old value is needed, none is fetched); later accumulations read and write it.
+  // The trace, the planner and the executor need nothing more.
+  std::uint32_t begin_accumulating_op(std::string_view name, std::span<const tensor_handle> reads,
+                                      std::span<const tensor_handle> writes,
+                                      std::span<const tensor_handle> accumulates, double flops) {
+    std::vector<tensor_handle> r(reads.begin(), reads.end()), w(writes.begin(), writes.end()), zero;
+    for (auto t : accumulates) {
+      check_handle(t);
+      const bool also_written = std::any_of(writes.begin(), writes.end(), [&](tensor_handle x) { return x.id == t.id; });
+      SPILLWAY_EXPECTS_T(usage_error, !also_written,
+                         "op \"" + std::string(name) + "\" lists tensor \"" + tensors[t.id].name +
+                             "\" in both its writes and its accumulations; an op either overwrites a tensor or adds into it");
+      const bool first = std::find(accumulated.begin(), accumulated.end(), t.id) == accumulated.end();
+      if (first) {
+        accumulated.push_back(t.id);
+        zero.push_back(t);
+      } else {
+        r.push_back(t);
+      }
+      w.push_back(t);
+    }
+    const auto k = begin_op(name, r, w, flops);
+    for (auto t : zero) dev->memset_async(exec->device_ptr(t.id), 0, tensors[t.id].bytes, exec->compute_stream());
     return k;
   }
 
@@ -458,6 +489,7 @@ class session_impl {
   std::vector<tensor_desc> tensors;
   std::unordered_map<std::string, tensor_id> by_name;
   std::vector<op_desc> ops;  // this iteration's, as recorded
+  std::vector<tensor_id> accumulated;  // tensors accumulated into so far this iteration
   std::map<std::string, phase_state, std::less<>> phases;  // by tag (Note [Phases])
   phase_state* active = nullptr;  // the phase of the current or last iteration (map nodes stay put)
   bool following = false;
@@ -525,6 +557,20 @@ Session::op_scope Session::op(std::string_view name, std::initializer_list<tenso
 Session::op_scope Session::op(std::string_view name, std::span<const tensor_handle> reads,
                               std::span<const tensor_handle> writes, double flops) {
   return op_scope(impl_.get(), impl_->begin_op(name, reads, writes, flops));
+}
+
+Session::op_scope Session::op(std::string_view name, std::initializer_list<tensor_handle> reads,
+                              std::initializer_list<tensor_handle> writes,
+                              std::initializer_list<tensor_handle> accumulates, double flops) {
+  return op(name, std::span<const tensor_handle>(reads.begin(), reads.size()),
+            std::span<const tensor_handle>(writes.begin(), writes.size()),
+            std::span<const tensor_handle>(accumulates.begin(), accumulates.size()), flops);
+}
+
+Session::op_scope Session::op(std::string_view name, std::span<const tensor_handle> reads,
+                              std::span<const tensor_handle> writes, std::span<const tensor_handle> accumulates,
+                              double flops) {
+  return op_scope(impl_.get(), impl_->begin_accumulating_op(name, reads, writes, accumulates, flops));
 }
 
 Session::op_scope::~op_scope() noexcept(false) {

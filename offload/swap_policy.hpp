@@ -161,6 +161,18 @@ class Session {
   /// The same, for lists built at run time.
   [[nodiscard]] op_scope op(std::string_view name, std::span<const tensor_handle> reads,
                             std::span<const tensor_handle> writes, double flops = 0);
+  /// An op that also adds into `accumulates` (+=, as a backward pass adds into gradients): a
+  /// tensor's first accumulation in an iteration finds it zero-filled by the library on the
+  /// op's stream, later ones find what the earlier ones left; so a loop that zeroes its
+  /// gradients at the start of a step drops that memset (Note [Accumulation] in session.cpp).
+  /// A tensor is in `writes` or in `accumulates`, not both.
+  [[nodiscard]] op_scope op(std::string_view name, std::initializer_list<tensor_handle> reads,
+                            std::initializer_list<tensor_handle> writes,
+                            std::initializer_list<tensor_handle> accumulates, double flops = 0);
+  /// The same, for lists built at run time.
+  [[nodiscard]] op_scope op(std::string_view name, std::span<const tensor_handle> reads,
+                            std::span<const tensor_handle> writes, std::span<const tensor_handle> accumulates,
+                            double flops = 0);
 
   /// Reports of every finished iteration, in order.
   [[nodiscard]] const std::vector<iteration_report>& history() const noexcept;
