@@ -10,6 +10,7 @@
 #include <exception>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "allocator/device_budget.hpp"
 #include "allocator/device_resource.hpp"
@@ -228,7 +229,7 @@ class session_impl {
     exec->set_timing(!active->have_plan);
     exec->begin_iteration();
     ops.clear();
-    accumulated.clear();
+    touched.clear();
     iteration_start = std::chrono::steady_clock::now();
   }
 
@@ -261,6 +262,8 @@ class session_impl {
       exec->abandon_plan();
     }
     ops.push_back(d);
+    touched.insert(d.reads.begin(), d.reads.end());
+    touched.insert(d.writes.begin(), d.writes.end());
     exec->begin_op(k, d.reads, d.writes, d.name);
     op_open = true;
     return k;
@@ -268,9 +271,10 @@ class session_impl {
 
   // Note [Accumulation]
   // An op that accumulates into a tensor (+=, as backward passes add into gradients) is
-  // recorded as what it does to the value: at the tensor's first accumulation in an iteration
-  // the library zero-fills it on the compute stream before the op's own work, so the op only
-  // writes it (no old value is needed, none is fetched); later accumulations read and write it.
+  // recorded as what it does to the value: when no op of the iteration has touched the tensor
+  // yet, the library zero-fills it on the compute stream before the op's own work, so the op
+  // only writes it (no old value is needed, none is fetched); once an op has read or written it
+  // in the iteration (an earlier accumulation, or an op that set it), it is read and written.
   // The trace, the planner and the executor need nothing more.
   std::uint32_t begin_accumulating_op(std::string_view name, std::span<const tensor_handle> reads,
                                       std::span<const tensor_handle> writes,
@@ -282,9 +286,9 @@ class session_impl {
       SPILLWAY_EXPECTS_T(usage_error, !also_written,
                          "op \"" + std::string(name) + "\" lists tensor \"" + tensors[t.id].name +
                              "\" in both its writes and its accumulations; an op either overwrites a tensor or adds into it");
-      const bool first = std::find(accumulated.begin(), accumulated.end(), t.id) == accumulated.end();
+      const bool first = !touched.contains(t.id) &&
+                         std::none_of(reads.begin(), reads.end(), [&](tensor_handle x) { return x.id == t.id; });
       if (first) {
-        accumulated.push_back(t.id);
         zero.push_back(t);
       } else {
         r.push_back(t);
@@ -489,7 +493,7 @@ class session_impl {
   std::vector<tensor_desc> tensors;
   std::unordered_map<std::string, tensor_id> by_name;
   std::vector<op_desc> ops;  // this iteration's, as recorded
-  std::vector<tensor_id> accumulated;  // tensors accumulated into so far this iteration
+  std::unordered_set<tensor_id> touched;  // tensors an op of this iteration has read or written
   std::map<std::string, phase_state, std::less<>> phases;  // by tag (Note [Phases])
   phase_state* active = nullptr;  // the phase of the current or last iteration (map nodes stay put)
   bool following = false;

@@ -162,8 +162,8 @@ class Session {
   [[nodiscard]] op_scope op(std::string_view name, std::span<const tensor_handle> reads,
                             std::span<const tensor_handle> writes, double flops = 0);
   /// An op that also adds into `accumulates` (+=, as a backward pass adds into gradients): a
-  /// tensor's first accumulation in an iteration finds it zero-filled by the library on the
-  /// op's stream, later ones find what the earlier ones left; so a loop that zeroes its
+  /// tensor no op of the iteration has touched yet is zero-filled by the library on the op's
+  /// stream first; after that it holds what earlier ops left; so a loop that zeroes its
   /// gradients at the start of a step drops that memset (Note [Accumulation] in session.cpp).
   /// A tensor is in `writes` or in `accumulates`, not both.
   [[nodiscard]] op_scope op(std::string_view name, std::initializer_list<tensor_handle> reads,

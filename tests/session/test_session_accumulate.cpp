@@ -165,3 +165,25 @@ TEST(SessionAccumulate, ATensorBothWrittenAndAccumulatedIsMisuse) {
     EXPECT_NE(std::string(e.what()).find("\"g\""), std::string::npos) << e.what();
   }
 }
+
+// A tensor an earlier op of the iteration set is added into, not zeroed first.
+TEST(SessionAccumulate, ATensorAnEarlierOpSetIsAddedIntoNotZeroed) {
+  Session s(config_for("none", 0));
+  for (int it = 0; it < 3; ++it) {
+    s.begin_iteration();
+    auto t = s.add_transient("t", sizeof(std::uint32_t));
+    {
+      auto op = s.op("set", {}, {t});
+      kernel(op, [p = op.ptr<std::uint32_t>(t)] { *p = 40; });
+    }
+    for (int k = 0; k < 2; ++k) {
+      auto op = s.op("add", {}, {}, {t});
+      kernel(op, [p = op.ptr<std::uint32_t>(t)] { *p += 1; });
+    }
+    std::uint32_t v = 0;
+    s.read(t, &v, sizeof v);
+    EXPECT_EQ(v, 42u) << "iteration " << it;
+    s.release(t);
+    (void)s.end_iteration();
+  }
+}
