@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <span>
@@ -99,6 +100,16 @@ class Session {
   /// write it; release() it after its last use. The same name in every iteration is the same
   /// tensor as far as planning goes.
   tensor_handle add_transient(std::string name, std::uint64_t bytes, tensor_kind kind = tensor_kind::activation);
+  /// A view: the bytes [offset, offset + bytes) of a persistent tensor, named on its own (empty
+  /// `name`: "PARENT[offset:end]"). An op may name views, or the parent, which stands for all of
+  /// it (views and the bytes between them), as an optimizer step over one flat buffer does; the
+  /// planner moves only what ops name, so a flat buffer with a view per layer moves per layer.
+  /// Views of one parent must not overlap; they are added before any op or read names the
+  /// parent (outside an iteration), and read() and checkpoints see the parent whole. Inside an
+  /// op that names the parent, ptr(parent) is one contiguous buffer: the library gathers the
+  /// pieces into op scratch first and scatters what the op writes back after it, so such an op
+  /// needs the parent's bytes twice on the device (Note [Views] in session_views.cpp).
+  tensor_handle add_view(tensor_handle parent, std::uint64_t offset, std::uint64_t bytes, std::string name = {});
   /// Ends a transient tensor's life in this iteration; its memory is reused.
   void release(tensor_handle t);
   /// Copies a tensor's current contents to host memory (waits for the ops that write it). Inside
@@ -110,6 +121,18 @@ class Session {
   /// again may have been dropped after its last use (an error says so); parameters and
   /// optimizer state never are.
   void read(tensor_handle t, void* host, std::uint64_t bytes);
+
+  /// Writes a checkpoint of every persistent tensor (wherever it lives: device, host or NVMe) to
+  /// directory `dir`, with `meta` (the loop's own state: a step count, a data position) beside it.
+  /// Each tensor carries a CRC; the checkpoint is written to temporary files, synced and renamed
+  /// into place, so a crash during save leaves the previous checkpoint in `dir` whole. Outside an
+  /// iteration only.
+  void save(const std::string& dir, std::string_view meta = {});
+  /// Loads a checkpoint that save() wrote into the registered persistent tensors and returns its
+  /// `meta`. A checkpoint whose tensors differ from those registered (a name, a size, a kind, one
+  /// missing or extra) or whose bytes fail their CRC is a corruption_error or config_error naming
+  /// the first difference, and changes no tensor. Outside an iteration only.
+  std::string load(const std::string& dir);
 
   /// Starts an iteration of the phase `tag` ("train", "eval", ...). Each phase keeps its own
   /// recorded trace and plan: its first iteration runs on demand and is recorded, later ones
@@ -137,6 +160,29 @@ class Session {
     }
     [[nodiscard]] spillway::stream stream() const noexcept;
     [[nodiscard]] Device& device() const noexcept;
+    /// Host pointers to the op's tensors, inside run().
+    class host_access {
+     public:
+      template <class T = void>
+      [[nodiscard]] T* ptr(tensor_handle t) const {
+        return static_cast<T*>(raw_ptr(t));
+      }
+
+     private:
+      friend class op_scope;
+      explicit host_access(const op_scope* op) : op_(op) {}
+      [[nodiscard]] void* raw_ptr(tensor_handle t) const;
+      const op_scope* op_;
+      std::vector<std::pair<tensor_id, void*>> ptrs_;
+    };
+    /// Runs `f` on the host, in stream order (after the op's earlier device work, before its later
+    /// work), with host pointers to the op's tensors: plain C code that loops over arrays runs here
+    /// unchanged. On the cpu backend they are the device memory itself; on a GPU they are host
+    /// copies, copied in before `f` and, for tensors the op writes or accumulates, copied back
+    /// after it. Returns when `f` has run; an exception `f` throws reaches the caller. Host code
+    /// must not touch ptr() memory outside run(): that races with the device (the cpu backend's
+    /// debug mode, cpu_debug_host_access, stops such an access with a message).
+    void run(const std::function<void(const host_access&)>& f) const;
     /// `bytes` of device scratch for this op (a library's workspace, a kernel's temporary), valid
     /// on stream() until the scope ends, when it is freed in stream order. It counts in the device
     /// budget like a tensor: room is made by evicting tensors this op does not name, and when the

@@ -1,0 +1,446 @@
+// The Session's inside, shared by the files that implement it (session.cpp, session_views.cpp,
+// session_checkpoint.cpp). Not installed: users include offload/swap_policy.hpp.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <cmath>
+#include <exception>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "allocator/device_budget.hpp"
+#include "allocator/device_resource.hpp"
+#include "allocator/pinned_host_pool.hpp"
+#include "device/error.hpp"
+#include "device/units.hpp"
+#include "offload/fit_plan.hpp"
+#include "offload/session_hooks.hpp"
+#include "offload/session_trace.hpp"
+#include "offload/lifetime.hpp"
+#include "offload/planner.hpp"
+#include "offload/profile.hpp"
+#include "offload/swap_policy.hpp"
+#include "prefetch/executor.hpp"
+#include "prefetch/executor_stack.hpp"
+#include "swap/host_tier.hpp"
+#include "swap/nvme_speed.hpp"
+#include "swap/nvme_tier.hpp"
+
+namespace spillway {
+
+namespace session_detail {
+/// Where the NVMe tier starts when nvme.reserve is 0 (Note [Sizing the NVMe tier] in session.cpp).
+constexpr std::uint64_t initial_nvme_reserve = std::uint64_t{16} << 20;
+/// Bytes the plan may keep on the NVMe tier at once, as the tier with options `o` stores them.
+std::uint64_t nvme_bytes_of(const plan& p, const trace& t, const nvme_options& o);
+/// The phase of an op from its name (forward/fwd, backward/bwd/grad, adam/sgd/optim/step).
+op_phase phase_from_name(std::string_view name);
+std::string planner_name(const session_config& c);
+/// Copy bandwidth of the device's link, measured once with pinned memory (32 MiB each way).
+std::pair<double, double> measure_link(Device& dev);
+
+// Note [Phases]
+// A loop may run iterations of several kinds: training steps, evaluation passes, a step with
+// another batch size. Each kind is a phase, named by the tag given to begin_iteration, and each
+// phase keeps its own recorded trace, plan and layout, so that alternating phases follow their
+// plans instead of recording again at every switch. An iteration follows the plan of its
+// phase while its ops match that trace (name, reads, writes), and falls back to on-demand moves
+// from the first op that does not; the executor keeps every transient until release() (Note
+// [Transients live until release] in prefetch/executor.cpp), so the fallback always finds the
+// values it needs. A phase's iteration that departed is recorded and planned again, so a phase
+// is recorded once per change of its own ops, never because another phase ran in between.
+//
+// A host read (Session::read inside an iteration) is an op of the trace, "host read: NAME",
+// that reads the tensor: the planner sees it as a use and keeps the value, or brings it back,
+// for the read.
+
+/// One phase's recording and plan (Note [Phases]).
+struct phase_state {
+  trace recorded;      // the trace its plan was made from
+  plan p;
+  device_layout layout;
+  bool have_plan = false;
+  std::uint64_t footprint = 0;  // peak live bytes of `recorded` with everything resident
+  std::uint64_t least = 0;      // its largest single op's working set, placed
+  int margin_doublings = 0;     // of the packing margin the plan was made with (Note [Headroom])
+};
+}  // namespace session_detail
+
+using namespace session_detail;  // NOLINT(google-build-using-namespace): internal header
+
+class session_impl {
+ public:
+  session_impl(session_config c, const session_hooks& hooks) : cfg(std::move(c)) {
+    cfg.validate();
+    device_options o;
+    o.cpu_device_memory = cfg.cpu_device_memory;
+    o.strict.callback_seed = cfg.cpu_callback_seed;
+    o.h2d_bytes_per_second = cfg.link_gbps * 1e9;
+    o.d2h_bytes_per_second = cfg.link_gbps * 1e9;
+    dev = make_device(cfg.backend, o);
+    if (hooks.wrap_device) dev = hooks.wrap_device(std::move(dev));
+    // The config's budget, or the device's free memory (Note [Headroom] in device_budget.hpp).
+    const auto budget = cfg.device_budget != 0 ? device_budget(cfg.device_budget) : device_budget::of_free_memory(*dev);
+    budget.check_fits(*dev);
+    executor_stack_options so;
+    so.device_budget = budget.bytes();
+    so.host_budget = cfg.host_budget;
+    so.timeline = !cfg.chrome_trace.empty();
+    if (!cfg.nvme.directories.empty()) {
+      nvme_options no;  // Note [Sizing the NVMe tier]
+      no.directories = cfg.nvme.directories;
+      no.reserve = cfg.nvme.reserve != 0 ? cfg.nvme.reserve : initial_nvme_reserve;
+      no.grow_on_demand = cfg.nvme.reserve == 0;
+      no.block_size = static_cast<std::uint32_t>(cfg.nvme.block_size);
+      no.queue_depth = static_cast<unsigned>(cfg.nvme.queue_depth);
+      no.rings = static_cast<unsigned>(cfg.nvme.rings);
+      if (hooks.make_io_queue) no.make_queue = hooks.make_io_queue;
+      so.nvme = no;
+    }
+    stack = std::make_unique<executor_stack>(*dev, so);
+    exec = &stack->exec();
+    if (cfg.link_gbps > 0) {
+      link = {cfg.link_gbps * 1e9, cfg.link_gbps * 1e9};
+    } else {
+      link = measure_link(*dev);
+    }
+    // The NVMe tier's rates, measured through its own files (16 MiB each way), unless a test
+    // replaced its I/O queue (the seam injects faults, which a measurement would consume).
+    if (stack->nvme() != nullptr && !hooks.make_io_queue) {
+      const nvme_speed s = measure_speed(*stack->nvme(), stack->pool());
+      if (s.bytes > 0) nvme_rates = {s.read_bytes_per_s, s.write_bytes_per_s};
+    }
+  }
+
+  ~session_impl() {
+    if (!cfg.chrome_trace.empty()) {
+      try {
+        write_chrome_trace(cfg.chrome_trace);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor reports nothing
+      }
+    }
+  }
+
+  tensor_id add_tensor(std::string name, std::uint64_t bytes, tensor_kind kind) {
+    if (bytes == 0) throw config_error("tensor \"" + name + "\" has 0 bytes; give it at least 1");
+    if (bytes > max_size_bytes)
+      throw config_error("tensor \"" + name + "\" has " + std::to_string(bytes) + " bytes; at most 1 PiB is possible");
+    auto it = by_name.find(name);
+    if (it != by_name.end()) {
+      auto& d = tensors[it->second];
+      if (d.bytes == bytes && d.kind == kind) return it->second;
+      if (is_persistent(kind) || is_persistent(d.kind))
+        throw config_error("persistent tensor \"" + name + "\" registered twice (" + format_bytes(d.bytes) + " " +
+                           std::string(to_string(d.kind)) + ", then " + format_bytes(bytes) + " " +
+                           std::string(to_string(kind)) + "); give each tensor its own name");
+    }
+    const auto id = static_cast<tensor_id>(tensors.size());
+    tensors.push_back(tensor_desc{name, bytes, kind});
+    by_name[name] = id;
+    exec->define(id, tensors.back());
+    return id;
+  }
+
+  void check_handle(tensor_handle t) const {
+    SPILLWAY_EXPECTS_T(usage_error, t.id < tensors.size(), "unknown tensor handle " + std::to_string(t.id));
+  }
+
+  void begin_iteration(std::string_view tag) {
+    SPILLWAY_EXPECTS_T(usage_error, !in_iteration, "begin_iteration() called twice without end_iteration()");
+    auto it = phases.find(tag);
+    if (it == phases.end()) it = phases.emplace(std::string(tag), phase_state{}).first;
+    if (&it->second != active) {  // another phase: the executor follows its plan, or records
+      active = &it->second;
+      if (active->have_plan) {
+        exec->follow(&active->recorded, &active->p, &active->layout);
+      } else {
+        exec->follow(nullptr, nullptr);
+      }
+    }
+    in_iteration = true;
+    following = active->have_plan;
+    exec->set_timing(!active->have_plan);
+    exec->begin_iteration();
+    ops.clear();
+    touched.clear();
+    iteration_start = std::chrono::steady_clock::now();
+  }
+
+  std::uint32_t begin_op(std::string_view name, std::span<const tensor_handle> reads,
+                         std::span<const tensor_handle> writes, double flops) {
+    return begin_op(name, reads, writes, flops, phase_from_name(name));
+  }
+
+  std::uint32_t begin_op(std::string_view name, std::span<const tensor_handle> reads,
+                         std::span<const tensor_handle> writes, double flops, op_phase phase) {
+    SPILLWAY_EXPECTS_T(usage_error, in_iteration, "op \"" + std::string(name) + "\" outside begin_iteration()/end_iteration()");
+    SPILLWAY_EXPECTS_T(usage_error, !op_open, "op \"" + std::string(name) + "\" started inside another op's scope");
+    op_desc d;
+    d.name = std::string(name);
+    d.flops = flops;
+    d.phase = phase;
+    for (auto t : reads) {
+      check_handle(t);
+      if (std::find(d.reads.begin(), d.reads.end(), t.id) == d.reads.end()) d.reads.push_back(t.id);
+    }
+    for (auto t : writes) {
+      check_handle(t);
+      if (std::find(d.writes.begin(), d.writes.end(), t.id) == d.writes.end()) d.writes.push_back(t.id);
+    }
+    for (auto id : d.reads) d.bytes += tensors[id].bytes;
+    for (auto id : d.writes) d.bytes += tensors[id].bytes;
+    const auto k = static_cast<op_index>(ops.size());
+    if (following && !matches(k, d)) {
+      following = false;
+      exec->abandon_plan();
+    }
+    ops.push_back(d);
+    touched.insert(d.reads.begin(), d.reads.end());
+    touched.insert(d.writes.begin(), d.writes.end());
+    exec->begin_op(k, d.reads, d.writes, d.name);
+    op_open = true;
+    return k;
+  }
+
+  // Note [Accumulation]
+  // An op that accumulates into a tensor (+=, as backward passes add into gradients) is
+  // recorded as what it does to the value: when no op of the iteration has touched the tensor
+  // yet, the library zero-fills it on the compute stream before the op's own work, so the op
+  // only writes it (no old value is needed, none is fetched); once an op has read or written it
+  // in the iteration (an earlier accumulation, or an op that set it), it is read and written.
+  // The trace, the planner and the executor need nothing more.
+  std::uint32_t begin_accumulating_op(std::string_view name, std::span<const tensor_handle> reads,
+                                      std::span<const tensor_handle> writes,
+                                      std::span<const tensor_handle> accumulates, double flops) {
+    std::vector<tensor_handle> r(reads.begin(), reads.end()), w(writes.begin(), writes.end()), zero;
+    for (auto t : accumulates) {
+      check_handle(t);
+      const bool also_written = std::any_of(writes.begin(), writes.end(), [&](tensor_handle x) { return x.id == t.id; });
+      SPILLWAY_EXPECTS_T(usage_error, !also_written,
+                         "op \"" + std::string(name) + "\" lists tensor \"" + tensors[t.id].name +
+                             "\" in both its writes and its accumulations; an op either overwrites a tensor or adds into it");
+      const bool first = !touched.contains(t.id) &&
+                         std::none_of(reads.begin(), reads.end(), [&](tensor_handle x) { return x.id == t.id; });
+      if (first) {
+        zero.push_back(t);
+      } else {
+        r.push_back(t);
+      }
+      w.push_back(t);
+    }
+    const auto k = begin_op(name, r, w, flops);
+    for (auto t : zero) dev->memset_async(exec->device_ptr(t.id), 0, tensors[t.id].bytes, exec->compute_stream());
+    return k;
+  }
+
+  /// Session::read: inside an iteration, an op of the trace that reads the tensor (Note [Phases]).
+  void read(tensor_handle t, void* host) {
+    exec->check_readable(t.id);  // a released tensor, or one with no value, is an error naming it
+    if (!in_iteration) {
+      exec->read(t.id, host);
+      return;
+    }
+    const std::array<tensor_handle, 1> reads{t};
+    const auto k = begin_op("host read: " + tensors[t.id].name, reads, {}, 0, op_phase::other);
+    try {
+      exec->read(t.id, host);
+    } catch (...) {
+      end_op(k);
+      throw;
+    }
+    end_op(k);
+  }
+
+  bool matches(op_index k, const op_desc& d) const {
+    const trace& planned = active->recorded;
+    if (k >= planned.ops.size()) return false;
+    const auto& p = planned.ops[k];
+    return p.name == d.name && p.reads == d.reads && p.writes == d.writes;
+  }
+
+  /// Session::set_device_budget: checked first, so a refused budget changes nothing.
+  void set_device_budget(std::uint64_t bytes) {
+    SPILLWAY_EXPECTS_T(usage_error, !in_iteration,
+                       "set_device_budget(" + format_bytes(bytes) + ") inside an iteration; call it after end_iteration()");
+    const device_budget budget(bytes);
+    budget.check_fits(*dev);
+    const std::uint64_t least = least_of_all();
+    if (bytes < least) {
+      throw config_error("set_device_budget: " + format_bytes(bytes) + " (" + std::to_string(bytes) +
+                         " B) is below the least the recorded iteration needs: " + format_bytes(least) + " (" +
+                         std::to_string(least) + " B, its largest single op's working set); give at least that");
+    }
+    stack->set_device_budget(budget);  // every tensor leaves for its tier; the arena is reserved again
+    for (auto& [tag, ph] : phases) {   // every phase's plan, made again for the new budget
+      if (!ph.have_plan) continue;
+      ph.margin_doublings = 0;
+      plan_trace(ph, std::move(ph.recorded));
+    }
+  }
+
+  /// The least budget over every recorded phase: each phase's plan must fit it.
+  std::uint64_t least_of_all() const {
+    std::uint64_t least = 0;
+    for (const auto& [tag, ph] : phases) least = std::max(least, ph.least);
+    return least;
+  }
+
+  /// The device_budget_ratio setting, after the first recording: budget = ratio x footprint.
+  void apply_budget_ratio() {
+    ratio_applied = true;
+    const double ratio = cfg.device_budget_ratio;
+    const std::uint64_t footprint = active->footprint;
+    const auto bytes = static_cast<std::uint64_t>(std::llround(ratio * static_cast<double>(footprint)));
+    const std::uint64_t least = least_of_all();
+    if (bytes < least) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%g", ratio);
+      char need[64];
+      std::snprintf(need, sizeof need, "%.4g",
+                    std::ceil(static_cast<double>(least) / static_cast<double>(footprint) * 1e4) / 1e4);
+      throw config_error(cfg.source_of("device_budget_ratio") + ": " + buf + " gives a device budget of " +
+                         format_bytes(bytes) + " (of a " + format_bytes(footprint) +
+                         " footprint), below the least any plan needs: " + format_bytes(least) +
+                         " (the largest single op's working set); give a ratio of at least " + need);
+    }
+    set_device_budget(bytes);
+  }
+
+  void end_op(std::uint32_t k) {
+    op_open = false;
+    exec->end_op(k);
+  }
+
+  iteration_report end_iteration() {
+    SPILLWAY_EXPECTS_T(usage_error, in_iteration, "end_iteration() without begin_iteration()");
+    SPILLWAY_EXPECTS_T(usage_error, !op_open, "end_iteration() inside an op's scope");
+    in_iteration = false;
+    if (following && ops.size() != active->recorded.ops.size()) following = false;
+    const bool followed = following;
+    iteration_report r;
+    r.iteration = history.size() + 1;
+    r.planned = followed;
+    r.policy = followed ? active->p.policy : "on-demand";
+    std::exception_ptr io_failure;
+    executor_stats st;
+    try {
+      st = exec->end_iteration();
+    } catch (const io_error&) {
+      io_failure = std::current_exception();  // report after the bookkeeping: nothing is lost
+    }
+    r.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - iteration_start).count();
+    static_cast<iteration_counters&>(r) = st;  // every counter, as the executor counted it
+    for (auto& [name, ms] : st.stalls) r.stalls.push_back(stall_record{name, ms});
+    history.push_back(r);
+    if (!followed && !io_failure) {
+      replan(st);
+      if (cfg.device_budget_ratio > 0 && !ratio_applied) apply_budget_ratio();
+    } else if (followed && r.on_demand_evictions > 0 &&
+               active->margin_doublings < device_budget::max_margin_doublings) {
+      // The plan did not fit in practice (packing and rounding took more than the margin left
+      // for them): plan the same trace again with the margin doubled (Note [Headroom]).
+      ++active->margin_doublings;
+      plan_trace(*active, std::move(active->recorded));
+    }
+    if (io_failure) std::rethrow_exception(io_failure);
+    return r;
+  }
+
+  void replan(const executor_stats& st) {
+    trace t;
+    t.tensors = tensors;
+    t.ops = ops;
+    if (st.op_ms.size() == t.ops.size()) {
+      for (std::size_t k = 0; k < t.ops.size(); ++k) t.ops[k].measured_seconds = st.op_ms[k] / 1000.0;
+    }
+    active->margin_doublings = 0;
+    plan_trace(*active, std::move(t));
+  }
+
+  /// Plans `t` for phase `ph`; the executor follows it from the next iteration when `ph` is the
+  /// active phase (else when that phase next begins).
+  void plan_trace(phase_state& ph, trace t) {
+    t.validate();
+    const auto report = offload::analyze(t);
+    offload::hw_profile hw;
+    hw.name = std::string(to_string(dev->properties().backend)) + " (measured)";
+    hw.device_bytes = stack->budget().bytes();
+    hw.compute_flops_per_s = 1e12;
+    hw.hbm_bytes_per_s = 1e11;
+    hw.h2d_bytes_per_s = link.first;
+    hw.d2h_bytes_per_s = link.second;
+    hw.copy_engines = std::max(1, dev->properties().copy_engines);
+    hw.host_bytes = cfg.host_budget != 0 ? cfg.host_budget : (std::uint64_t{1} << 50);
+    hw.nvme_read_bytes_per_s = nvme_rates.first;
+    hw.nvme_write_bytes_per_s = nvme_rates.second;
+    hw.nvme_bytes = stack->nvme() == nullptr ? 0
+                    : cfg.nvme.reserve != 0 ? stack->nvme()->stats().capacity_bytes
+                                            : stack->nvme()->reservable_bytes();  // Note [Sizing the NVMe tier]
+    offload::planner_options po;
+    if (cfg.lms_swapout_threshold) po.swapout_threshold = static_cast<std::uint32_t>(cfg.lms_swapout_threshold);
+    if (cfg.lms_swapin_ahead) po.swapin_ahead = static_cast<std::uint32_t>(cfg.lms_swapin_ahead);
+    if (cfg.lms_swapin_groupby) po.swapin_groupby = static_cast<std::uint32_t>(cfg.lms_swapin_groupby);
+    auto p = offload::make_planner(planner_name(cfg), po);
+    // Plan under the budget by the packing margin (Note [Headroom]) and lower still until the
+    // packed layout of the plan's allocations fits; the executor's on-demand path covers what the
+    // plan misses.
+    auto fitted = offload::fit_plan(*p, t, report, hw, stack->budget(), ph.margin_doublings, exec->release_points());
+    ph.p = std::move(fitted.p);
+    ph.p.validate(t);
+    if (stack->nvme() != nullptr && cfg.nvme.reserve == 0)  // Note [Sizing the NVMe tier]
+      stack->nvme()->reserve(nvme_bytes_of(ph.p, t, stack->nvme()->options()));
+    ph.recorded = std::move(t);
+    ph.layout = std::move(fitted.layout);
+    ph.footprint = report.peak_live_bytes;
+    ph.least = 0;
+    for (const auto& op : ph.recorded.ops) ph.least = std::max(ph.least, placed_bytes(op));
+    ph.have_plan = true;
+    if (&ph == active) exec->follow(&ph.recorded, &ph.p, &ph.layout);  // the executor copies the layout
+  }
+
+  /// Device memory an op's tensors take once placed (device_budget::placed). The least budget
+  /// that can run the op.
+  std::uint64_t placed_bytes(const op_desc& op) const {
+    std::vector<tensor_id> ids = op.reads;
+    ids.insert(ids.end(), op.writes.begin(), op.writes.end());
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    std::uint64_t sum = 0;
+    for (auto id : ids) sum += device_budget::placed(tensors[id].bytes);
+    return sum;
+  }
+
+  void write_chrome_trace(const std::string& path) const {
+    offload::write_session_chrome_trace(path, exec->timeline(), exec->memory_timeline(), stack->budget().bytes());
+  }
+
+  session_config cfg;
+  std::unique_ptr<Device> dev;
+  std::pair<double, double> link{0, 0};
+  /// NVMe read and write bytes/s: measured when the Session opens (measure_speed); these figures
+  /// (one data-centre drive) only when there was nothing to measure or a test seam replaced the I/O.
+  std::pair<double, double> nvme_rates{2e9, 1.5e9};
+  std::unique_ptr<executor_stack> stack;
+  executor* exec = nullptr;
+
+  std::vector<tensor_desc> tensors;
+  std::unordered_map<std::string, tensor_id> by_name;
+  std::vector<op_desc> ops;  // this iteration's, as recorded
+  std::unordered_set<tensor_id> touched;  // tensors an op of this iteration has read or written
+  std::map<std::string, phase_state, std::less<>> phases;  // by tag (Note [Phases])
+  phase_state* active = nullptr;  // the phase of the current or last iteration (map nodes stay put)
+  bool following = false;
+  bool in_iteration = false;
+  bool op_open = false;
+  bool ratio_applied = false;  // the device_budget_ratio setting was resolved
+  std::vector<iteration_report> history;
+  std::chrono::steady_clock::time_point iteration_start;
+};
+
+}  // namespace spillway
