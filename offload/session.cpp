@@ -117,6 +117,10 @@ tensor_handle Session::add_transient(std::string name, std::uint64_t bytes, tens
   return tensor_handle{impl_->add_tensor(std::move(name), bytes, kind)};
 }
 
+tensor_handle Session::add_view(tensor_handle parent, std::uint64_t offset, std::uint64_t bytes, std::string name) {
+  return impl_->add_view(parent, offset, bytes, std::move(name));
+}
+
 void Session::release(tensor_handle t) {
   impl_->check_handle(t);
   impl_->exec->release(t.id);
@@ -143,7 +147,7 @@ Session::op_scope Session::op(std::string_view name, std::initializer_list<tenso
 
 Session::op_scope Session::op(std::string_view name, std::span<const tensor_handle> reads,
                               std::span<const tensor_handle> writes, double flops) {
-  return op_scope(impl_.get(), impl_->begin_op(name, reads, writes, flops));
+  return op_scope(impl_.get(), impl_->open_op(name, reads, writes, {}, flops, session_detail::phase_from_name(name)));
 }
 
 Session::op_scope Session::op(std::string_view name, std::initializer_list<tensor_handle> reads,
@@ -157,7 +161,8 @@ Session::op_scope Session::op(std::string_view name, std::initializer_list<tenso
 Session::op_scope Session::op(std::string_view name, std::span<const tensor_handle> reads,
                               std::span<const tensor_handle> writes, std::span<const tensor_handle> accumulates,
                               double flops) {
-  return op_scope(impl_.get(), impl_->begin_accumulating_op(name, reads, writes, accumulates, flops));
+  return op_scope(impl_.get(),
+                  impl_->open_op(name, reads, writes, accumulates, flops, session_detail::phase_from_name(name)));
 }
 
 Session::op_scope::~op_scope() noexcept(false) {
@@ -178,14 +183,8 @@ stream Session::op_scope::stream() const noexcept { return s_->exec->compute_str
 Device& Session::op_scope::device() const noexcept { return *s_->dev; }
 
 void* Session::op_scope::raw_ptr(tensor_handle t) const {
-  const auto& d = s_->ops.at(index_);
-  const bool named = std::find(d.reads.begin(), d.reads.end(), t.id) != d.reads.end() ||
-                     std::find(d.writes.begin(), d.writes.end(), t.id) != d.writes.end();
-  SPILLWAY_EXPECTS_T(usage_error, named,
-                     "op \"" + d.name + "\" asked for the pointer of tensor " +
-                         (t.id < s_->tensors.size() ? "\"" + s_->tensors[t.id].name + "\"" : std::to_string(t.id)) +
-                         ", which it does not name in its reads or writes");
-  return s_->exec->device_ptr(t.id);
+  SPILLWAY_EXPECTS_T(usage_error, s_ != nullptr, "ptr() of an op scope that was moved from");
+  return s_->op_ptr(t);
 }
 
 void* Session::op_scope::workspace(std::uint64_t bytes) const {

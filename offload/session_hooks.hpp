@@ -16,6 +16,9 @@ struct session_hooks {
   /// Takes the device the Session opened and returns the one it uses: a tool's decorator that
   /// forwards every call (to count or time them). Empty means the device as opened.
   std::function<std::unique_ptr<Device>(std::unique_ptr<Device>)> wrap_device;
+  /// op_scope::run copies the op's tensors through pinned host memory, as on a GPU, on any
+  /// backend (Note [Host runs] in session_host_run.cpp): tests of the GPU path.
+  bool stage_host_runs = false;
 };
 
 }  // namespace spillway

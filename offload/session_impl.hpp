@@ -10,6 +10,7 @@
 #include <cstring>
 #include <cmath>
 #include <exception>
+#include <functional>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -68,6 +69,7 @@ struct phase_state {
   bool have_plan = false;
   std::uint64_t footprint = 0;  // peak live bytes of `recorded` with everything resident
   std::uint64_t least = 0;      // its largest single op's working set, placed
+  std::vector<std::uint64_t> gather;  // per op of `recorded`: gather scratch bytes (Note [Views])
   int margin_doublings = 0;     // of the packing margin the plan was made with (Note [Headroom])
 };
 }  // namespace session_detail
@@ -85,6 +87,7 @@ class session_impl {
     o.d2h_bytes_per_second = cfg.link_gbps * 1e9;
     dev = make_device(cfg.backend, o);
     if (hooks.wrap_device) dev = hooks.wrap_device(std::move(dev));
+    stage_host_runs = hooks.stage_host_runs;
     // The config's budget, or the device's free memory (Note [Headroom] in device_budget.hpp).
     const auto budget = cfg.device_budget != 0 ? device_budget(cfg.device_budget) : device_budget::of_free_memory(*dev);
     budget.check_fits(*dev);
@@ -119,6 +122,13 @@ class session_impl {
   }
 
   ~session_impl() {
+    if (host_staging != nullptr) {
+      try {
+        dev->synchronize();
+        dev->deallocate_pinned(host_staging, host_staging_bytes);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor reports nothing
+      }
+    }
     if (!cfg.chrome_trace.empty()) {
       try {
         write_chrome_trace(cfg.chrome_trace);
@@ -153,6 +163,7 @@ class session_impl {
 
   void begin_iteration(std::string_view tag) {
     SPILLWAY_EXPECTS_T(usage_error, !in_iteration, "begin_iteration() called twice without end_iteration()");
+    finalize_views();
     auto it = phases.find(tag);
     if (it == phases.end()) it = phases.emplace(std::string(tag), phase_state{}).first;
     if (&it->second != active) {  // another phase: the executor follows its plan, or records
@@ -169,93 +180,37 @@ class session_impl {
     exec->begin_iteration();
     ops.clear();
     touched.clear();
+    op_gather.clear();
     iteration_start = std::chrono::steady_clock::now();
   }
 
-  std::uint32_t begin_op(std::string_view name, std::span<const tensor_handle> reads,
-                         std::span<const tensor_handle> writes, double flops) {
-    return begin_op(name, reads, writes, flops, phase_from_name(name));
-  }
-
-  std::uint32_t begin_op(std::string_view name, std::span<const tensor_handle> reads,
-                         std::span<const tensor_handle> writes, double flops, op_phase phase) {
-    SPILLWAY_EXPECTS_T(usage_error, in_iteration, "op \"" + std::string(name) + "\" outside begin_iteration()/end_iteration()");
-    SPILLWAY_EXPECTS_T(usage_error, !op_open, "op \"" + std::string(name) + "\" started inside another op's scope");
-    op_desc d;
-    d.name = std::string(name);
-    d.flops = flops;
-    d.phase = phase;
-    for (auto t : reads) {
-      check_handle(t);
-      if (std::find(d.reads.begin(), d.reads.end(), t.id) == d.reads.end()) d.reads.push_back(t.id);
-    }
-    for (auto t : writes) {
-      check_handle(t);
-      if (std::find(d.writes.begin(), d.writes.end(), t.id) == d.writes.end()) d.writes.push_back(t.id);
-    }
-    for (auto id : d.reads) d.bytes += tensors[id].bytes;
-    for (auto id : d.writes) d.bytes += tensors[id].bytes;
-    const auto k = static_cast<op_index>(ops.size());
-    if (following && !matches(k, d)) {
-      following = false;
-      exec->abandon_plan();
-    }
-    ops.push_back(d);
-    touched.insert(d.reads.begin(), d.reads.end());
-    touched.insert(d.writes.begin(), d.writes.end());
-    exec->begin_op(k, d.reads, d.writes, d.name);
-    op_open = true;
-    return k;
-  }
-
-  // Note [Accumulation]
-  // An op that accumulates into a tensor (+=, as backward passes add into gradients) is
-  // recorded as what it does to the value: when no op of the iteration has touched the tensor
-  // yet, the library zero-fills it on the compute stream before the op's own work, so the op
-  // only writes it (no old value is needed, none is fetched); once an op has read or written it
-  // in the iteration (an earlier accumulation, or an op that set it), it is read and written.
-  // The trace, the planner and the executor need nothing more.
-  std::uint32_t begin_accumulating_op(std::string_view name, std::span<const tensor_handle> reads,
-                                      std::span<const tensor_handle> writes,
-                                      std::span<const tensor_handle> accumulates, double flops) {
-    std::vector<tensor_handle> r(reads.begin(), reads.end()), w(writes.begin(), writes.end()), zero;
-    for (auto t : accumulates) {
-      check_handle(t);
-      const bool also_written = std::any_of(writes.begin(), writes.end(), [&](tensor_handle x) { return x.id == t.id; });
-      SPILLWAY_EXPECTS_T(usage_error, !also_written,
-                         "op \"" + std::string(name) + "\" lists tensor \"" + tensors[t.id].name +
-                             "\" in both its writes and its accumulations; an op either overwrites a tensor or adds into it");
-      const bool first = !touched.contains(t.id) &&
-                         std::none_of(reads.begin(), reads.end(), [&](tensor_handle x) { return x.id == t.id; });
-      if (first) {
-        zero.push_back(t);
-      } else {
-        r.push_back(t);
-      }
-      w.push_back(t);
-    }
-    const auto k = begin_op(name, r, w, flops);
-    for (auto t : zero) dev->memset_async(exec->device_ptr(t.id), 0, tensors[t.id].bytes, exec->compute_stream());
-    return k;
-  }
-
+  // ---- ops and host reads (session_ops.cpp) ----
+  /// Opens op `name`: expands parents into their pieces (Note [Views]), zero-fills first
+  /// accumulations (Note [Accumulation]), makes the tensors resident and gathers named parents.
+  std::uint32_t open_op(std::string_view name, std::span<const tensor_handle> reads,
+                        std::span<const tensor_handle> writes, std::span<const tensor_handle> accumulates,
+                        double flops, op_phase phase);
+  /// Scatters what the op wrote into named parents back to their pieces, then ends the op.
+  void end_op(std::uint32_t k);
+  /// The device pointer of a tensor the open op named (a parent's: its gathered copy).
+  [[nodiscard]] void* op_ptr(tensor_handle t) const;
   /// Session::read: inside an iteration, an op of the trace that reads the tensor (Note [Phases]).
-  void read(tensor_handle t, void* host) {
-    exec->check_readable(t.id);  // a released tensor, or one with no value, is an error naming it
-    if (!in_iteration) {
-      exec->read(t.id, host);
-      return;
-    }
-    const std::array<tensor_handle, 1> reads{t};
-    const auto k = begin_op("host read: " + tensors[t.id].name, reads, {}, 0, op_phase::other);
-    try {
-      exec->read(t.id, host);
-    } catch (...) {
-      end_op(k);
-      throw;
-    }
-    end_op(k);
-  }
+  void read(tensor_handle t, void* host);
+  /// Session::op_scope::run (session_host_run.cpp).
+  void run_on_host(const std::function<void(const Session::op_scope::host_access&)>& f,
+                   const Session::op_scope::host_access& access, std::vector<std::pair<tensor_id, void*>>& ptrs);
+
+  // ---- views (session_views.cpp) ----
+  tensor_handle add_view(tensor_handle parent, std::uint64_t offset, std::uint64_t bytes, std::string name);
+  /// Splits every parent whose views are not yet in force into its pieces (once, before the
+  /// parent's first use).
+  void finalize_views();
+  [[nodiscard]] bool is_split(tensor_id id) const { return splits.contains(id) && splits.at(id).finalized; }
+  /// The ids holding tensor `id`'s bytes: its pieces for a split parent, else itself.
+  [[nodiscard]] std::vector<tensor_id> pieces_of(tensor_id id) const;
+  /// The persistent tensors whose bytes the executor holds (a split parent's pieces, not the
+  /// parent), in id order: what a checkpoint saves. Puts pending views in force first.
+  [[nodiscard]] std::vector<tensor_id> checkpoint_ids();
 
   bool matches(op_index k, const op_desc& d) const {
     const trace& planned = active->recorded;
@@ -312,11 +267,6 @@ class session_impl {
     set_device_budget(bytes);
   }
 
-  void end_op(std::uint32_t k) {
-    op_open = false;
-    exec->end_op(k);
-  }
-
   iteration_report end_iteration() {
     SPILLWAY_EXPECTS_T(usage_error, in_iteration, "end_iteration() without begin_iteration()");
     SPILLWAY_EXPECTS_T(usage_error, !op_open, "end_iteration() inside an op's scope");
@@ -356,6 +306,7 @@ class session_impl {
     trace t;
     t.tensors = tensors;
     t.ops = ops;
+    active->gather = op_gather;
     if (st.op_ms.size() == t.ops.size()) {
       for (std::size_t k = 0; k < t.ops.size(); ++k) t.ops[k].measured_seconds = st.op_ms[k] / 1000.0;
     }
@@ -399,7 +350,10 @@ class session_impl {
     ph.layout = std::move(fitted.layout);
     ph.footprint = report.peak_live_bytes;
     ph.least = 0;
-    for (const auto& op : ph.recorded.ops) ph.least = std::max(ph.least, placed_bytes(op));
+    for (std::size_t k = 0; k < ph.recorded.ops.size(); ++k) {
+      const std::uint64_t gather = k < ph.gather.size() ? ph.gather[k] : 0;
+      ph.least = std::max(ph.least, placed_bytes(ph.recorded.ops[k]) + gather);
+    }
     ph.have_plan = true;
     if (&ph == active) exec->follow(&ph.recorded, &ph.p, &ph.layout);  // the executor copies the layout
   }
@@ -433,6 +387,31 @@ class session_impl {
   std::unordered_map<std::string, tensor_id> by_name;
   std::vector<op_desc> ops;  // this iteration's, as recorded
   std::unordered_set<tensor_id> touched;  // tensors an op of this iteration has read or written
+  std::vector<std::uint64_t> op_gather;   // this iteration's ops' gather scratch (Note [Views])
+
+  /// The open op's tensors as the loop named them (a parent, not its pieces).
+  struct named_tensor {
+    tensor_id id = 0;
+    bool read = false;     // read or accumulated: its value is needed
+    bool written = false;  // written or accumulated
+    void* gather = nullptr;  // a split parent's contiguous copy (Note [Views])
+  };
+  std::vector<named_tensor> open_named;
+  /// A piece of a parent: a view, or the bytes between views.
+  struct piece {
+    tensor_id id = 0;
+    std::uint64_t offset = 0;
+  };
+  struct split_parent {
+    std::vector<piece> pieces;  // the views while pending; views and gaps by offset once in force
+    bool finalized = false;
+  };
+  std::map<tensor_id, split_parent> splits;           // by parent
+  std::unordered_map<tensor_id, tensor_id> parent_of;  // view or gap -> its parent
+  std::unordered_set<tensor_id> named_ever;            // tensors an op or read has named
+  bool stage_host_runs = false;   // session_hooks::stage_host_runs (Note [Host runs])
+  void* host_staging = nullptr;   // pinned bytes for op_scope::run on a GPU (session_host_run.cpp)
+  std::uint64_t host_staging_bytes = 0;
   std::map<std::string, phase_state, std::less<>> phases;  // by tag (Note [Phases])
   phase_state* active = nullptr;  // the phase of the current or last iteration (map nodes stay put)
   bool following = false;

@@ -696,16 +696,21 @@ void executor::release(tensor_id id) {
   auto& st = state(id);
   SPILLWAY_EXPECTS_T(usage_error, !is_persistent(st.desc.kind),
                      "executor: release() of persistent tensor \"" + st.desc.name + "\"; only transients are released");
-  drop_device(id);
   if (in_iteration_) {
     if (released_after_.size() <= id) released_after_.resize(id + 1, -1);
     released_after_[id] = static_cast<std::int64_t>(current_op_);
   }
+  retire(id);
+  st.released = true;
+}
+
+void executor::retire(tensor_id id) {
+  auto& st = state(id);
+  drop_device(id);
   if (st.tier_current || st.pending_save.valid()) backing_->discard(id);
   st.pending_save = {};
   st.pending_load = {};
   st.tier_current = false;
-  st.released = true;
 }
 
 void executor::rethrow_move_errors() {

@@ -91,6 +91,10 @@ class executor {
   void end_op(op_index k);
   /// A transient tensor's life ends; its device memory and tier copy go back.
   void release(tensor_id id);
+  /// A tensor's device memory and tier copy go back and it holds no value from now on, whatever
+  /// its kind: for a persistent tensor whose bytes now live in other tensors (a parent split
+  /// into views). Outside an op.
+  void retire(tensor_id id);
   /// Waits for the iteration, leaves persistent tensors where the plan starts them, reports.
   executor_stats end_iteration();
 

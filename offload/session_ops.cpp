@@ -1,0 +1,170 @@
+// Session ops and host reads: how an op's lists, as the loop names them (parents, views,
+// accumulations), become the trace's reads and writes and the executor's work.
+#include <algorithm>
+
+#include "offload/session_impl.hpp"
+
+namespace spillway {
+
+namespace {
+bool names(std::span<const tensor_handle> list, tensor_id id) {
+  return std::any_of(list.begin(), list.end(), [&](tensor_handle x) { return x.id == id; });
+}
+void add_once(std::vector<tensor_id>& list, tensor_id id) {
+  if (std::find(list.begin(), list.end(), id) == list.end()) list.push_back(id);
+}
+}  // namespace
+
+// Note [Accumulation]
+// An op that accumulates into a tensor (+=, as backward passes add into gradients) is
+// recorded as what it does to the value: when no op of the iteration has touched the tensor
+// yet, the library zero-fills it on the compute stream before the op's own work, so the op
+// only writes it (no old value is needed, none is fetched); once an op has read or written it
+// in the iteration (an earlier accumulation, or an op that set it), it is read and written.
+// The trace, the planner and the executor need nothing more. For a parent with views the rule
+// holds piece by piece.
+std::uint32_t session_impl::open_op(std::string_view name, std::span<const tensor_handle> reads,
+                                    std::span<const tensor_handle> writes,
+                                    std::span<const tensor_handle> accumulates, double flops, op_phase phase) {
+  const std::string op_name(name);
+  SPILLWAY_EXPECTS_T(usage_error, in_iteration, "op \"" + op_name + "\" outside begin_iteration()/end_iteration()");
+  SPILLWAY_EXPECTS_T(usage_error, !op_open, "op \"" + op_name + "\" started inside another op's scope");
+  // The tensors as the loop names them.
+  std::vector<named_tensor> named;
+  auto note = [&](tensor_handle t, bool is_read, bool is_written) {
+    check_handle(t);
+    auto it = std::find_if(named.begin(), named.end(), [&](const named_tensor& n) { return n.id == t.id; });
+    if (it == named.end()) it = named.insert(named.end(), named_tensor{t.id, false, false, nullptr});
+    it->read = it->read || is_read;
+    it->written = it->written || is_written;
+  };
+  for (auto t : reads) note(t, true, false);
+  for (auto t : writes) note(t, false, true);
+  for (auto t : accumulates) {
+    SPILLWAY_EXPECTS_T(usage_error, !names(writes, t.id),
+                       "op \"" + op_name + "\" lists tensor \"" + tensors[t.id].name +
+                           "\" in both its writes and its accumulations; an op either overwrites a tensor or adds into it");
+    note(t, true, true);
+  }
+  for (const auto& n : named) {  // a parent and its own view in one op would alias (Note [Views])
+    auto p = parent_of.find(n.id);
+    if (p == parent_of.end()) continue;
+    const bool parent_too =
+        std::any_of(named.begin(), named.end(), [&](const named_tensor& m) { return m.id == p->second; });
+    SPILLWAY_EXPECTS_T(usage_error, !parent_too,
+                       "op \"" + op_name + "\" names both \"" + tensors[p->second].name + "\" and its view \"" +
+                           tensors[n.id].name + "\"; name the parent (it covers its views) or only views");
+  }
+  // The trace's lists, over pieces.
+  op_desc d;
+  d.name = op_name;
+  d.flops = flops;
+  d.phase = phase;
+  std::vector<tensor_id> zero;
+  for (auto t : reads)
+    for (auto id : pieces_of(t.id)) add_once(d.reads, id);
+  for (auto t : writes)
+    for (auto id : pieces_of(t.id)) add_once(d.writes, id);
+  for (auto t : accumulates) {
+    for (auto id : pieces_of(t.id)) {
+      const bool first = !touched.contains(id) && std::find(d.reads.begin(), d.reads.end(), id) == d.reads.end() &&
+                         std::find(zero.begin(), zero.end(), id) == zero.end();
+      if (first) {
+        zero.push_back(id);
+      } else {
+        add_once(d.reads, id);
+      }
+      add_once(d.writes, id);
+    }
+  }
+  for (auto id : d.reads) d.bytes += tensors[id].bytes;
+  for (auto id : d.writes) d.bytes += tensors[id].bytes;
+  std::uint64_t gather_bytes = 0;
+  for (const auto& n : named)
+    if (is_split(n.id)) gather_bytes += device_budget::placed(tensors[n.id].bytes);
+
+  const auto k = static_cast<op_index>(ops.size());
+  if (following && !matches(k, d)) {
+    following = false;
+    exec->abandon_plan();
+  }
+  ops.push_back(d);
+  op_gather.push_back(gather_bytes);
+  touched.insert(d.reads.begin(), d.reads.end());
+  touched.insert(d.writes.begin(), d.writes.end());
+  for (const auto& n : named) named_ever.insert(n.id);
+  exec->begin_op(k, d.reads, d.writes, d.name);
+  op_open = true;
+  open_named = std::move(named);
+  const stream s = exec->compute_stream();
+  for (auto id : zero) dev->memset_async(exec->device_ptr(id), 0, tensors[id].bytes, s);
+  // Note [Views]: a named parent is gathered into one buffer; pieces the op only writes need no copy.
+  for (auto& n : open_named) {
+    if (!is_split(n.id)) continue;
+    n.gather = exec->scratch(tensors[n.id].bytes);
+    if (!n.read) continue;
+    for (const auto& pc : splits.at(n.id).pieces)
+      dev->copy_async(static_cast<std::byte*>(n.gather) + pc.offset, exec->device_ptr(pc.id), tensors[pc.id].bytes,
+                      copy_kind::device_to_device, s);
+  }
+  return k;
+}
+
+void session_impl::end_op(std::uint32_t k) {
+  op_open = false;
+  std::exception_ptr failure;
+  try {
+    const stream s = exec->compute_stream();
+    for (const auto& n : open_named) {  // scatter back what the op wrote (Note [Views])
+      if (n.gather == nullptr || !n.written) continue;
+      for (const auto& pc : splits.at(n.id).pieces)
+        dev->copy_async(exec->device_ptr(pc.id), static_cast<const std::byte*>(n.gather) + pc.offset,
+                        tensors[pc.id].bytes, copy_kind::device_to_device, s);
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  open_named.clear();
+  exec->end_op(k);
+  if (failure) std::rethrow_exception(failure);
+}
+
+void* session_impl::op_ptr(tensor_handle t) const {
+  const auto& d = ops.at(ops.size() - 1);
+  auto it = std::find_if(open_named.begin(), open_named.end(), [&](const named_tensor& n) { return n.id == t.id; });
+  SPILLWAY_EXPECTS_T(usage_error, op_open && it != open_named.end(),
+                     "op \"" + d.name + "\" asked for the pointer of tensor " +
+                         (t.id < tensors.size() ? "\"" + tensors[t.id].name + "\"" : std::to_string(t.id)) +
+                         ", which it does not name in its reads, writes or accumulations");
+  return it->gather != nullptr ? it->gather : exec->device_ptr(t.id);
+}
+
+void session_impl::read(tensor_handle t, void* host) {
+  check_handle(t);
+  finalize_views();
+  const auto ids = pieces_of(t.id);
+  for (auto id : ids) exec->check_readable(id);  // a released tensor, or one with no value, is an error naming it
+  auto read_pieces = [&] {
+    if (!is_split(t.id)) {
+      exec->read(t.id, host);
+      return;
+    }
+    for (const auto& pc : splits.at(t.id).pieces) exec->read(pc.id, static_cast<std::byte*>(host) + pc.offset);
+  };
+  if (!in_iteration) {
+    read_pieces();
+    return;
+  }
+  std::vector<tensor_handle> reads;  // the pieces, not the parent: nothing to gather
+  for (auto id : ids) reads.push_back(tensor_handle{id});
+  const auto k = open_op("host read: " + tensors[t.id].name, reads, {}, {}, 0, op_phase::other);
+  try {
+    read_pieces();
+  } catch (...) {
+    end_op(k);
+    throw;
+  }
+  end_op(k);
+}
+
+}  // namespace spillway
