@@ -40,6 +40,9 @@ void cpu_device::serve_callbacks() {
     std::exception_ptr failure;
     {
       detail::stream_work_scope scope("a host function");
+      // Its stream's worker holds the arena open already; this scope keeps it open for a host
+      // function that outlives its worker's wait (a wedged device). Note [Debug host access].
+      detail::guarded_arena::access access(arena_.get());
       try {
         call->fn();
       } catch (...) {

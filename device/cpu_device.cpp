@@ -59,6 +59,7 @@ cpu_device::cpu_device(const device_options& options)
   if (rules_.host_function_limit.count() < 0)
     throw config_error("cpu device: device_options.strict.host_function_limit is " +
                        std::to_string(rules_.host_function_limit.count()) + " ms; it must be >= 0 (0: wait forever)");
+  if (options.debug_host_access) arena_ = std::make_unique<detail::guarded_arena>(capacity_);
   if (rules_.one_callback_thread) callback_thread_ = std::thread([this] { serve_callbacks(); });
 }
 
@@ -89,8 +90,10 @@ cpu_device::~cpu_device() {
     // that the wedge error already told what went wrong.
     if (stuck) callback_thread_.detach();
     else callback_thread_.join();
+    // The host function left behind may still touch device memory: the arena stays mapped.
+    if (stuck) (void)arena_.release();
   }
-  for (auto& [p, n] : device_blocks_) std::free(p);
+  for (auto& [p, n] : device_blocks_) release_block(p, n);
   for (auto& [p, n] : pinned_blocks_) ::munmap(reinterpret_cast<void*>(p), round_up(n, page));
 }
 
@@ -121,6 +124,38 @@ void cpu_device::check_caller(const char* call) const {
 
 // ---- memory -------------------------------------------------------------------------------
 
+// Note [Debug host access]
+// On a GPU, host code cannot read device memory: a C training loop ported by calling its host
+// functions on device pointers inside an op scope crashes at once. On the cpu backend device
+// memory is host memory, so the same code runs, and races with the stream work that writes those
+// bytes: wrong values, NaN, a crash far away. device_options::debug_host_access (the Session's
+// cpu_debug_host_access) makes such code fail where it goes wrong:
+//  * Device memory comes from one mapping (detail::guarded_arena, cpu_access_guard.cpp) kept
+//    PROT_NONE while no stream work of the device runs. A stream's worker opens it (mprotect
+//    read/write) around each kernel, copy, memset and host function, and closes it after; the
+//    opens are counted under a mutex, so workers of several streams compose (the first in
+//    unprotects, the last out protects). Event marks and waits do not open it. The callback
+//    thread opens it too around a host function, so launch_host is the way to run host code on
+//    device memory, which is what the Session's op.run does: it enqueues the function on the
+//    op's stream and synchronises.
+//  * The backend itself touches device memory only from stream work: copies, pageable ones
+//    included, run on the stream's worker while the caller waits; allocate and deallocate keep
+//    their bookkeeping outside the arena and never read it; a freed range's whole pages go
+//    back to the system with madvise, which needs no access.
+//  * A SIGSEGV handler (installed with the first such device, chained to the one before it for
+//    every address outside the arenas) writes one line for a fault inside an arena,
+//    "spillway: host code touched device memory at 0x... outside a kernel or op.run
+//    (cpu_debug_host_access); ...", with write(2), then restores the default action and lets
+//    the signal kill the process. Library code never prints; this line, in a mode a user asks
+//    for to find exactly this bug, is the one exception, since a signal handler has no other
+//    way to say why the program died.
+// It is probabilistic: the protection is per process, not per thread (this machine's CPUs
+// have no memory protection keys), so a host access made while some stream work of the device
+// happens to run is not caught. A loop that touches device memory every op is caught within a
+// few ops; one stray access may slip through. It costs two mprotect calls per busy period of
+// the device and the arena's address space (twice the capacity, untouched pages free), so it
+// is a debug mode, off by default.
+
 void* cpu_device::allocate(std::size_t bytes) {
   check_caller("allocate");
   if (bytes == 0) return nullptr;
@@ -130,8 +165,10 @@ void* cpu_device::allocate(std::size_t bytes) {
     throw out_of_memory("cpu device: out of memory allocating " + format_bytes(bytes) + " (" +
                         format_bytes(used_) + " of " + format_bytes(capacity_) + " in use)");
   }
-  void* p = std::aligned_alloc(device_alignment, rounded);
-  if (p == nullptr) throw out_of_memory("cpu device: host allocation of " + format_bytes(rounded) + " failed");
+  void* p = arena_ ? arena_->allocate(rounded, device_alignment) : std::aligned_alloc(device_alignment, rounded);
+  if (p == nullptr)
+    throw out_of_memory("cpu device: host allocation of " + format_bytes(rounded) + " failed" +
+                        (arena_ ? " (no free range of the guarded arena of debug_host_access is large enough)" : ""));
   used_ += rounded;
   device_blocks_.emplace(p, rounded);
   return p;
@@ -154,8 +191,14 @@ void cpu_device::deallocate(void* ptr, std::size_t /*bytes*/) noexcept {
   auto it = device_blocks_.find(ptr);
   if (it == device_blocks_.end()) std::abort();  // freeing memory this device did not hand out
   used_ -= it->second;
+  release_block(ptr, it->second);
   device_blocks_.erase(it);
-  std::free(ptr);
+}
+
+void cpu_device::release_block(void* p, std::size_t bytes) noexcept {
+  // Neither touches the bytes: the arena keeps its bookkeeping outside device memory.
+  if (arena_) arena_->deallocate(p, bytes);
+  else std::free(p);
 }
 
 std::size_t cpu_device::used_memory() const {
@@ -234,6 +277,9 @@ void cpu_device::serve(stream_impl& q) {
       skip = sticky_ != nullptr;
     }
     if (!skip) {
+      // Event marks touch no device memory, and a wait may be long: only real work opens the
+      // arena (Note [Debug host access]).
+      detail::guarded_arena::access access(item.marker ? nullptr : arena_.get());
       try {
         if (item.host_function) {
           run_host_function(q, std::move(item.fn));

@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "device/cpu_access_guard.hpp"
 #include "device/device.hpp"
 
 namespace spillway {
@@ -80,6 +81,8 @@ class cpu_device final : public Device {
   /// What the strict rules counted so far.
   [[nodiscard]] cpu_device_counters counters() const noexcept;
   [[nodiscard]] const device_options::strict_rules& rules() const noexcept { return rules_; }
+  /// True in device_options::debug_host_access mode (Note [Debug host access]).
+  [[nodiscard]] bool debug_host_access() const noexcept { return arena_ != nullptr; }
 
   struct event_impl;  // public so the event handle's holder can name it
 
@@ -112,11 +115,14 @@ class cpu_device final : public Device {
   void check_caller(const char* call) const;  // stream work may not call the Device
   [[nodiscard]] bool is_pinned(const void* p, std::size_t bytes) const;
   void drain_all() noexcept;  // waits for every stream without rethrowing
+  void release_block(void* p, std::size_t bytes) noexcept;  // gives a block's memory back
 
   device_properties props_;
   device_options::strict_rules rules_;
   std::size_t capacity_;
   bool pinned_huge_pages_;
+  // Device memory in debug_host_access mode; null otherwise (Note [Debug host access]).
+  std::unique_ptr<detail::guarded_arena> arena_;
 
   mutable std::mutex memory_mutex_;
   std::size_t used_ = 0;

@@ -90,6 +90,12 @@ struct device_options {
   /// DMA is a few segments instead of one per 4 KiB page (Note [Huge pages for registered
   /// buffers] in device/huge_pages.cpp). Off gives 4 KiB pages, for comparison.
   bool pinned_huge_pages = true;
+  /// cpu backend, a debug mode: device memory is readable only while stream work of the device
+  /// runs, so host code that touches it from a host thread (not from a kernel, copy, memset or
+  /// host function) faults at once, with a line on stderr naming the address, instead of racing
+  /// with the stream. Catches most such accesses, not all (Note [Debug host access] in
+  /// cpu_device.cpp). (session_config's cpu_debug_host_access.)
+  bool debug_host_access = false;
 
   /// cpu backend: the rules that make it at least as strict as CUDA (Note [Host functions] in
   /// cpu_device.cpp). All on by default and in every test; a test build switches one off only
