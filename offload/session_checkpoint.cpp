@@ -1,0 +1,88 @@
+// Session::save and Session::load: every persistent tensor, wherever it lives, to and from one
+// checkpoint file (offload/checkpoint.hpp), one tensor at a time through one host buffer.
+#include "offload/checkpoint.hpp"
+#include "offload/session_impl.hpp"
+
+namespace spillway {
+namespace {
+
+// Note [Checkpointed values]
+// A checkpoint holds every persistent tensor the executor keeps (session_impl::checkpoint_ids),
+// read with executor::read: from the device when the value is there, else from its tier copy
+// (host or NVMe), one tensor at a time into one host buffer as large as the largest tensor, so
+// the model is never staged whole in host memory. A gradient that the recorded iteration
+// overwrites before reading may have been dropped after its last use (Session::read): its value
+// is dead, the next iteration writes it before any op reads it, and the checkpoint holds zeros
+// for it. Loading checks everything first (names, sizes, kinds, then every tensor's CRC, reading
+// the file once), and only then sets the tensors, one by one, with executor::upload: the tensor
+// leaves the device and its value goes to the host tier (NVMe when the host tier is full), as a
+// tensor's initial value does; the next iteration brings it back as the plan says.
+
+/// False for a persistent tensor that holds no value (a gradient dropped after its last use).
+bool holds_value(executor& exec, tensor_id id) {
+  try {
+    exec.check_readable(id);  // persistent tensors are never released: the one refusal is "no value"
+    return true;
+  } catch (const usage_error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+void Session::save(const std::string& dir, std::string_view meta) {
+  auto& s = *impl_;
+  SPILLWAY_EXPECTS_T(usage_error, !s.in_iteration,
+                     "save(\"" + dir + "\") inside an iteration; call it after end_iteration()");
+  SPILLWAY_EXPECTS_T(config_error, !dir.empty(), "save: the checkpoint folder is empty; give a folder");
+  const std::vector<tensor_id> ids = s.checkpoint_ids();
+  std::vector<checkpoint::entry> entries;
+  entries.reserve(ids.size());
+  std::uint64_t largest = 0;
+  for (auto id : ids) {
+    const auto& d = s.tensors[id];
+    entries.push_back(checkpoint::entry{d.name, d.bytes, d.kind});
+    largest = std::max(largest, d.bytes);
+  }
+  std::vector<unsigned char> buffer;  // Note [Checkpointed values]
+  checkpoint::write(
+      dir, entries,
+      [&](std::size_t i, const checkpoint::chunk_sink& sink) {
+        const tensor_id id = ids[i];
+        if (buffer.size() < largest) buffer.resize(largest);
+        if (holds_value(*s.exec, id)) {
+          s.exec->read(id, buffer.data());
+        } else {
+          std::memset(buffer.data(), 0, entries[i].bytes);
+        }
+        sink(buffer.data(), entries[i].bytes);
+      },
+      meta);
+}
+
+std::string Session::load(const std::string& dir) {
+  auto& s = *impl_;
+  SPILLWAY_EXPECTS_T(usage_error, !s.in_iteration,
+                     "load(\"" + dir + "\") inside an iteration; call it after end_iteration()");
+  SPILLWAY_EXPECTS_T(config_error, !dir.empty(), "load: the checkpoint folder is empty; give a folder");
+  const std::vector<tensor_id> ids = s.checkpoint_ids();
+  std::vector<checkpoint::entry> expected;
+  expected.reserve(ids.size());
+  std::uint64_t largest = 0;
+  for (auto id : ids) {
+    const auto& d = s.tensors[id];
+    expected.push_back(checkpoint::entry{d.name, d.bytes, d.kind});
+    largest = std::max(largest, d.bytes);
+  }
+  const checkpoint::reader r(dir);
+  r.check_matches(expected, "the Session's persistent tensors");
+  r.verify();  // every CRC before any tensor changes (Note [Checkpointed values])
+  std::vector<unsigned char> buffer(largest);
+  for (auto id : ids) {
+    r.read(s.tensors[id].name, buffer.data());
+    s.exec->upload(id, buffer.data());
+  }
+  return r.meta();
+}
+
+}  // namespace spillway

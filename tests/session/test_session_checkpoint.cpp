@@ -1,0 +1,420 @@
+// Checkpoints: the file unit (offload/checkpoint.hpp) and Session::save/load. Round trips with
+// tensors on the device, the host tier and the NVMe tier; every kind of mismatch and a flipped
+// byte refused by name with no tensor changed; a save killed midway (fork + SIGKILL) leaves the
+// previous checkpoint loadable; a save that succeeds leaves no temporary file.
+#include <gtest/gtest.h>
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "device/error.hpp"
+#include "device/units.hpp"
+#include "offload/checkpoint.hpp"
+#include "offload/swap_policy.hpp"
+#include "../swap/swap_test_support.hpp"
+
+using namespace spillway;
+using namespace spillway::literals;
+namespace ck = spillway::checkpoint;
+
+namespace {
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::set<std::string> files_in(const std::string& dir) {
+  std::set<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+
+/// Bytes of tensor `i` in "generation" `g`.
+std::vector<unsigned char> pattern(std::uint64_t bytes, int i, int g) {
+  return test::random_bytes(bytes, static_cast<std::uint64_t>(i) * 1000 + static_cast<std::uint64_t>(g));
+}
+
+/// A source over host vectors, handing each one over in chunks of `chunk` bytes.
+ck::tensor_source source_of(const std::vector<std::vector<unsigned char>>& data, std::uint64_t chunk) {
+  return [&data, chunk](std::size_t i, const ck::chunk_sink& sink) {
+    for (std::uint64_t at = 0; at < data[i].size(); at += chunk)
+      sink(data[i].data() + at, std::min<std::uint64_t>(chunk, data[i].size() - at));
+  };
+}
+
+void flip_byte(const std::string& path, std::uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x10);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+std::string checkpoint_path(const std::string& dir) { return dir + "/" + std::string(ck::file_name); }
+
+}  // namespace
+
+// ---- the file unit ----
+
+TEST(CheckpointFile, RoundTripInChunksWithMetaAndNoTemporaryLeft) {
+  test::temp_dir dir;
+  const std::vector<ck::entry> entries{{"w", 100'003, tensor_kind::parameter},
+                                       {"w.grad", 100'003, tensor_kind::gradient},
+                                       {"m", 1, tensor_kind::optimizer_state},
+                                       {"big", 3_MiB + 5, tensor_kind::parameter}};
+  std::vector<std::vector<unsigned char>> data;
+  for (std::size_t i = 0; i < entries.size(); ++i) data.push_back(pattern(entries[i].bytes, static_cast<int>(i), 1));
+  ck::write(dir.path(), entries, source_of(data, 7777), "step 42\nseed 7");
+  EXPECT_EQ(files_in(dir.path()), std::set<std::string>{std::string(ck::file_name)});
+  const ck::reader r(dir.path());
+  EXPECT_EQ(r.meta(), "step 42\nseed 7");
+  ASSERT_EQ(r.entries().size(), entries.size());
+  r.check_matches(entries, "the test's tensors");
+  r.verify();
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    std::vector<unsigned char> back(entries[i].bytes);
+    r.read(entries[i].name, back.data());
+    EXPECT_EQ(back, data[i]) << entries[i].name;
+  }
+}
+
+TEST(CheckpointFile, MakesAMissingFolderButNotItsParent) {
+  test::temp_dir dir;
+  const std::vector<ck::entry> entries{{"w", 16, tensor_kind::parameter}};
+  const std::vector<std::vector<unsigned char>> data{pattern(16, 0, 0)};
+  ck::write(dir.path() + "/run1", entries, source_of(data, 16), "");
+  EXPECT_TRUE(std::filesystem::exists(checkpoint_path(dir.path() + "/run1")));
+  try {
+    ck::write(dir.path() + "/no/such", entries, source_of(data, 16), "");
+    FAIL() << "a folder whose parent is missing was accepted";
+  } catch (const config_error& e) {
+    EXPECT_TRUE(has(e.what(), dir.path() + "/no/such")) << e.what();
+  }
+}
+
+TEST(CheckpointFile, EachMismatchIsNamed) {
+  test::temp_dir dir;
+  const std::vector<ck::entry> saved{{"a", 64, tensor_kind::parameter}, {"b", 128, tensor_kind::gradient}};
+  const std::vector<std::vector<unsigned char>> data{pattern(64, 0, 0), pattern(128, 1, 0)};
+  ck::write(dir.path(), saved, source_of(data, 64), "");
+  const ck::reader r(dir.path());
+  auto refusal = [&](const std::vector<ck::entry>& expected) -> std::string {
+    try {
+      r.check_matches(expected, "the test's tensors");
+    } catch (const config_error& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  auto missing = saved;
+  missing.push_back({"c", 8, tensor_kind::optimizer_state});
+  const std::string m = refusal(missing);
+  EXPECT_TRUE(has(m, "no tensor \"c\"")) << m;
+  auto size = saved;
+  size[1].bytes = 256;
+  const std::string s = refusal(size);
+  EXPECT_TRUE(has(s, "\"b\" has 128 bytes there and 256")) << s;
+  auto kind = saved;
+  kind[0].kind = tensor_kind::optimizer_state;
+  const std::string k = refusal(kind);
+  EXPECT_TRUE(has(k, "\"a\" is of kind parameter there and optimizer_state")) << k;
+  const std::string x = refusal({saved[0]});
+  EXPECT_TRUE(has(x, "has tensor \"b\"") && has(x, "not among the test's tensors")) << x;
+}
+
+TEST(CheckpointFile, DamageIsCaughtAndNamed) {
+  test::temp_dir dir;
+  const std::vector<ck::entry> entries{{"first", 4096, tensor_kind::parameter}, {"second", 4096, tensor_kind::parameter}};
+  const std::vector<std::vector<unsigned char>> data{pattern(4096, 0, 0), pattern(4096, 1, 0)};
+  ck::write(dir.path(), entries, source_of(data, 4096), "meta");
+  const std::string path = checkpoint_path(dir.path());
+  flip_byte(path, 64 + 4096 + 100);  // inside "second"
+  {
+    const ck::reader r(dir.path());
+    try {
+      r.verify();
+      FAIL() << "a flipped byte passed";
+    } catch (const corruption_error& e) {
+      EXPECT_TRUE(has(e.what(), "\"second\"") && has(e.what(), path)) << e.what();
+    }
+    std::vector<unsigned char> back(4096);
+    r.read("first", back.data());  // the other tensor still reads
+    EXPECT_EQ(back, data[0]);
+  }
+  flip_byte(path, 64 + 4096 + 100);
+  flip_byte(path, std::filesystem::file_size(path) - 3);  // inside the index
+  EXPECT_THROW(ck::reader{dir.path()}, corruption_error);
+  flip_byte(path, std::filesystem::file_size(path) - 3);
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 1);  // cut short
+  EXPECT_THROW(ck::reader{dir.path()}, corruption_error);
+  std::ofstream(path) << "not a checkpoint at all";
+  EXPECT_THROW(ck::reader{dir.path()}, config_error);
+  std::filesystem::remove(path);
+  try {
+    ck::reader r(dir.path());
+    FAIL() << "a folder without a checkpoint opened";
+  } catch (const config_error& e) {
+    EXPECT_TRUE(has(e.what(), "no checkpoint in '" + dir.path() + "'")) << e.what();
+  }
+}
+
+// A save killed midway (the process dies with the temporary file half written) leaves the
+// previous checkpoint whole, and the next save removes the dead one's temporary file.
+TEST(CheckpointFile, SaveKilledMidwayLeavesThePreviousCheckpoint) {
+  test::temp_dir dir;
+  std::vector<ck::entry> entries;
+  std::vector<std::vector<unsigned char>> first, second;
+  for (int i = 0; i < 4; ++i) {
+    entries.push_back({"w" + std::to_string(i), 1_MiB, tensor_kind::parameter});
+    first.push_back(pattern(1_MiB, i, 1));
+    second.push_back(pattern(1_MiB, i, 2));
+  }
+  ck::write(dir.path(), entries, source_of(first, 64_KiB), "first");
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // the child: a save that stops, for good, after 2 MiB
+    ::close(ready[0]);
+    ck::write_options o;
+    o.on_progress = [&](std::uint64_t bytes) {
+      if (bytes < 2_MiB) return;
+      const char x = 'x';
+      (void)!::write(ready[1], &x, 1);
+      for (;;) ::pause();
+    };
+    try {
+      ck::write(dir.path(), entries, source_of(second, 64_KiB), "second", o);
+    } catch (...) {
+    }
+    ::_exit(1);  // the save finished: the parent sees no signal and fails
+  }
+  ::close(ready[1]);
+  pollfd p{ready[0], POLLIN, 0};
+  const int polled = ::poll(&p, 1, 20000);
+  char x = 0;
+  const bool signalled = polled == 1 && ::read(ready[0], &x, 1) == 1;
+  ::close(ready[0]);
+  bool temporary_seen = false;
+  for (const auto& name : files_in(dir.path())) temporary_seen = temporary_seen || name.starts_with(ck::temp_prefix);
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(signalled) << "the child's save never reached 2 MiB";
+  EXPECT_TRUE(WIFSIGNALED(status));
+  EXPECT_TRUE(temporary_seen) << "the save was killed before it wrote its temporary file";
+  {
+    const ck::reader r(dir.path());
+    EXPECT_EQ(r.meta(), "first");
+    r.check_matches(entries, "the test's tensors");
+    r.verify();
+    std::vector<unsigned char> back(1_MiB);
+    for (int i = 0; i < 4; ++i) {
+      r.read(entries[i].name, back.data());
+      EXPECT_EQ(back, first[i]) << entries[i].name;
+    }
+  }
+  ck::write(dir.path(), entries, source_of(second, 1_MiB), "third");
+  EXPECT_EQ(files_in(dir.path()), std::set<std::string>{std::string(ck::file_name)})
+      << "the dead save's temporary file stayed";
+  EXPECT_EQ(ck::reader(dir.path()).meta(), "third");
+}
+
+// ---- Session::save and Session::load ----
+
+namespace {
+
+session_config cpu_config(std::uint64_t budget) {
+  session_config c;
+  c.backend = "cpu";
+  c.cpu_device_memory = 64_MiB;
+  c.device_budget = budget;
+  c.policy = "auto";
+  c.link_gbps = 0;
+  return c;
+}
+
+session_config nvme_config(const std::string& dir) {
+  auto c = cpu_config(256_KiB);
+  c.host_budget = 4_KiB;  // everything that leaves the device goes to NVMe
+  c.nvme.directories = {dir};
+  c.nvme.reserve = 16_MiB;
+  return c;
+}
+
+/// A model of persistent tensors that each iteration updates in place (every byte += i + 1),
+/// with the host's copy of what they hold.
+struct updated_model {
+  static constexpr int count = 6;
+  static constexpr std::uint64_t bytes = 96_KiB;
+  std::vector<tensor_handle> h;
+  std::vector<std::vector<unsigned char>> expect;
+
+  updated_model(Session& s, int generation) {
+    for (int i = 0; i < count; ++i) {
+      expect.push_back(pattern(bytes, i, generation));
+      const auto kind = i % 3 == 0 ? tensor_kind::parameter : i % 3 == 1 ? tensor_kind::gradient : tensor_kind::optimizer_state;
+      h.push_back(s.add_persistent("t" + std::to_string(i), bytes, kind, expect.back().data()));
+    }
+  }
+  void iterate(Session& s) {
+    s.begin_iteration();
+    for (int i = 0; i < count; ++i) {
+      auto scratch = s.add_transient("scratch" + std::to_string(i), 8_KiB);
+      {
+        auto op = s.op("update" + std::to_string(i), {h[i]}, {h[i], scratch});
+        auto* p = op.ptr<unsigned char>(h[i]);
+        const auto add = static_cast<unsigned char>(i + 1);
+        op.device().launch_kernel(op.stream(), [p, add] {
+          for (std::uint64_t b = 0; b < bytes; ++b) p[b] = static_cast<unsigned char>(p[b] + add);
+        });
+      }
+      s.release(scratch);
+      for (auto& c : expect[i]) c = static_cast<unsigned char>(c + i + 1);
+    }
+    s.end_iteration();
+  }
+  /// The index of the first tensor that does not hold `want`, or -1.
+  int first_different(Session& s, const std::vector<std::vector<unsigned char>>& want) const {
+    std::vector<unsigned char> back(bytes);
+    for (int i = 0; i < count; ++i) {
+      s.read(h[i], back.data(), back.size());
+      if (back != want[i]) return i;
+    }
+    return -1;
+  }
+};
+
+/// Saves after two iterations, changes the tensors, loads, and checks the values and that the
+/// Session carries on from them; then loads the same checkpoint into a fresh Session.
+void round_trip(const session_config& cfg, const std::string& dir, bool nvme) {
+  std::vector<std::vector<unsigned char>> saved;
+  {
+    Session s(cfg);
+    updated_model m(s, 1);
+    m.iterate(s);
+    m.iterate(s);
+    const auto& last = s.history().back();
+    EXPECT_GT(last.d2h_bytes, 0u) << "every tensor stayed on the device: the test does not reach a tier";
+    if (nvme) EXPECT_GT(last.nvme_write_bytes, 0u) << "nothing went to the NVMe tier";
+    s.save(dir, "after 2");
+    saved = m.expect;
+    EXPECT_EQ(files_in(dir), std::set<std::string>{std::string(ck::file_name)});
+    m.iterate(s);
+    EXPECT_EQ(m.first_different(s, saved), 0) << "the iteration after the save changed nothing";
+    EXPECT_EQ(s.load(dir), "after 2");
+    EXPECT_EQ(m.first_different(s, saved), -1);
+    m.expect = saved;
+    m.iterate(s);  // the Session carries on from the loaded values
+    EXPECT_EQ(m.first_different(s, m.expect), -1);
+  }
+  Session fresh(cfg);
+  updated_model m(fresh, 2);
+  EXPECT_EQ(fresh.load(dir), "after 2");
+  EXPECT_EQ(m.first_different(fresh, saved), -1);
+  m.expect = saved;
+  m.iterate(fresh);
+  m.iterate(fresh);
+  EXPECT_EQ(m.first_different(fresh, m.expect), -1);
+}
+
+}  // namespace
+
+TEST(SessionCheckpoint, RoundTripWithTensorsOnTheDeviceAndTheHostTier) {
+  test::temp_dir dir;
+  round_trip(cpu_config(256_KiB), dir.path() + "/ck", false);  // 576 KiB of tensors under a 256 KiB budget
+}
+
+TEST(SessionCheckpoint, RoundTripWithTheNvmeTier) {
+  test::temp_dir swap, dir;
+  round_trip(nvme_config(swap.path()), dir.path(), true);
+}
+
+TEST(SessionCheckpoint, LoadRefusesEachMismatchAndChangesNothing) {
+  test::temp_dir dir;
+  {
+    Session s(cpu_config(0));
+    s.add_persistent("a", 4_KiB, tensor_kind::parameter, pattern(4_KiB, 0, 1).data());
+    s.add_persistent("b", 8_KiB, tensor_kind::gradient, pattern(8_KiB, 1, 1).data());
+    s.add_persistent("c", 4_KiB, tensor_kind::optimizer_state, pattern(4_KiB, 2, 1).data());
+    s.save(dir.path());
+  }
+  struct variant {
+    std::vector<ck::entry> tensors;
+    std::string named;
+  };
+  const std::vector<variant> variants{
+      {{{"a", 4_KiB, tensor_kind::parameter}, {"b", 8_KiB, tensor_kind::gradient}, {"c", 4_KiB, tensor_kind::optimizer_state},
+        {"d", 4_KiB, tensor_kind::parameter}},
+       "no tensor \"d\""},
+      {{{"a", 4_KiB, tensor_kind::parameter}, {"b", 12_KiB, tensor_kind::gradient}, {"c", 4_KiB, tensor_kind::optimizer_state}},
+       "\"b\" has 8192 bytes there and 12288"},
+      {{{"a", 4_KiB, tensor_kind::parameter}, {"b", 8_KiB, tensor_kind::gradient}, {"c", 4_KiB, tensor_kind::parameter}},
+       "\"c\" is of kind optimizer_state there and parameter"},
+      {{{"a", 4_KiB, tensor_kind::parameter}, {"b", 8_KiB, tensor_kind::gradient}}, "has tensor \"c\""},
+  };
+  for (const auto& v : variants) {
+    Session s(cpu_config(0));
+    std::vector<tensor_handle> h;
+    std::vector<std::vector<unsigned char>> init;
+    for (std::size_t i = 0; i < v.tensors.size(); ++i) {
+      init.push_back(pattern(v.tensors[i].bytes, static_cast<int>(i), 9));
+      h.push_back(s.add_persistent(v.tensors[i].name, v.tensors[i].bytes, v.tensors[i].kind, init.back().data()));
+    }
+    try {
+      (void)s.load(dir.path());
+      ADD_FAILURE() << "loaded a checkpoint that should name " << v.named;
+    } catch (const config_error& e) {
+      EXPECT_TRUE(has(e.what(), v.named)) << e.what();
+    }
+    for (std::size_t i = 0; i < h.size(); ++i) {
+      std::vector<unsigned char> back(v.tensors[i].bytes);
+      s.read(h[i], back.data(), back.size());
+      EXPECT_EQ(back, init[i]) << v.tensors[i].name << " changed although the load was refused";
+    }
+  }
+}
+
+TEST(SessionCheckpoint, FlippedByteIsACorruptionErrorNamingTheTensorAndChangesNothing) {
+  test::temp_dir dir;
+  {
+    Session s(cpu_config(0));
+    s.add_persistent("layer0.weight", 16_KiB, tensor_kind::parameter, pattern(16_KiB, 0, 1).data());
+    s.add_persistent("layer1.weight", 16_KiB, tensor_kind::parameter, pattern(16_KiB, 1, 1).data());
+    s.save(dir.path());
+  }
+  flip_byte(checkpoint_path(dir.path()), 64 + 16_KiB + 12345);  // inside layer1.weight, which is second
+  Session s(cpu_config(0));
+  const auto init0 = pattern(16_KiB, 0, 5), init1 = pattern(16_KiB, 1, 5);
+  const auto a = s.add_persistent("layer0.weight", 16_KiB, tensor_kind::parameter, init0.data());
+  const auto b = s.add_persistent("layer1.weight", 16_KiB, tensor_kind::parameter, init1.data());
+  try {
+    (void)s.load(dir.path());
+    FAIL() << "a damaged checkpoint loaded";
+  } catch (const corruption_error& e) {
+    EXPECT_TRUE(has(e.what(), "\"layer1.weight\"") && has(e.what(), checkpoint_path(dir.path()))) << e.what();
+  }
+  std::vector<unsigned char> back(16_KiB);
+  s.read(a, back.data(), back.size());
+  EXPECT_EQ(back, init0) << "the tensor before the damaged one was loaded";
+  s.read(b, back.data(), back.size());
+  EXPECT_EQ(back, init1);
+}
+
+TEST(SessionCheckpoint, SaveAndLoadInsideAnIterationAreUsageErrors) {
+  test::temp_dir dir;
+  Session s(cpu_config(0));
+  s.add_persistent("w", 4_KiB, tensor_kind::parameter);
+  s.save(dir.path());
+  s.begin_iteration();
+  EXPECT_THROW(s.save(dir.path()), usage_error);
+  EXPECT_THROW((void)s.load(dir.path()), usage_error);
+  s.end_iteration();
+  EXPECT_EQ(s.load(dir.path()), "");
+}
