@@ -243,4 +243,7 @@ class Session {
   std::unique_ptr<session_impl> impl_;
 };
 
+/// Host pointers to an op's tensors inside op_scope::run.
+using host_access = Session::op_scope::host_access;
+
 }  // namespace spillway
