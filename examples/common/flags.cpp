@@ -75,6 +75,12 @@ void add_common_flags(CLI::App& app, flag_values& v, bool with_data) {
   app.add_option("--preset", v.preset, "model size: tiny, small (about 1 s/step on 2 cpu cores), medium, large (GPU)")
       ->capture_default_str();
   app.add_option("--report", v.report, "write a JSON report of the run here")->check(writable_file);
+  app.add_option("--save", v.save, "save a checkpoint (every persistent tensor and the step) into this folder at the end")
+      ->type_name("DIR");
+  app.add_option("--save-every", v.save_every, "with --save: also save every N steps")->type_name("N");
+  app.add_option("--resume", v.resume, "continue the training from the checkpoint in this folder (--steps counts from "
+                                       "the start of the training)")
+      ->type_name("DIR");
   if (with_data) app.add_option("--data", v.data, "text file to train on (bytes are the tokens)")->capture_default_str();
 }
 
@@ -86,6 +92,9 @@ example_options to_options(const flag_values& v) {
   o.seed = v.seed;
   o.size = parse_preset(v.preset);
   o.data = v.data;
+  o.save = v.save;
+  o.save_every = v.save_every;
+  o.resume = v.resume;
   o.validate();
   return o;
 }

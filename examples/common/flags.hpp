@@ -88,10 +88,13 @@ struct flag_values {
   std::string preset = "small";
   std::string report;
   std::string data;
+  std::string save;
+  int save_every = 0;
+  std::string resume;
 };
 
 /// Adds every session_config flag (add_config_flags), --budget-ratio, --steps, --seed, --preset,
-/// --report, and --data when `with_data`.
+/// --report, --save, --save-every, --resume, and --data when `with_data`.
 void add_common_flags(CLI::App& app, flag_values& v, bool with_data);
 
 /// The example_options of these flags (load_config, then the example's own), validated:

@@ -2,11 +2,16 @@
 // example's own here) and the session_config a run opens its Session with.
 #include "examples/common/options.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <sstream>
 #include <string>
 
 #include "device/error.hpp"
 #include "device/units.hpp"
+#include "offload/checkpoint.hpp"
 
 namespace spillway::examples {
 
@@ -28,6 +33,78 @@ preset parse_preset(const std::string& text) {
   throw config_error("--preset: '" + text + "' is not a preset (tiny, small, medium, large)");
 }
 
+namespace {
+
+bool is_folder(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/// --save, --save-every and --resume, checked before any work (Session::save makes a missing
+/// folder whose parent exists).
+void check_checkpoint_folders(const example_options& o) {
+  if (o.save_every < 0)
+    throw config_error("--save-every: " + std::to_string(o.save_every) + " is not a number of steps; give 1 or more");
+  if (o.save_every > 0 && o.save.empty())
+    throw config_error("--save-every " + std::to_string(o.save_every) + " without --save: give the folder to save into");
+  if (!o.save.empty()) {
+    struct stat st {};
+    if (::stat(o.save.c_str(), &st) == 0) {
+      if (!S_ISDIR(st.st_mode)) throw config_error("--save: '" + o.save + "' is a file; give a folder");
+      if (::access(o.save.c_str(), W_OK) != 0) throw config_error("--save: the folder '" + o.save + "' is not writable");
+    } else {
+      std::string parent = o.save;
+      while (parent.size() > 1 && parent.back() == '/') parent.pop_back();
+      const auto slash = parent.rfind('/');
+      parent = slash == std::string::npos ? "." : slash == 0 ? "/" : parent.substr(0, slash);
+      if (!is_folder(parent))
+        throw config_error("--save: cannot make the folder '" + o.save + "': '" + parent + "' is not a folder");
+      if (::access(parent.c_str(), W_OK) != 0)
+        throw config_error("--save: cannot make the folder '" + o.save + "': '" + parent + "' is not writable");
+    }
+  }
+  if (!o.resume.empty()) {
+    if (!is_folder(o.resume)) throw config_error("--resume: '" + o.resume + "' is not a folder");
+    const checkpoint::reader r(o.resume);  // config_error or corruption_error naming the file
+    const resume_point p = parse_meta(r.meta(), "--resume " + o.resume);
+    if (p.seed != o.seed)
+      throw config_error("--resume " + o.resume + ": the checkpoint is of a run with --seed " + std::to_string(p.seed) +
+                         ", this run has --seed " + std::to_string(o.seed) + "; give --seed " + std::to_string(p.seed));
+    if (p.next_step >= o.steps)
+      throw config_error("--resume " + o.resume + ": the checkpoint is after step " + std::to_string(p.next_step) +
+                         " and --steps is " + std::to_string(o.steps) + ", which leaves nothing to run; give --steps above " +
+                         std::to_string(p.next_step) + " (--steps counts from the start of the training)");
+  }
+}
+
+}  // namespace
+
+std::string to_meta(const resume_point& p) {
+  return "spillway-example 1\nnext_step " + std::to_string(p.next_step) + "\nseed " + std::to_string(p.seed) + "\n";
+}
+
+resume_point parse_meta(const std::string& meta, const std::string& where) {
+  std::istringstream in(meta);
+  std::string word;
+  int version = 0;
+  resume_point p;
+  p.next_step = -1;
+  bool seed = false;
+  if (!(in >> word >> version) || word != "spillway-example" || version != 1)
+    throw config_error(where + ": the checkpoint was not saved by an example program (its meta does not start with "
+                       "\"spillway-example 1\")");
+  while (in >> word) {
+    if (word == "next_step" && in >> p.next_step) continue;
+    if (word == "seed" && in >> p.seed) {
+      seed = true;
+      continue;
+    }
+    throw config_error(where + ": the checkpoint's meta has '" + word + "' where a step or a seed should be");
+  }
+  if (p.next_step < 0 || !seed) throw config_error(where + ": the checkpoint's meta lacks its step or its seed");
+  return p;
+}
+
 void example_options::validate() const {
   session_config::validate();
   if (steps < 1) throw config_error("--steps: " + std::to_string(steps) + " is not a positive number of steps");
@@ -37,6 +114,7 @@ void example_options::validate() const {
     throw config_error("--budget-ratio and " + source_of("device_budget") + " both set the device budget; give one");
   if (budget_ratio > 0 && device_budget_ratio > 0)
     throw config_error("--budget-ratio and " + source_of("device_budget_ratio") + " both set the device budget; give one");
+  check_checkpoint_folders(*this);
 }
 
 session_config make_session_config(const example_options& o, std::uint64_t device_budget) {

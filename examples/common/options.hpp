@@ -27,11 +27,29 @@ struct example_options : session_config {
   std::uint64_t seed = 1;
   preset size = preset::small;
   std::string data;                      ///< gpt: text file to train on (empty: generated corpus)
+  std::string save;                      ///< folder to save a checkpoint into at the end (empty: none)
+  int save_every = 0;                    ///< > 0: also save every this many steps
+  std::string resume;                    ///< folder of a checkpoint to continue from (empty: start afresh)
 
   /// session_config::validate, then the example's own settings; config_error naming the first
-  /// bad one (by its flag or variable) and quoting its value.
+  /// bad one (by its flag or variable) and quoting its value. Checks the checkpoint folders
+  /// before any work: --save's can be written (or made), --resume's holds a checkpoint of a run
+  /// with this seed that stopped before --steps.
   void validate() const;
 };
+
+/// What a checkpoint's meta holds for the harness: where the loop goes on. Every model derives
+/// its batch and its Adam step (and so the warmup's learning rate) from the step index and the
+/// seed; nothing else lives outside the Session.
+struct resume_point {
+  std::int64_t next_step = 0;  ///< 0-based index of the step to run next (= steps done)
+  std::uint64_t seed = 0;
+};
+
+/// The meta text of a checkpoint at `p` ("spillway-example 1\nnext_step N\nseed S\n").
+[[nodiscard]] std::string to_meta(const resume_point& p);
+/// Parses to_meta's text; config_error naming `where` (the --resume folder) when it is not.
+[[nodiscard]] resume_point parse_meta(const std::string& meta, const std::string& where);
 
 /// The session_config for these options with the given device budget (0 = the device's memory).
 [[nodiscard]] session_config make_session_config(const example_options& o, std::uint64_t device_budget);

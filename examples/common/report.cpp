@@ -44,8 +44,10 @@ std::string format_header(const run_result& r) {
                      r.policy.c_str(), format_bytes(r.device_budget_bytes).c_str(),
                      format_bytes(r.device_memory_bytes).c_str());
   if (r.budget_ratio > 0)
-    s += printf_string("\n         budget %g x the footprint from step 2 on (step 1 records the footprint at the above)",
-                       r.budget_ratio);
+    s += printf_string("\n         budget %g x the footprint from step %d on (step %d records the footprint at the above)",
+                       r.budget_ratio, r.first_step + 2, r.first_step + 1);
+  if (!r.resumed_from.empty())
+    s += printf_string("\nresumed  from %s after step %d", r.resumed_from.c_str(), r.first_step);
   return s;
 }
 
@@ -72,6 +74,7 @@ std::string format_summary(const run_result& r) {
                      total, r.median_step_ms(), r.stall_ms, total > 0 ? 100.0 * r.stall_ms / total : 0.0);
   if (!r.losses.empty())
     s += "loss          " + format_loss(r.losses.front()) + " -> " + format_loss(r.losses.back()) + "\n";
+  if (!r.saved_to.empty()) s += printf_string("checkpoint    %s (after step %d)\n", r.saved_to.c_str(), r.saved_after);
   if (!r.chrome_trace.empty()) s += "chrome trace  " + r.chrome_trace + " (open in chrome://tracing or ui.perfetto.dev)\n";
   return s;
 }
@@ -104,6 +107,7 @@ nlohmann::json report_json(const run_result& r) {
           {"parameters", r.parameters},
           {"backend", r.backend},
           {"policy", r.policy},
+          {"first_step", r.first_step},
           {"losses", losses},
           {"step_ms", r.step_ms()},
           {"median_step_ms", r.median_step_ms()},

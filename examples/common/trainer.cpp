@@ -54,6 +54,11 @@ training_run::training_run(const example_options& o, const model_factory& make, 
   m_ = make();
   drain_ = std::make_unique<drain_on_exit>(*s_);
   m_->build(*s_);
+  if (!o_.resume.empty()) {  // validate() checked the seed and the step; load checks the tensors
+    const resume_point p = parse_meta(s_->load(o_.resume), "--resume " + o_.resume);
+    r_.first_step = static_cast<int>(p.next_step);
+    r_.resumed_from = o_.resume;
+  }
   r_.model = m_->describe();
   r_.parameters = m_->parameter_count();
   r_.backend = to_string(s_->device().properties().backend);
@@ -67,7 +72,7 @@ training_run::training_run(const example_options& o, const model_factory& make, 
 training_run::~training_run() = default;
 
 float training_run::step(const step_observer& on_step) {
-  const int step = steps_done();
+  const int step = next_step();
   s_->begin_iteration();
   const float loss = m_->train_step(*s_, step);
   const iteration_report rep = s_->end_iteration();
@@ -85,7 +90,7 @@ float training_run::step(const step_observer& on_step) {
     r_.fragmented_allocations += rep.fragmented_allocations;
   }
   r_.stall_ms += rep.stall_ms;
-  if (step == 0) {
+  if (steps_done() == 1) {
     // With a ratio up to 1 the Session set the budget after this recording step itself
     // (device_budget_ratio); a ratio above 1 is the trainer's to apply.
     r_.footprint_bytes = s_->footprint_bytes();
@@ -93,8 +98,15 @@ float training_run::step(const step_observer& on_step) {
     if (o_.budget_ratio > 1) s_->set_device_budget(budget_above_footprint());
     r_.device_budget_bytes = s_->device_budget();
   }
+  if (o_.save_every > 0 && next_step() % o_.save_every == 0) save_checkpoint();
   if (on_step) on_step(step, loss, rep);
   return loss;
+}
+
+void training_run::save_checkpoint() {
+  s_->save(o_.save, to_meta(resume_point{next_step(), o_.seed}));
+  r_.saved_to = o_.save;
+  r_.saved_after = next_step();
 }
 
 std::uint64_t training_run::budget_above_footprint() const {
@@ -106,13 +118,14 @@ run_result training_run::finish() {
     s_->write_chrome_trace(o_.chrome_trace);
     r_.chrome_trace = o_.chrome_trace;
   }
+  if (!o_.save.empty() && (r_.saved_to.empty() || r_.saved_after != next_step())) save_checkpoint();
   return r_;
 }
 
 run_result train(const example_options& o, const model_factory& make, const step_observer& on_step,
                  const start_observer& on_start) {
   training_run run(o, make, on_start);
-  for (int step = 0; step < o.steps; ++step) run.step(on_step);
+  while (run.next_step() < o.steps) run.step(on_step);
   return run.finish();
 }
 

@@ -60,6 +60,12 @@ struct run_result {
   /// which ran at the options' budget (the device's free memory); 0: the budget never changed.
   double budget_ratio = 0;
   std::string chrome_trace;              ///< where the Chrome trace was written, if anywhere
+  /// 0-based index of this run's first step: 0, or the step a --resume checkpoint was saved after.
+  /// `losses` and `iterations` are this run's, from that step on.
+  int first_step = 0;
+  std::string resumed_from;              ///< the --resume folder, if any
+  std::string saved_to;                  ///< the --save folder, once a checkpoint was saved there
+  int saved_after = 0;                   ///< steps done (from the start) at the last save
 
   /// Step times in ms, in order.
   [[nodiscard]] std::vector<double> step_ms() const;
@@ -67,7 +73,8 @@ struct run_result {
   [[nodiscard]] double median_step_ms() const;
 };
 
-/// Called after every step with its 0-based index, loss and report.
+/// Called after every step with its 0-based index (counted from the start of the training, also
+/// when resumed), loss and report.
 using step_observer = std::function<void(int step, float loss, const iteration_report& report)>;
 /// Called once the Session is open, before the first step (the footprint is known only after it,
 /// and with a budget ratio so is the budget).
@@ -81,7 +88,8 @@ class drain_on_exit;
 class training_run {
  public:
   /// Validates `o`, opens the Session (at the whole device when o.budget_ratio > 0) and builds the
-  /// model. Throws config_error for bad options before any work.
+  /// model; with o.resume, loads that checkpoint and goes on from its step. Throws config_error
+  /// for bad options before any work.
   training_run(const example_options& o, const model_factory& make, const start_observer& on_start = {});
   ~training_run();
   training_run(const training_run&) = delete;
@@ -89,10 +97,15 @@ class training_run {
 
   /// Runs the next step and returns its loss. After the first step, with o.budget_ratio > 0, the
   /// Session (its device_budget_ratio) sets the device budget to ratio x footprint (a config_error
-  /// when that is below the least any plan needs), so the following steps run under it.
+  /// when that is below the least any plan needs), so the following steps run under it. With
+  /// o.save_every, saves a checkpoint into o.save after every that many steps (from the start).
   float step(const step_observer& on_step = {});
+  /// Steps this run has done (not counting those before a resumed checkpoint).
   [[nodiscard]] int steps_done() const noexcept { return static_cast<int>(r_.losses.size()); }
-  /// Writes the Chrome trace if o.chrome_trace asks for one; the result of the steps run.
+  /// 0-based index of the next step, counted from the start of the training.
+  [[nodiscard]] int next_step() const noexcept { return r_.first_step + steps_done(); }
+  /// Writes the Chrome trace if o.chrome_trace asks for one, and a checkpoint into o.save unless
+  /// the last step already saved one; the result of the steps run.
   run_result finish();
   [[nodiscard]] const run_result& result() const noexcept { return r_; }
   /// The Session the steps run in (tests look at its device between steps).
@@ -100,6 +113,7 @@ class training_run {
 
  private:
   [[nodiscard]] std::uint64_t budget_above_footprint() const;  // o_.budget_ratio > 1: ratio x footprint
+  void save_checkpoint();  // into o_.save, after next_step() steps
 
   example_options o_;
   run_result r_;
@@ -108,7 +122,8 @@ class training_run {
   std::unique_ptr<drain_on_exit> drain_;  // first to go: waits for queued work that reads the model
 };
 
-/// Trains a model made by `make` for o.steps steps. With o.budget_ratio > 0 the first (recording)
+/// Trains a model made by `make` up to o.steps steps (from o.resume's checkpoint, when given, else
+/// from the start), saving into o.save when given. With o.budget_ratio > 0 the first (recording)
 /// step runs at the whole device and learns the footprint; the rest run at budget_ratio x
 /// footprint (the Session's device_budget_ratio setting). Throws config_error for bad options before any work,
 /// and for a ratio below the least any plan needs after the first step.
