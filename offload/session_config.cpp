@@ -59,6 +59,12 @@ double parse_real(std::string_view text, const std::string& where) {
   return v;
 }
 
+bool parse_bool(std::string_view text, const std::string& where) {
+  if (text == "true" || text == "1" || text == "yes" || text == "on") return true;
+  if (text == "false" || text == "0" || text == "no" || text == "off") return false;
+  throw config_error(where + ": cannot use " + as_given(text) + ": give true or false");
+}
+
 std::vector<std::string> split_list(std::string_view text) {
   std::vector<std::string> out;
   std::string cur;
@@ -97,14 +103,14 @@ struct place {
 };
 
 // How a setting's text becomes its value.
-enum class read_as : std::uint8_t { text, list, real, size, positive_size, count };
+enum class read_as : std::uint8_t { text, list, real, size, positive_size, count, boolean };
 
 // One row per setting: its names and help (public), how its text is read, where the value goes,
 // and (counts) the largest value allowed.
 struct row {
   session_config::setting names;
   read_as as;
-  std::variant<place<std::string>, place<std::vector<std::string>>, place<double>, place<std::uint64_t>> at;
+  std::variant<place<std::string>, place<std::vector<std::string>>, place<double>, place<std::uint64_t>, place<bool>> at;
   std::uint64_t max = 0;
 
   void assign(session_config& c, std::string_view t, const std::string& where) const {
@@ -115,6 +121,7 @@ struct row {
       case read_as::size: std::get<place<std::uint64_t>>(at).of(c) = parse_size(t, where, true); break;
       case read_as::positive_size: std::get<place<std::uint64_t>>(at).of(c) = parse_size(t, where); break;
       case read_as::count: std::get<place<std::uint64_t>>(at).of(c) = parse_count(t, where, max); break;
+      case read_as::boolean: std::get<place<bool>>(at).of(c) = parse_bool(t, where); break;
     }
   }
   /// The value as text, to tell whether the field still holds what an input gave.
@@ -123,6 +130,7 @@ struct row {
       case read_as::text: return std::get<place<std::string>>(at).of(c);
       case read_as::list: return join_list(std::get<place<std::vector<std::string>>>(at).of(c));
       case read_as::real: return show_real(std::get<place<double>>(at).of(c));
+      case read_as::boolean: return std::get<place<bool>>(at).of(c) ? "true" : "false";
       default: return std::to_string(std::get<place<std::uint64_t>>(at).of(c));
     }
   }
@@ -140,6 +148,8 @@ const row rows[] = {
      read_as::size, place<std::uint64_t>{&sc::cpu_device_memory}},
     {{"cpu_callback_seed", "N", "cpu backend: seed of the order of host functions ready at once (0: 1)"},
      read_as::count, place<std::uint64_t>{&sc::cpu_callback_seed}, u64_max},
+    {{"cpu_debug_host_access", "true|false", "cpu backend, debug: host code touching device memory outside a kernel or op.run dies naming the address (catches most such accesses)"},
+     read_as::boolean, place<bool>{&sc::cpu_debug_host_access}},
     {{"link_gbps", "GBPS", "cpu backend: host<->device link GB/s each way (0: unlimited)"},
      read_as::real, place<double>{&sc::link_gbps}},
     {{"device_budget", "SIZE", "device memory Spillway may use (0: what is free when the Session opens)"},
@@ -200,9 +210,10 @@ std::string known_variables() {
 // The JSON value of a scalar setting as the text a flag would give.
 std::string json_scalar_text(const nlohmann::json& v, const std::string& where) {
   if (v.is_string()) return v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
   if (v.is_number_unsigned() || v.is_number_integer()) return v.dump();
   if (v.is_number_float()) return show_real(v.get<double>());
-  throw config_error(where + ": must be a string or a number, not " + v.dump());
+  throw config_error(where + ": must be a string, a number or true/false, not " + v.dump());
 }
 
 // Tries to create a file in `dir` the way the NVMe tier will (an unnamed file, else a named one

@@ -25,6 +25,7 @@ struct session_config {
   std::string backend = "auto";           ///< "auto", "cpu" or "cuda"
   std::uint64_t cpu_device_memory = 0;    ///< cpu backend: emulated device memory; 0 = 1 GiB
   std::uint64_t cpu_callback_seed = 0;    ///< cpu backend: orders host functions ready at once; 0 = 1
+  bool cpu_debug_host_access = false;     ///< cpu backend: host access to device memory outside stream work dies
   double link_gbps = 0;                   ///< cpu backend: link GB/s each way; 0 = unlimited
 
   // How much of each tier to use.

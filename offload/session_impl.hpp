@@ -83,6 +83,7 @@ class session_impl {
     device_options o;
     o.cpu_device_memory = cfg.cpu_device_memory;
     o.strict.callback_seed = cfg.cpu_callback_seed;
+    o.debug_host_access = cfg.cpu_debug_host_access;
     o.h2d_bytes_per_second = cfg.link_gbps * 1e9;
     o.d2h_bytes_per_second = cfg.link_gbps * 1e9;
     dev = make_device(cfg.backend, o);
