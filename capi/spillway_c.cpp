@@ -1,0 +1,319 @@
+// The C API (capi/spillway.h) over the Session: handles are the C++ objects behind opaque
+// pointers, and every exception stops at this file's boundary as an spw_status and a message.
+#include "capi/spillway.h"
+
+#include <cstring>
+#include <exception>
+#include <new>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "offload/swap_policy.hpp"
+
+struct spw_session {
+  explicit spw_session(spillway::session_config config) : session(std::move(config)) {}
+  spillway::Session session;
+};
+
+struct spw_op {
+  spillway::Session::op_scope scope;
+};
+
+// Inside spw_op_run: the C++ host access, and the first failure spw_host_ptr met (it must not
+// throw through the caller's C frames), rethrown when the callback returns.
+struct spw_host {
+  const spillway::Session::op_scope::host_access* access;
+  mutable std::exception_ptr failure;
+};
+
+namespace {
+
+struct last_error_state {
+  spw_status status = SPW_OK;
+  std::string message;
+};
+thread_local last_error_state last_error;
+
+spw_status fail(spw_status status, const char* message) {
+  last_error.status = status;
+  last_error.message = message;
+  return status;
+}
+
+// The current exception as a status and a message. The order matters: corruption_error is an
+// io_error, and every kind is a spillway::error.
+spw_status from_current_exception() {
+  try {
+    throw;
+  } catch (const spillway::corruption_error& e) {
+    return fail(SPW_ERR_CORRUPTION, e.what());
+  } catch (const spillway::io_error& e) {
+    return fail(SPW_ERR_IO, e.what());
+  } catch (const spillway::config_error& e) {
+    return fail(SPW_ERR_CONFIG, e.what());
+  } catch (const spillway::usage_error& e) {
+    return fail(SPW_ERR_USAGE, e.what());
+  } catch (const spillway::out_of_memory& e) {
+    return fail(SPW_ERR_OUT_OF_MEMORY, e.what());
+  } catch (const spillway::cuda_error& e) {
+    return fail(SPW_ERR_CUDA, e.what());
+  } catch (const std::bad_alloc& e) {
+    return fail(SPW_ERR_OUT_OF_MEMORY, (std::string("host memory: ") + e.what()).c_str());
+  } catch (const std::exception& e) {
+    return fail(SPW_ERR_OTHER, e.what());
+  } catch (...) {
+    return fail(SPW_ERR_OTHER, "an exception that is not a std::exception");
+  }
+}
+
+// Runs `f`, turning whatever it throws into a status.
+template <class F>
+spw_status guarded(F&& f) noexcept {
+  try {
+    f();
+    return SPW_OK;
+  } catch (...) {
+    return from_current_exception();
+  }
+}
+
+spw_status null_argument(const char* call, const char* what) {
+  return fail(SPW_ERR_USAGE, (std::string(call) + ": " + what + " is NULL").c_str());
+}
+
+spillway::tensor_handle handle(spw_tensor t) { return spillway::tensor_handle{t.id}; }
+spw_tensor to_c(spillway::tensor_handle t) { return spw_tensor{t.id}; }
+
+std::optional<spillway::tensor_kind> kind_of(spw_kind k) {
+  switch (k) {
+    case SPW_PARAMETER: return spillway::tensor_kind::parameter;
+    case SPW_GRADIENT: return spillway::tensor_kind::gradient;
+    case SPW_OPTIMIZER_STATE: return spillway::tensor_kind::optimizer_state;
+    case SPW_ACTIVATION: return spillway::tensor_kind::activation;
+    case SPW_WORKSPACE: return spillway::tensor_kind::workspace;
+    case SPW_METRIC: return spillway::tensor_kind::metric;
+  }
+  return std::nullopt;
+}
+
+spillway::tensor_kind checked_kind(const char* call, spw_kind k) {
+  const auto kind = kind_of(k);
+  if (!kind) throw spillway::usage_error(std::string(call) + ": " + std::to_string(int(k)) + " is not an spw_kind");
+  return *kind;
+}
+
+std::vector<spillway::tensor_handle> handles(const char* call, const char* list, const spw_tensor* ts, size_t n) {
+  if (n > 0 && ts == nullptr)
+    throw spillway::usage_error(std::string(call) + ": " + list + " is NULL with a count of " + std::to_string(n));
+  std::vector<spillway::tensor_handle> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) out.push_back(handle(ts[i]));
+  return out;
+}
+
+spw_status open_session(spw_session** out, const char* call, spillway::session_config (*load)(const char*),
+                        const char* arg) {
+  if (out == nullptr) return null_argument(call, "out");
+  *out = nullptr;
+  return guarded([&] { *out = new spw_session(load(arg)); });
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* spw_last_error(void) { return last_error.message.c_str(); }
+spw_status spw_last_status(void) { return last_error.status; }
+
+const char* spw_status_name(spw_status status) {
+  switch (status) {
+    case SPW_OK: return "ok";
+    case SPW_ERR_CONFIG: return "config";
+    case SPW_ERR_USAGE: return "usage";
+    case SPW_ERR_IO: return "io";
+    case SPW_ERR_CORRUPTION: return "corruption";
+    case SPW_ERR_OUT_OF_MEMORY: return "out_of_memory";
+    case SPW_ERR_CUDA: return "cuda";
+    case SPW_ERR_OTHER: return "other";
+  }
+  return "unknown";
+}
+
+spw_status spw_session_from_env(spw_session** out) {
+  return open_session(out, "spw_session_from_env", [](const char*) { return spillway::session_config::from_env(); },
+                      nullptr);
+}
+
+spw_status spw_session_from_json_text(const char* json, spw_session** out) {
+  if (json == nullptr) return null_argument("spw_session_from_json_text", "json");
+  return open_session(out, "spw_session_from_json_text",
+                      [](const char* text) { return spillway::session_config::from_json_text(text); }, json);
+}
+
+spw_status spw_session_from_json_file(const char* path, spw_session** out) {
+  if (path == nullptr) return null_argument("spw_session_from_json_file", "path");
+  return open_session(out, "spw_session_from_json_file",
+                      [](const char* p) { return spillway::session_config::from_json_file(p); }, path);
+}
+
+void spw_session_destroy(spw_session* s) { delete s; }
+
+spw_status spw_device_budget(const spw_session* s, uint64_t* bytes) {
+  if (s == nullptr || bytes == nullptr) return null_argument("spw_device_budget", s == nullptr ? "the session" : "bytes");
+  *bytes = s->session.device_budget();
+  return SPW_OK;
+}
+
+spw_status spw_set_device_budget(spw_session* s, uint64_t bytes) {
+  if (s == nullptr) return null_argument("spw_set_device_budget", "the session");
+  return guarded([&] { s->session.set_device_budget(bytes); });
+}
+
+spw_status spw_footprint_bytes(const spw_session* s, uint64_t* bytes) {
+  if (s == nullptr || bytes == nullptr) return null_argument("spw_footprint_bytes", s == nullptr ? "the session" : "bytes");
+  return guarded([&] { *bytes = s->session.footprint_bytes(); });
+}
+
+spw_status spw_least_budget_bytes(const spw_session* s, uint64_t* bytes) {
+  if (s == nullptr || bytes == nullptr)
+    return null_argument("spw_least_budget_bytes", s == nullptr ? "the session" : "bytes");
+  return guarded([&] { *bytes = s->session.least_budget_bytes(); });
+}
+
+spw_status spw_add_persistent(spw_session* s, const char* name, uint64_t bytes, spw_kind kind, const void* initial,
+                              spw_tensor* out) {
+  constexpr const char* call = "spw_add_persistent";
+  if (s == nullptr || name == nullptr || out == nullptr)
+    return null_argument(call, s == nullptr ? "the session" : name == nullptr ? "name" : "out");
+  return guarded([&] { *out = to_c(s->session.add_persistent(name, bytes, checked_kind(call, kind), initial)); });
+}
+
+spw_status spw_add_transient(spw_session* s, const char* name, uint64_t bytes, spw_kind kind, spw_tensor* out) {
+  constexpr const char* call = "spw_add_transient";
+  if (s == nullptr || name == nullptr || out == nullptr)
+    return null_argument(call, s == nullptr ? "the session" : name == nullptr ? "name" : "out");
+  return guarded([&] { *out = to_c(s->session.add_transient(name, bytes, checked_kind(call, kind))); });
+}
+
+spw_status spw_add_view(spw_session* s, spw_tensor parent, uint64_t offset, uint64_t bytes, const char* name,
+                        spw_tensor* out) {
+  if (s == nullptr || out == nullptr) return null_argument("spw_add_view", s == nullptr ? "the session" : "out");
+  return guarded([&] { *out = to_c(s->session.add_view(handle(parent), offset, bytes, name == nullptr ? "" : name)); });
+}
+
+spw_status spw_release(spw_session* s, spw_tensor t) {
+  if (s == nullptr) return null_argument("spw_release", "the session");
+  return guarded([&] { s->session.release(handle(t)); });
+}
+
+spw_status spw_read(spw_session* s, spw_tensor t, void* host, uint64_t bytes) {
+  if (s == nullptr || host == nullptr) return null_argument("spw_read", s == nullptr ? "the session" : "host");
+  return guarded([&] { s->session.read(handle(t), host, bytes); });
+}
+
+spw_status spw_begin_iteration(spw_session* s, const char* tag) {
+  if (s == nullptr) return null_argument("spw_begin_iteration", "the session");
+  return guarded([&] { s->session.begin_iteration(tag == nullptr ? "train" : tag); });
+}
+
+spw_status spw_end_iteration(spw_session* s, spw_iteration_report* report) {
+  if (s == nullptr) return null_argument("spw_end_iteration", "the session");
+  return guarded([&] {
+    const spillway::iteration_report r = s->session.end_iteration();
+    if (report == nullptr) return;
+    *report = spw_iteration_report{};
+    report->iteration = r.iteration;
+    report->planned = r.planned ? 1 : 0;
+    std::strncpy(report->policy, r.policy.c_str(), sizeof report->policy - 1);
+    report->step_ms = r.step_ms;
+    report->stall_ms = r.stall_ms;
+    report->peak_device_bytes = r.peak_device_bytes;
+    report->h2d_bytes = r.h2d_bytes;
+    report->d2h_bytes = r.d2h_bytes;
+    report->nvme_read_bytes = r.nvme_read_bytes;
+    report->nvme_write_bytes = r.nvme_write_bytes;
+    report->on_demand_fetches = r.on_demand_fetches;
+    report->on_demand_evictions = r.on_demand_evictions;
+    report->prefetches_deferred = r.prefetches_deferred;
+  });
+}
+
+spw_status spw_op_begin(spw_session* s, const char* name, const spw_tensor* reads, size_t n_reads,
+                        const spw_tensor* writes, size_t n_writes, const spw_tensor* accumulates,
+                        size_t n_accumulates, spw_op** out) {
+  constexpr const char* call = "spw_op_begin";
+  if (s == nullptr || name == nullptr || out == nullptr)
+    return null_argument(call, s == nullptr ? "the session" : name == nullptr ? "name" : "out");
+  *out = nullptr;
+  return guarded([&] {
+    const auto r = handles(call, "reads", reads, n_reads);
+    const auto w = handles(call, "writes", writes, n_writes);
+    const auto a = handles(call, "accumulates", accumulates, n_accumulates);
+    *out = new spw_op{s->session.op(name, std::span<const spillway::tensor_handle>(r),
+                                    std::span<const spillway::tensor_handle>(w),
+                                    std::span<const spillway::tensor_handle>(a))};
+  });
+}
+
+spw_status spw_op_end(spw_op* op) {
+  if (op == nullptr) return null_argument("spw_op_end", "op");
+  // The scope's destructor ends the op and may throw; `op` is freed either way.
+  return guarded([&] { delete op; });
+}
+
+spw_status spw_op_ptr(const spw_op* op, spw_tensor t, void** out) {
+  if (op == nullptr || out == nullptr) return null_argument("spw_op_ptr", op == nullptr ? "op" : "out");
+  return guarded([&] { *out = op->scope.ptr(handle(t)); });
+}
+
+void* spw_op_stream(const spw_op* op) { return op == nullptr ? nullptr : op->scope.stream().handle; }
+
+spw_status spw_op_workspace(const spw_op* op, uint64_t bytes, void** out) {
+  if (op == nullptr || out == nullptr) return null_argument("spw_op_workspace", op == nullptr ? "op" : "out");
+  return guarded([&] { *out = op->scope.workspace(bytes); });
+}
+
+spw_status spw_op_run(spw_op* op, void (*fn)(const spw_host* h, void* user), void* user) {
+  if (op == nullptr || fn == nullptr) return null_argument("spw_op_run", op == nullptr ? "op" : "fn");
+  return guarded([&] {
+    op->scope.run([&](const spillway::Session::op_scope::host_access& access) {
+      spw_host h{&access, nullptr};
+      fn(&h, user);
+      if (h.failure) std::rethrow_exception(h.failure);
+    });
+  });
+}
+
+void* spw_host_ptr(const spw_host* h, spw_tensor t) {
+  if (h == nullptr) return nullptr;
+  try {
+    return h->access->ptr(handle(t));
+  } catch (...) {
+    if (!h->failure) h->failure = std::current_exception();
+    return nullptr;
+  }
+}
+
+spw_status spw_save(spw_session* s, const char* dir, const void* meta, size_t meta_len) {
+  if (s == nullptr || dir == nullptr) return null_argument("spw_save", s == nullptr ? "the session" : "dir");
+  if (meta == nullptr && meta_len > 0) return null_argument("spw_save", "meta (with a length above 0)");
+  return guarded([&] {
+    s->session.save(dir, meta_len == 0 ? std::string_view() : std::string_view(static_cast<const char*>(meta), meta_len));
+  });
+}
+
+spw_status spw_load(spw_session* s, const char* dir, void* meta, size_t capacity, size_t* meta_len) {
+  if (s == nullptr || dir == nullptr) return null_argument("spw_load", s == nullptr ? "the session" : "dir");
+  if (meta == nullptr && capacity > 0) return null_argument("spw_load", "meta (with a capacity above 0)");
+  return guarded([&] {
+    const std::string m = s->session.load(dir);
+    if (meta_len != nullptr) *meta_len = m.size();
+    if (capacity == 0) return;
+    const size_t n = m.size() < capacity ? m.size() : capacity;
+    std::memcpy(meta, m.data(), n);
+    if (n < capacity) static_cast<char*>(meta)[n] = '\0';
+  });
+}
+
+}  // extern "C"

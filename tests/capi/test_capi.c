@@ -1,0 +1,329 @@
+/* The C API (capi/spillway.h) tested from C: `test_capi CASE` runs one case and exits 0 when it
+ * passes; meson registers one test per case (tests/capi/meson.build), so each is counted. */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "capi/spillway.h"
+
+static int failures = 0;
+
+#define CHECK(cond)                                                                           \
+  do {                                                                                        \
+    if (!(cond)) {                                                                            \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed (last error: %s)\n", __FILE__, __LINE__, #cond, \
+              spw_last_error());                                                              \
+      ++failures;                                                                             \
+    }                                                                                         \
+  } while (0)
+/* A call that must succeed; the case stops when it does not. */
+#define OK(call)                                                                                         \
+  do {                                                                                                   \
+    spw_status st_ = (call);                                                                             \
+    if (st_ != SPW_OK) {                                                                                 \
+      fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__, #call, spw_status_name(st_), \
+              spw_last_error());                                                                         \
+      ++failures;                                                                                        \
+      return;                                                                                            \
+    }                                                                                                    \
+  } while (0)
+/* A call that must fail with `code` and a message that contains `part`. */
+#define FAILS(call, code, part)                                                                               \
+  do {                                                                                                        \
+    spw_status st_ = (call);                                                                                  \
+    if (st_ != (code) || spw_last_status() != (code) || strstr(spw_last_error(), (part)) == NULL) {           \
+      fprintf(stderr, "%s:%d: %s returned %s (\"%s\"), want %s with \"%s\"\n", __FILE__, __LINE__, #call,     \
+              spw_status_name(st_), spw_last_error(), spw_status_name(code), (part));                          \
+      ++failures;                                                                                             \
+    }                                                                                                         \
+  } while (0)
+
+enum { N = 1024 }; /* floats per tensor: 4 KiB */
+static const char* small_device = "{\"backend\": \"cpu\", \"cpu_device_memory\": \"16MiB\", \"policy\": \"auto\"}";
+
+/* ---- host functions ---------------------------------------------------------------------- */
+
+struct fill_args {
+  spw_tensor t;
+  float value;
+};
+static void fill(const spw_host* h, void* user) {
+  const struct fill_args* a = user;
+  float* p = spw_host_ptr(h, a->t);
+  for (int i = 0; i < N; ++i) p[i] = a->value + (float)i;
+}
+
+/* y = w * x; g += y (g accumulates). */
+struct axpy_args {
+  spw_tensor w, x, y, g;
+};
+static void mul_acc(const spw_host* h, void* user) {
+  const struct axpy_args* a = user;
+  const float* w = spw_host_ptr(h, a->w);
+  const float* x = spw_host_ptr(h, a->x);
+  float* y = spw_host_ptr(h, a->y);
+  float* g = spw_host_ptr(h, a->g);
+  for (int i = 0; i < N; ++i) {
+    y[i] = w[i] * x[i];
+    g[i] += y[i];
+  }
+}
+
+/* w -= 0.5 * g, in place. */
+static void step(const spw_host* h, void* user) {
+  const struct axpy_args* a = user;
+  float* w = spw_host_ptr(h, a->w);
+  const float* g = spw_host_ptr(h, a->g);
+  for (int i = 0; i < N; ++i) w[i] -= 0.5f * g[i];
+}
+
+static void asks_for_unnamed(const spw_host* h, void* user) {
+  const spw_tensor* t = user;
+  if (spw_host_ptr(h, *t) != NULL) ++failures;
+}
+
+static spw_status run_op(spw_session* s, const char* name, const spw_tensor* r, size_t nr, const spw_tensor* w,
+                         size_t nw, const spw_tensor* acc, size_t na, void (*fn)(const spw_host*, void*), void* user) {
+  spw_op* op;
+  spw_status st = spw_op_begin(s, name, r, nr, w, nw, acc, na, &op);
+  if (st != SPW_OK) return st;
+  st = spw_op_run(op, fn, user);
+  spw_status end = spw_op_end(op);
+  return st != SPW_OK ? st : end;
+}
+
+/* ---- cases --------------------------------------------------------------------------------- */
+
+/* A session from JSON text; persistent tensors with contents; per iteration a transient input,
+ * an op that reads, writes and accumulates, an in-place update, a host read of a metric. The
+ * results are those of the same arithmetic done here, every iteration, planned or not. */
+static void op_read_write_accumulate(void) {
+  spw_session* s;
+  OK(spw_session_from_json_text(small_device, &s));
+  float init[N], want_w[N], got[N];
+  for (int i = 0; i < N; ++i) want_w[i] = init[i] = 0.25f * (float)(i % 7);
+  spw_tensor w, g;
+  OK(spw_add_persistent(s, "w", sizeof init, SPW_PARAMETER, init, &w));
+  OK(spw_add_persistent(s, "w.grad", sizeof init, SPW_GRADIENT, NULL, &g));
+  for (int it = 1; it <= 4; ++it) {
+    OK(spw_begin_iteration(s, "train"));
+    spw_tensor x, y;
+    OK(spw_add_transient(s, "x", sizeof got, SPW_ACTIVATION, &x));
+    OK(spw_add_transient(s, "y", sizeof got, SPW_METRIC, &y));
+    struct fill_args f = {x, (float)it};
+    OK(run_op(s, "load.forward", NULL, 0, &x, 1, NULL, 0, fill, &f));
+    struct axpy_args a = {w, x, y, g};
+    spw_tensor reads[] = {w, x}, writes[] = {y}, accs[] = {g};
+    OK(run_op(s, "mul.forward", reads, 2, writes, 1, accs, 1, mul_acc, &a));
+    OK(spw_release(s, x));
+    OK(spw_read(s, y, got, sizeof got));
+    OK(spw_release(s, y));
+    spw_tensor sreads[] = {w, g}, swrites[] = {w};
+    OK(run_op(s, "sgd.step", sreads, 2, swrites, 1, NULL, 0, step, &a));
+    spw_iteration_report r;
+    OK(spw_end_iteration(s, &r));
+    CHECK(r.iteration == (uint64_t)it);
+    CHECK(r.planned == (it > 1));
+    CHECK(it == 1 || strcmp(r.policy, "auto") == 0);
+    CHECK(r.peak_device_bytes > 0);
+    for (int i = 0; i < N; ++i) {
+      const float y_i = want_w[i] * ((float)it + (float)i);
+      CHECK(got[i] == y_i);
+      want_w[i] -= 0.5f * y_i; /* the gradient starts from zero each iteration */
+      if (failures) break;
+    }
+  }
+  OK(spw_read(s, w, got, sizeof got));
+  CHECK(memcmp(got, want_w, sizeof got) == 0);
+  uint64_t budget = 0, footprint = 0, least = 0;
+  OK(spw_device_budget(s, &budget));
+  OK(spw_footprint_bytes(s, &footprint));
+  OK(spw_least_budget_bytes(s, &least));
+  CHECK(budget > 0 && footprint >= least && least > 0);
+  spw_session_destroy(s);
+}
+
+/* Every failure is a code with a message, and nothing is left open after it. */
+static void errors_are_codes_with_messages(void) {
+  spw_session* s = (spw_session*)&failures; /* set to NULL on failure */
+  FAILS(spw_session_from_json_text("{\"policy\": ", &s), SPW_ERR_CONFIG, "not valid JSON");
+  CHECK(s == NULL);
+  FAILS(spw_session_from_json_text("{\"polcy\": \"auto\"}", &s), SPW_ERR_CONFIG, "unknown setting");
+  FAILS(spw_session_from_json_text("{\"policy\": \"greedy\"}", &s), SPW_ERR_CONFIG, "greedy");
+  FAILS(spw_session_from_json_file("/nonexistent/spillway.json", &s), SPW_ERR_CONFIG, "/nonexistent/spillway.json");
+  CHECK(strcmp(spw_status_name(SPW_ERR_OUT_OF_MEMORY), "out_of_memory") == 0);
+
+  OK(spw_session_from_json_text(small_device, &s));
+  float init[N] = {0};
+  spw_tensor w, t;
+  OK(spw_add_persistent(s, "w", sizeof init, SPW_PARAMETER, init, &w));
+  FAILS(spw_add_persistent(s, "bad", sizeof init, (spw_kind)42, NULL, &t), SPW_ERR_USAGE, "not an spw_kind");
+  spw_op* op = (spw_op*)&failures;
+  FAILS(spw_op_begin(s, "outside.forward", &w, 1, NULL, 0, NULL, 0, &op), SPW_ERR_USAGE, "outside.forward");
+  CHECK(op == NULL);
+  FAILS(spw_op_begin(NULL, "x", NULL, 0, NULL, 0, NULL, 0, &op), SPW_ERR_USAGE, "NULL");
+
+  OK(spw_begin_iteration(s, NULL));
+  spw_tensor unknown = {9999};
+  FAILS(spw_op_begin(s, "unknown.forward", &unknown, 1, NULL, 0, NULL, 0, &op), SPW_ERR_USAGE, "");
+  FAILS(spw_op_begin(s, "null.forward", NULL, 2, NULL, 0, NULL, 0, &op), SPW_ERR_USAGE, "reads is NULL");
+  spw_tensor x;
+  OK(spw_add_transient(s, "x", sizeof init, SPW_ACTIVATION, &x));
+  FAILS(spw_read(s, x, init, sizeof init), SPW_ERR_USAGE, "\"x\"");  /* before any op wrote it */
+  /* An op whose host function asks for a tensor it does not name. */
+  struct fill_args f = {x, 1};
+  OK(run_op(s, "x.forward", NULL, 0, &x, 1, NULL, 0, fill, &f));
+  FAILS(run_op(s, "w.forward", &x, 1, NULL, 0, NULL, 0, asks_for_unnamed, &w), SPW_ERR_USAGE, "does not name");
+  OK(spw_release(s, x));
+  FAILS(spw_read(s, x, init, sizeof init), SPW_ERR_USAGE, "\"x\"");  /* after its release */
+  FAILS(spw_add_view(s, w, 0, 16, "w.part", &t), SPW_ERR_USAGE, "inside an iteration");
+  FAILS(spw_set_device_budget(s, 1 << 20), SPW_ERR_USAGE, "");
+  OK(spw_end_iteration(s, NULL));
+  FAILS(spw_end_iteration(s, NULL), SPW_ERR_USAGE, "");
+  FAILS(spw_set_device_budget(s, 0), SPW_ERR_CONFIG, "");
+  spw_session_destroy(s);
+  spw_session_destroy(NULL);
+}
+
+/* A flat buffer with a view per layer: ops name the views, the parent reads back whole, and a
+ * budget below the buffer's size still gives the same bytes. */
+static void views_of_a_flat_buffer(void) {
+  enum { layers = 4, per = N };
+  spw_session* s;
+  OK(spw_session_from_json_text(small_device, &s));
+  float* flat = malloc(sizeof(float) * layers * per);
+  float* back = malloc(sizeof(float) * layers * per);
+  for (int i = 0; i < layers * per; ++i) flat[i] = (float)i;
+  spw_tensor p, v[layers], bad;
+  OK(spw_add_persistent(s, "flat", sizeof(float) * layers * per, SPW_PARAMETER, flat, &p));
+  for (int l = 0; l < layers; ++l) {
+    char name[32];
+    snprintf(name, sizeof name, "layer%d.w", l);
+    OK(spw_add_view(s, p, sizeof(float) * (uint64_t)(l * per), sizeof(float) * per, l == 3 ? NULL : name, &v[l]));
+  }
+  FAILS(spw_add_view(s, p, 8, 16, "overlaps", &bad), SPW_ERR_CONFIG, "overlaps");
+  FAILS(spw_add_view(s, p, 0, sizeof(float) * (layers * per + 1), "past", &bad), SPW_ERR_CONFIG, "outside");
+  for (int it = 1; it <= 3; ++it) {
+    if (it == 2) { /* after the first iteration: the least budget, below the buffer's size */
+      uint64_t least = 0;
+      OK(spw_least_budget_bytes(s, &least));
+      CHECK(least > 0 && least < sizeof(float) * layers * per);
+      OK(spw_set_device_budget(s, least));
+    }
+    OK(spw_begin_iteration(s, "train"));
+    for (int l = 0; l < layers; ++l) {
+      struct axpy_args a = {v[l], v[l], v[l], v[l]};
+      spw_tensor g;
+      char name[32];
+      snprintf(name, sizeof name, "layer%d.g", l);
+      OK(spw_add_transient(s, name, sizeof(float) * per, SPW_ACTIVATION, &g));
+      a.g = g;
+      struct fill_args f = {g, 2.0f};
+      OK(run_op(s, "g.forward", NULL, 0, &g, 1, NULL, 0, fill, &f));
+      spw_tensor reads[] = {v[l], g};
+      OK(run_op(s, "sgd.step", reads, 2, &v[l], 1, NULL, 0, step, &a));
+      OK(spw_release(s, g));
+    }
+    OK(spw_end_iteration(s, NULL));
+  }
+  OK(spw_read(s, p, back, sizeof(float) * layers * per));
+  for (int i = 0; i < layers * per; ++i) {
+    const float g = 2.0f + (float)(i % per);
+    float want = (float)i;
+    for (int it = 0; it < 3; ++it) want -= 0.5f * g;
+    CHECK(back[i] == want);
+    if (failures) break;
+  }
+  free(flat);
+  free(back);
+  spw_session_destroy(s);
+}
+
+/* Device pointers, the stream and scratch of an op. */
+static void op_pointers_stream_workspace(void) {
+  spw_session* s;
+  OK(spw_session_from_json_text(small_device, &s));
+  float init[N] = {0};
+  spw_tensor w;
+  OK(spw_add_persistent(s, "w", sizeof init, SPW_PARAMETER, init, &w));
+  OK(spw_begin_iteration(s, "train"));
+  spw_op* op;
+  OK(spw_op_begin(s, "w.forward", &w, 1, NULL, 0, NULL, 0, &op));
+  void* p = NULL;
+  void* scratch = NULL;
+  CHECK(spw_op_ptr(op, w, &p) == SPW_OK && p != NULL);
+  spw_tensor unknown = {777};
+  CHECK(spw_op_ptr(op, unknown, &p) == SPW_ERR_USAGE);
+  CHECK(spw_op_stream(op) != NULL);
+  CHECK(spw_op_workspace(op, 4096, &scratch) == SPW_OK && scratch != NULL);
+  OK(spw_op_end(op));
+  OK(spw_end_iteration(s, NULL));
+  spw_session_destroy(s);
+}
+
+/* A checkpoint written from C and read back into a session, with the loop's meta. */
+static void checkpoint_round_trip(void) {
+  char dir[] = "/tmp/spw-capi-XXXXXX";
+  if (mkdtemp(dir) == NULL) {
+    ++failures;
+    return;
+  }
+  float a[N], b[N], got[N];
+  for (int i = 0; i < N; ++i) a[i] = (float)i, b[i] = -1.0f;
+  spw_session* s;
+  OK(spw_session_from_json_text(small_device, &s));
+  spw_tensor w;
+  OK(spw_add_persistent(s, "w", sizeof a, SPW_PARAMETER, a, &w));
+  OK(spw_save(s, dir, "step=7", 6));
+  spw_session_destroy(s);
+
+  OK(spw_session_from_json_text(small_device, &s));
+  OK(spw_add_persistent(s, "w", sizeof b, SPW_PARAMETER, b, &w));
+  char meta[4];
+  size_t len = 0;
+  OK(spw_load(s, dir, meta, sizeof meta, &len));
+  CHECK(len == 6 && memcmp(meta, "step", 4) == 0);
+  OK(spw_read(s, w, got, sizeof got));
+  CHECK(memcmp(got, a, sizeof got) == 0);
+  spw_session_destroy(s);
+
+  OK(spw_session_from_json_text(small_device, &s));
+  OK(spw_add_persistent(s, "other", sizeof b, SPW_PARAMETER, b, &w));
+  CHECK(spw_load(s, dir, NULL, 0, NULL) != SPW_OK && strlen(spw_last_error()) > 0);
+  spw_session_destroy(s);
+  char cmd[64];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CHECK(system(cmd) == 0);
+}
+
+static const struct {
+  const char* name;
+  void (*run)(void);
+} cases[] = {
+    {"op_read_write_accumulate", op_read_write_accumulate},
+    {"errors_are_codes_with_messages", errors_are_codes_with_messages},
+    {"views_of_a_flat_buffer", views_of_a_flat_buffer},
+    {"op_pointers_stream_workspace", op_pointers_stream_workspace},
+    {"checkpoint_round_trip", checkpoint_round_trip},
+};
+
+int main(int argc, char** argv) {
+  const size_t n = sizeof cases / sizeof cases[0];
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s CASE (cases:", argv[0]);
+    for (size_t i = 0; i < n; ++i) fprintf(stderr, " %s", cases[i].name);
+    fprintf(stderr, ")\n");
+    return 2;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (strcmp(argv[1], cases[i].name) != 0) continue;
+    cases[i].run();
+    printf("%s: %s\n", cases[i].name, failures ? "FAILED" : "ok");
+    return failures ? 1 : 0;
+  }
+  fprintf(stderr, "%s: no case %s\n", argv[0], argv[1]);
+  return 2;
+}
