@@ -34,7 +34,7 @@ void Session::save(const std::string& dir, std::string_view meta) {
   auto& s = *impl_;
   SPILLWAY_EXPECTS_T(usage_error, !s.in_iteration,
                      "save(\"" + dir + "\") inside an iteration; call it after end_iteration()");
-  SPILLWAY_EXPECTS_T(config_error, !dir.empty(), "save: the checkpoint folder is empty; give a folder");
+  if (dir.empty()) throw config_error("save: the checkpoint folder is an empty string; give a folder");
   const std::vector<tensor_id> ids = s.checkpoint_ids();
   std::vector<checkpoint::entry> entries;
   entries.reserve(ids.size());
@@ -64,7 +64,7 @@ std::string Session::load(const std::string& dir) {
   auto& s = *impl_;
   SPILLWAY_EXPECTS_T(usage_error, !s.in_iteration,
                      "load(\"" + dir + "\") inside an iteration; call it after end_iteration()");
-  SPILLWAY_EXPECTS_T(config_error, !dir.empty(), "load: the checkpoint folder is empty; give a folder");
+  if (dir.empty()) throw config_error("load: the checkpoint folder is an empty string; give a folder");
   const std::vector<tensor_id> ids = s.checkpoint_ids();
   std::vector<checkpoint::entry> expected;
   expected.reserve(ids.size());
