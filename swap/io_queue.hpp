@@ -12,6 +12,10 @@
 //  * Fixed buffers: after register_buffers(iov), an op with buffer_index >= 0 must lie inside
 //    iov[buffer_index] (after update_buffer(i, b), inside b for index i). Registration may fail
 //    (returns -errno); ops then use buffer_index -1.
+//  * cancel(op) asks the queue to give up an op in flight (io_uring: IORING_OP_ASYNC_CANCEL). The
+//    op still comes back from reap() exactly once: -ECANCELED when the cancel won, else its own
+//    result whenever the kernel finishes it (a read already on the drive cannot be stopped), so
+//    the caller keeps the op and its buffer until then (Note [Hung completions] in io_ring.cpp).
 //  * A queue is used by one thread at a time (its ring's I/O thread).
 #pragma once
 
@@ -69,6 +73,13 @@ class io_queue : public abstract_interface {
   /// Starts `ops` (at most depth() minus those in flight). Throws io_error when the kernel
   /// refuses the submission itself (not when an op fails: that comes back from reap()).
   virtual void submit(std::span<io_op* const> ops) = 0;
+  /// Asks for `op` (in flight) to be cancelled; 0 when the request went out, or -errno. Whether
+  /// it won shows in the op's completion, which reap() still returns once. This default cannot
+  /// cancel: -EOPNOTSUPP (the op completes in its own time).
+  virtual int cancel(io_op* op) {
+    (void)op;
+    return -EOPNOTSUPP;
+  }
   /// Waits up to `timeout` for one completion, then collects those already done, up to
   /// out.size(). Returns how many were written to `out`.
   virtual std::size_t reap(std::span<io_completion> out, std::chrono::microseconds timeout) = 0;

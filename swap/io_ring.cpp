@@ -26,13 +26,28 @@ namespace spillway::detail {
 // Finished blocks are handed to their owners only after the next batch is submitted: the
 // owner's work (CRC32C of the block) then overlaps the drive's, instead of draining the queue.
 
+// Note [Hung completions]
+// A drive or a kernel can lose a completion: the request is in flight and nothing comes back.
+// Waiting for ever would hang training with no word of why, so each submitted block gets a
+// deadline (nvme_options::io_timeout after its submission). When it passes, the ring asks the
+// queue to cancel the request (io_uring: IORING_OP_ASYNC_CANCEL; the thread queue can only drop
+// an op no thread has started) and tells the block's owner, which fails its move with an
+// io_error naming the tensor, the swap directory and "no completion after N ms". The block is
+// *abandoned*, not finished: the kernel may still be reading into or writing from its buffer, and
+// the request still occupies a place in the file. So the block stays in flight until its late
+// completion (or the cancel's -ECANCELED) is reaped; only then does its owner free the block, its
+// buffer (nvme_tier::after_settled holds a caller's buffer back as well) and its place in the file.
+// A ring stopping with abandoned blocks does not wait for them: it closes its queue (io_uring's
+// teardown and the thread queue's join wait for the kernel) and then completes them -ECANCELED.
+
 namespace {
 constexpr std::size_t max_fixed_buffer = std::size_t{1} << 30;  // io_uring's limit per buffer
 }
 
 io_ring::io_ring(std::unique_ptr<io_queue> queue, pinned_host_pool* pool, ring_counters& counters,
-                 unsigned max_retries, bool huge_pages)
-    : queue_(std::move(queue)), pool_(pool), counters_(counters), max_retries_(max_retries), huge_pages_(huge_pages) {
+                 unsigned max_retries, bool huge_pages, std::chrono::milliseconds timeout)
+    : queue_(std::move(queue)), pool_(pool), counters_(counters), max_retries_(max_retries), huge_pages_(huge_pages),
+      timeout_(timeout) {
   refresh_buffers();  // pinning is slow: pay for the regions that exist now here, not on the first move
   thread_ = std::thread([this] { run(); });
 }
@@ -45,6 +60,11 @@ io_ring::~io_ring() {
   cv_.notify_all();
   thread_.join();
   queue_->unregister_buffers();
+  queue_.reset();  // waits for what the kernel still holds
+  for (block_io* b : flying_) {  // abandoned, their completions never came
+    counters_.abandoned.fetch_sub(1, std::memory_order_relaxed);
+    b->owner->complete(*b, -ECANCELED);
+  }
 }
 
 void io_ring::post(const std::vector<block_io*>& blocks) {
@@ -155,10 +175,33 @@ int io_ring::buffer_index(const void* p, std::size_t n) const {
 
 void io_ring::finish(block_io* b, int result) noexcept { finished_.emplace_back(b, result); }
 
+void io_ring::abandon_overdue() noexcept {
+  const auto now = std::chrono::steady_clock::now();
+  for (block_io* b : flying_) {
+    if (b->abandoned || now < b->deadline) continue;
+    b->abandoned = true;
+    ++abandoned_;
+    counters_.timed_out.fetch_add(1, std::memory_order_relaxed);
+    counters_.abandoned.fetch_add(1, std::memory_order_relaxed);
+    (void)queue_->cancel(b);  // whether it wins shows in the completion, still awaited
+    b->owner->abandon(*b, timeout_);
+  }
+}
+
 void io_ring::handle(io_completion c, std::deque<block_io*>& ready, unsigned& in_flight) noexcept {
   auto* b = static_cast<block_io*>(c.op);
   --in_flight;
   const int res = c.result;
+  if (auto it = std::find(flying_.begin(), flying_.end(), b); it != flying_.end()) {
+    *it = flying_.back();
+    flying_.pop_back();
+  }
+  if (b->abandoned) {  // the late completion: only now may the owner free the block and its buffer
+    --abandoned_;
+    counters_.abandoned.fetch_sub(1, std::memory_order_relaxed);
+    finish(b, res < 0 ? res : 0);
+    return;
+  }
   if (res == -EAGAIN || res == -EINTR) {
     if (++b->retries > max_retries_) {
       finish(b, -EAGAIN);
@@ -199,7 +242,7 @@ void io_ring::run() {
       std::unique_lock lock(m_);
       if (in_flight == 0 && ready.empty() && finished_.empty())
         cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
-      if (stop_ && pending_.empty() && in_flight == 0 && ready.empty() && finished_.empty()) return;
+      if (stop_ && pending_.empty() && in_flight == abandoned_ && ready.empty() && finished_.empty()) return;
       ready.insert(ready.end(), pending_.begin(), pending_.end());
       pending_.clear();
     }
@@ -218,7 +261,10 @@ void io_ring::run() {
     }
     if (!batch.empty()) {
       try {
+        const auto deadline = std::chrono::steady_clock::now() + timeout_;
+        for (io_op* op : batch) static_cast<block_io*>(op)->deadline = deadline;
         queue_->submit(batch);
+        for (io_op* op : batch) flying_.push_back(static_cast<block_io*>(op));
         in_flight += static_cast<unsigned>(batch.size());
         counters_.ops.fetch_add(batch.size(), std::memory_order_relaxed);
       } catch (const io_error& e) {
@@ -239,6 +285,7 @@ void io_ring::run() {
       log(log_level::error, std::string("nvme tier: reaping completions failed: ") + e.what());
     }
     for (std::size_t i = 0; i < n; ++i) handle(done[i], ready, in_flight);
+    if (timeout_.count() > 0 && flying_.size() > abandoned_) abandon_overdue();
   }
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -30,8 +31,13 @@ class block_owner {
   /// Called once before the block's first submission (a bounced write fills its buffer).
   virtual void prepare(block_io& b) noexcept = 0;
   /// Called once when the block is finished: `result` is its full length, or -errno.
-  /// The block may be freed by the owner from here on.
+  /// The block may be freed by the owner from here on. For a block abandoned before (see
+  /// abandon), this is the late completion: the kernel is done with its buffer only now.
   virtual void complete(block_io& b, int result) noexcept = 0;
+  /// Called once when the block's completion is `after` overdue (Note [Hung completions]). The
+  /// block stays in flight, cancelled, and still ends in complete(); until then its buffer and
+  /// its place in the file must not be reused.
+  virtual void abandon(block_io& b, std::chrono::milliseconds after) noexcept = 0;
 
  protected:
   ~block_owner() = default;
@@ -44,6 +50,8 @@ struct block_io : io_op {
   std::uint32_t index = 0;  ///< block number within its owner
   unsigned retries = 0;     ///< -EAGAIN retries so far
   bool prepared = false;
+  bool abandoned = false;   ///< overdue and cancelled; its completion is awaited, not used
+  std::chrono::steady_clock::time_point deadline{};  ///< when its completion is overdue
 };
 
 /// Counters the rings share with their tier (all SUM or COUNT, relaxed atomics).
@@ -54,6 +62,8 @@ struct ring_counters {
   std::atomic<std::uint64_t> short_transfers{0};  ///< COUNT of short reads/writes continued
   std::atomic<std::uint64_t> huge_page_bytes{0};  ///< SUM of new regions' bytes huge pages back (measured)
   std::atomic<std::uint64_t> region_pins{0};      ///< COUNT of pool regions registered (each time)
+  std::atomic<std::uint64_t> timed_out{0};        ///< COUNT of blocks abandoned after io_timeout
+  std::atomic<std::uint64_t> abandoned{0};        ///< COUNT of abandoned blocks not completed yet
 };
 
 class io_ring {
@@ -61,10 +71,13 @@ class io_ring {
   /// `pool` (may be null): its regions are registered as fixed buffers now and again whenever
   /// the ring is idle and they have changed; with `huge_pages`, each region new to the ring is
   /// measured for huge-page backing once registered (Note [Counting huge-page bytes]).
-  /// `max_retries`: -EAGAIN resubmissions per block before it fails.
+  /// `max_retries`: -EAGAIN resubmissions per block before it fails. `timeout`: how long a
+  /// submitted block may wait for its completion before it is abandoned (0: for ever).
   io_ring(std::unique_ptr<io_queue> queue, pinned_host_pool* pool, ring_counters& counters, unsigned max_retries,
-          bool huge_pages);
-  ~io_ring();  // finishes everything posted, then stops
+          bool huge_pages, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  // Finishes everything posted, then stops; abandoned blocks still in flight then end in
+  // complete(-ECANCELED) once the queue is closed (the kernel is done with them).
+  ~io_ring();
   io_ring(const io_ring&) = delete;
   io_ring& operator=(const io_ring&) = delete;
 
@@ -83,6 +96,7 @@ class io_ring {
   [[nodiscard]] int buffer_index(const void* p, std::size_t n) const;
   void finish(block_io* b, int result) noexcept;
   void handle(io_completion c, std::deque<block_io*>& ready, unsigned& in_flight) noexcept;
+  void abandon_overdue() noexcept;
 
   std::unique_ptr<io_queue> queue_;
   pinned_host_pool* pool_;
@@ -96,6 +110,9 @@ class io_ring {
   unsigned next_slot_ = 0;
   static constexpr unsigned max_slots = 4096;
   std::vector<std::pair<block_io*, int>> finished_;  // done, not yet handed to owners
+  std::chrono::milliseconds timeout_;
+  std::vector<block_io*> flying_;  // submitted, not reaped (abandoned ones included)
+  unsigned abandoned_ = 0;         // of flying_
 
   std::mutex m_;
   std::condition_variable cv_;

@@ -2,6 +2,8 @@
 // tensor as blocks through the rings with a CRC32C per block. See Note [I/O seam].
 #include "swap/nvme_tier.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -75,7 +77,9 @@ class nvme_transfer final : public block_owner {
       b.owner = this;
       b.index = static_cast<std::uint32_t>(i);
     }
-    remaining_.store(n);
+    user_bytes_ = rec.bytes;
+    unsettled_.store(n);
+    parts_.store(n + 1);
   }
 
   void prepare(block_io& b) noexcept override {
@@ -92,6 +96,10 @@ class nvme_transfer final : public block_owner {
 
   void complete(block_io& b, int result) noexcept override {
     const std::size_t i = b.index;
+    if (b.abandoned) {  // its move failed already; the kernel is done with its buffer only now
+      drop_part();
+      return;
+    }
     if (result < 0) {
       fail(std::make_exception_ptr(io_error(describe(i, kind_ == io_kind::write ? "write" : "read") + ": " +
                                                 std::strerror(-result),
@@ -110,18 +118,43 @@ class nvme_transfer final : public block_owner {
         fail(std::make_exception_ptr(corruption_error(describe(i, "read") + ": checksum mismatch (CRC32C expected " +
                                                       hex(rec_.crc[i]) + ", got " + hex(got) + ")")));
     }
-    if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) finish();
+    settle();
+    drop_part();
   }
 
-  /// Runs when every block is done (or at once when there are none).
+  void abandon(block_io& b, std::chrono::milliseconds after) noexcept override {
+    abandoned_.fetch_add(1, std::memory_order_relaxed);
+    fail(std::make_exception_ptr(io_error(describe(b.index, kind_ == io_kind::write ? "write" : "read") +
+                                              ": no completion after " + std::to_string(after.count()) +
+                                              " ms; the request was cancelled",
+                                          ETIMEDOUT)));
+    settle();
+  }
+
+  /// Runs when every block is done or abandoned (or at once when there are none): the move is
+  /// over. The transfer itself lives on until every block has come back (retire).
   void finish() noexcept {
+    if (kind_ == io_kind::write && !tier_.direct_ && !has_abandoned()) flush_buffered();
     std::exception_ptr e;
     {
       std::lock_guard lock(error_mutex_);
       e = error_;
     }
     tier_.finished(this, e);
+    drop_part();
   }
+
+  /// True when some block was abandoned: the kernel may still use its buffer and file blocks.
+  [[nodiscard]] bool has_abandoned() const noexcept { return abandoned_.load(std::memory_order_relaxed) > 0; }
+  /// True when `p` lies in the caller's buffer of this move.
+  [[nodiscard]] bool uses(const void* p) const noexcept {
+    const auto* c = static_cast<const char*>(p);
+    return c >= user_ && c < user_ + std::max<std::size_t>(user_bytes_, 1);
+  }
+  /// Extents of a failed write, held out of the allocator until retire.
+  std::vector<std::pair<std::uint32_t, extent>> held_extents;
+  /// after_settled callbacks waiting for this move's abandoned blocks.
+  std::vector<std::function<void()>> deferred;
 
   [[nodiscard]] io_kind kind() const noexcept { return kind_; }
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
@@ -153,6 +186,32 @@ class nvme_transfer final : public block_owner {
     std::lock_guard lock(error_mutex_);
     if (!error_) error_ = std::move(e);
   }
+  // Note [Buffered writes and a full disk]
+  // With O_DIRECT a full disk (or a failing drive) answers the write itself with -ENOSPC/-EIO.
+  // A buffered write (a file system that refuses O_DIRECT) only fills the page cache: the error
+  // comes at writeback, the block on disk keeps old bytes, and the tensor would be stored with a
+  // CRC of bytes that never reached the disk: a "checksum mismatch" on some later read, long
+  // after the cause. So a buffered write is flushed (fdatasync, which reports writeback errors)
+  // before it counts as stored, and a failure there fails the write, naming the directory.
+  void flush_buffered() noexcept {
+    std::vector<std::uint32_t> files;
+    for (const auto& p : rec_.blocks)
+      if (std::find(files.begin(), files.end(), p.file) == files.end()) files.push_back(p.file);
+    for (const auto f : files) {
+      if (::fdatasync(tier_.files_[f].fd()) == 0) continue;
+      const int err = errno;
+      fail(std::make_exception_ptr(io_error("nvme tier: write of tensor '" + name_ + "' to the swap file in '" +
+                                                tier_.files_[f].directory() + "' failed when flushed: " +
+                                                std::strerror(err),
+                                            err)));
+    }
+  }
+  void settle() noexcept {
+    if (unsettled_.fetch_sub(1, std::memory_order_acq_rel) == 1) finish();
+  }
+  void drop_part() noexcept {
+    if (parts_.fetch_sub(1, std::memory_order_acq_rel) == 1) tier_.retire(this);
+  }
 
   nvme_tier& tier_;
   io_kind kind_;
@@ -163,7 +222,10 @@ class nvme_transfer final : public block_owner {
   bool whole_ = false;
   bool tail_ = false;
   std::vector<block_io> blocks_;
-  std::atomic<std::size_t> remaining_{0};
+  std::size_t user_bytes_ = 0;
+  std::atomic<std::size_t> unsettled_{0};  // blocks neither complete nor abandoned
+  std::atomic<std::size_t> parts_{0};      // blocks not come back, plus one for finish()
+  std::atomic<std::size_t> abandoned_{0};
   std::mutex error_mutex_;
   std::exception_ptr error_;
   nvme_tier::completion on_done_;
@@ -181,6 +243,9 @@ nvme_tier::nvme_tier(nvme_options options, pinned_host_pool* pool)
     throw config_error("nvme tier: nvme.block_size " + std::to_string(options_.block_size) + " is not between 512 B and 1 GiB");
   if (options_.queue_depth < 1 || options_.queue_depth > 4096)
     throw config_error("nvme tier: nvme.queue_depth " + std::to_string(options_.queue_depth) + " is not between 1 and 4096");
+  if (options_.io_timeout.count() < 0)
+    throw config_error("nvme tier: nvme.io_timeout_ms " + std::to_string(options_.io_timeout.count()) +
+                       " is negative; give milliseconds, or 0 to wait for ever");
   if (options_.rings < 1 || options_.rings > 64)
     throw config_error("nvme tier: nvme.rings " + std::to_string(options_.rings) + " is not between 1 and 64");
   const std::size_t nfiles = options_.directories.size();
@@ -205,7 +270,7 @@ nvme_tier::nvme_tier(nvme_options options, pinned_host_pool* pool)
   // so each region counts once (Note [Counting huge-page bytes] in io_ring.cpp).
   for (unsigned r = 0; r < options_.rings; ++r)
     rings_.push_back(std::make_unique<detail::io_ring>(make(options_.queue_depth), pool_, *counters_, options_.max_retries,
-                                                          options_.huge_pages && r == 0));
+                                                          options_.huge_pages && r == 0, options_.io_timeout));
 }
 
 nvme_tier::~nvme_tier() {
@@ -374,9 +439,13 @@ void nvme_tier::finished(detail::nvme_transfer* t, std::exception_ptr error) noe
   {
     std::lock_guard lock(mutex_);
     auto& rec = t->rec();
+    if (t->has_abandoned()) abandoned_.push_back(t);  // before on_done, which may call after_settled
     if (t->kind() == io_kind::write) {
       if (error) {
-        release(rec);
+        if (t->has_abandoned())  // the kernel may still write there: out of use until retire
+          t->held_extents = std::move(rec.extents);
+        else
+          release(rec);
         tensors_.erase(t->name());  // rec is gone from here on
         ++failed_moves_;
       } else {
@@ -392,19 +461,48 @@ void nvme_tier::finished(detail::nvme_transfer* t, std::exception_ptr error) noe
         bytes_read_ += rec.bytes;
     }
   }
-  std::unique_ptr<detail::nvme_transfer> owned(t);
-  if (owned->on_done()) {
+  if (t->on_done()) {
     try {
-      owned->on_done()(error);
+      t->on_done()(error);
     } catch (...) {  // a completion must not throw; the move's own result still stands
     }
+    t->on_done() = nullptr;  // what it holds goes now, not when the last block comes back
   }
-  auto state = owned->state();
-  owned.reset();
-  state->finish(error);
+  t->state()->finish(error);
   std::lock_guard lock(mutex_);
   --in_flight_;
   idle_cv_.notify_all();
+}
+
+void nvme_tier::retire(detail::nvme_transfer* t) noexcept {
+  std::unique_ptr<detail::nvme_transfer> owned(t);
+  std::vector<std::function<void()>> deferred;
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = std::find(abandoned_.begin(), abandoned_.end(), t); it != abandoned_.end()) abandoned_.erase(it);
+    for (const auto& [f, e] : t->held_extents) space_[f].deallocate(e);
+    deferred = std::move(t->deferred);
+  }
+  owned.reset();
+  for (auto& release : deferred) {
+    try {
+      release();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a release must not throw; nothing to undo
+    }
+  }
+}
+
+void nvme_tier::after_settled(const void* buffer, std::function<void()> release) {
+  {
+    std::lock_guard lock(mutex_);
+    for (auto* t : abandoned_) {
+      if (t->uses(buffer)) {
+        t->deferred.push_back(std::move(release));
+        return;
+      }
+    }
+  }
+  release();
 }
 
 void nvme_tier::erase(const std::string& name) {
@@ -453,6 +551,8 @@ nvme_stats nvme_tier::stats() const {
   s.short_transfers = counters_->short_transfers.load(std::memory_order_relaxed);
   s.huge_page_bytes = counters_->huge_page_bytes.load(std::memory_order_relaxed);
   s.region_pins = counters_->region_pins.load(std::memory_order_relaxed);
+  s.timed_out_ios = counters_->timed_out.load(std::memory_order_relaxed);
+  s.abandoned_ios = counters_->abandoned.load(std::memory_order_relaxed);
   return s;
 }
 

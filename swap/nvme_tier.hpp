@@ -14,10 +14,16 @@
 //  * read() verifies every block's CRC32C; a mismatch fails the read with corruption_error
 //    naming the tensor and the offset. A failed read leaves the tensor stored.
 //  * Errors reach the handle (and on_done), never the I/O thread; the tier keeps working.
+//  * A block whose completion does not come within io_timeout fails its move with an io_error
+//    (ETIMEDOUT) naming the tensor and the swap directory; the request is cancelled, and its
+//    place in the file (and the tier's own buffers) stay out of use until the kernel is really
+//    done with it (Note [Hung completions] in io_ring.cpp). The caller's buffer of such a move
+//    may be touched by the kernel until then too: free it through after_settled().
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -54,6 +60,9 @@ struct nvme_options {
   unsigned rings = 1;
   /// -EAGAIN resubmissions per block before it fails.
   unsigned max_retries = 1000;
+  /// How long one block's I/O may go without a completion before its move fails (the request
+  /// is cancelled; Note [Hung completions] in io_ring.cpp). 0: wait for ever.
+  std::chrono::milliseconds io_timeout{30000};
   /// Measure how much of each registered pool region huge pages back, into
   /// nvme_stats::huge_page_bytes. The backing itself is chosen when the region is mapped:
   /// Device::allocate_pinned asks for huge pages before pinning (Note [Huge pages for
@@ -82,6 +91,10 @@ struct nvme_stats {
   std::uint64_t huge_page_bytes = 0;
   std::uint64_t region_pins = 0;      ///< COUNT of pool regions registered as fixed buffers, each time
   std::uint64_t failed_moves = 0;     ///< COUNT of reads or writes that ended in an error
+  std::uint64_t timed_out_ios = 0;    ///< COUNT of block I/Os abandoned after io_timeout
+  /// COUNT of those whose late completion has not come yet: their buffers and file blocks are
+  /// still held out of use.
+  std::uint64_t abandoned_ios = 0;
   /// False when the kernel refused io_uring and pread/pwrite threads serve the tier instead
   /// (swap/thread_queue.hpp; a warning goes to the log).
   bool io_uring = true;
@@ -120,6 +133,10 @@ class nvme_tier {
   move_handle read(const std::string& name, void* dst, std::size_t dst_capacity = 0, completion on_done = {});
   /// Frees a stored tensor's blocks. Throws usage_error when it is being written or read.
   void erase(const std::string& name);
+  /// Runs `release` (which frees `buffer`) now, or, when `buffer` is the buffer of a move that
+  /// timed out and whose I/O the kernel may still be doing, once that I/O has really ended (on
+  /// an I/O thread, or in the destructor). For callers that reuse the buffers of failed moves.
+  void after_settled(const void* buffer, std::function<void()> release);
 
   [[nodiscard]] bool contains(const std::string& name) const;
   /// The tensor's size in bytes; throws when not stored.
@@ -159,7 +176,8 @@ class nvme_tier {
   void place(record& r, const std::string& name);  // under mutex_
   void release(record& r);                         // under mutex_
   void grow_files(std::uint64_t per_file);         // under mutex_
-  void finished(detail::nvme_transfer* t, std::exception_ptr error) noexcept;
+  void finished(detail::nvme_transfer* t, std::exception_ptr error) noexcept;  // the move is over
+  void retire(detail::nvme_transfer* t) noexcept;  // and the kernel is done with all its blocks
   move_handle start(std::unique_ptr<detail::nvme_transfer> t);
 
   nvme_options options_;
@@ -179,6 +197,7 @@ class nvme_tier {
   std::uint64_t failed_moves_ = 0;
   std::uint64_t in_flight_ = 0;
   std::uint32_t next_start_file_ = 0;
+  std::vector<detail::nvme_transfer*> abandoned_;  // finished, with blocks the kernel still holds
 
   std::unique_ptr<detail::ring_counters> counters_;
   std::vector<std::unique_ptr<detail::io_ring>> rings_;  // last: stopped first

@@ -47,6 +47,21 @@ class thread_queue final : public io_queue {
     work_cv_.notify_all();
   }
 
+  // An op no thread has taken yet comes back at once as -ECANCELED; a pread/pwrite already
+  // running cannot be stopped (-EALREADY): it comes back when the system call returns, and the
+  // ring keeps it abandoned until then (Note [Hung completions] in io_ring.cpp).
+  int cancel(io_op* op) override {
+    {
+      std::lock_guard lock(mutex_);
+      auto it = std::find(pending_.begin(), pending_.end(), op);
+      if (it == pending_.end()) return -EALREADY;
+      pending_.erase(it);
+      done_.push_back({op, -ECANCELED});
+    }
+    done_cv_.notify_one();
+    return 0;
+  }
+
   std::size_t reap(std::span<io_completion> out, std::chrono::microseconds timeout) override {
     std::unique_lock lock(mutex_);
     done_cv_.wait_for(lock, timeout, [this] { return !done_.empty(); });

@@ -88,6 +88,29 @@ class uring_queue final : public io_queue {
     flush();
   }
 
+  // The cancel request carries a tag of its own as user_data; its CQE (0, -ENOENT, -EALREADY)
+  // is dropped by reap(): the cancelled op reports itself.
+  int cancel(io_op* op) override {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) {
+      try {
+        flush();
+      } catch (const io_error& e) {
+        return -e.error_number();
+      }
+      sqe = io_uring_get_sqe(&ring_);
+      if (sqe == nullptr) return -EBUSY;
+    }
+    io_uring_prep_cancel(sqe, op, 0);
+    io_uring_sqe_set_data(sqe, &cancel_tag_);
+    try {
+      flush();
+    } catch (const io_error& e) {
+      return -e.error_number();
+    }
+    return 0;
+  }
+
   std::size_t reap(std::span<io_completion> out, std::chrono::microseconds timeout) override {
     if (out.empty()) return 0;
     io_uring_cqe* cqe = nullptr;
@@ -104,6 +127,10 @@ class uring_queue final : public io_queue {
       throw io_error(std::string("io_uring: waiting for completions failed: ") + std::strerror(-rc), -rc);
     std::size_t n = 0;
     while (n < out.size() && io_uring_peek_cqe(&ring_, &cqe) == 0 && cqe != nullptr) {
+      if (io_uring_cqe_get_data(cqe) == &cancel_tag_) {  // a cancel request's own answer
+        io_uring_cqe_seen(&ring_, cqe);
+        continue;
+      }
       out[n].op = static_cast<io_op*>(io_uring_cqe_get_data(cqe));
       out[n].result = cqe->res;
       ++n;
@@ -125,6 +152,7 @@ class uring_queue final : public io_queue {
   io_uring ring_{};
   unsigned depth_;
   bool registered_ = false;
+  char cancel_tag_ = 0;  // its address marks cancel requests' CQEs
 };
 
 }  // namespace

@@ -15,10 +15,12 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "swap/io_queue.hpp"
+#include "swap/thread_queue.hpp"
 
 namespace spillway::test {
 
@@ -61,7 +63,10 @@ inline std::vector<unsigned char> random_bytes(std::size_t n, std::uint64_t seed
 
 /// What to do to the k-th op (counted from 1, per kind, over every queue sharing the plan).
 struct fault_plan {
-  enum class action { none, fail, short_transfer, zero_transfer, eagain, eintr, corrupt_on_disk };
+  /// hold: the op is done, but its completion is held back (a lost completion) until
+  /// release_held is set or the queue goes. short_then_fail: a short transfer, and the op's
+  /// continuation then fails with `error` (a disk filling up mid-block).
+  enum class action { none, fail, short_transfer, zero_transfer, eagain, eintr, corrupt_on_disk, hold, short_then_fail };
   io_kind kind = io_kind::write;
   action what = action::none;
   int error = EIO;              ///< for fail: the errno reported
@@ -70,9 +75,14 @@ struct fault_plan {
   std::atomic<std::uint64_t> reads{0};
   std::atomic<std::uint64_t> writes{0};
   std::atomic<std::uint64_t> hits{0};
+  int only_fd = -1;                        ///< when >= 0, only ops on this file count
+  std::atomic<bool> release_held{false};   ///< hand back the held completions
+  std::atomic<std::uint64_t> cancels{0};   ///< COUNT of cancel() calls seen
+  std::atomic<std::uint64_t> held{0};      ///< COUNT of completions held now
 
-  bool hit(io_kind k) {
+  bool hit(io_kind k, int fd = -1) {
     if (what == action::none || k != kind) return false;
+    if (only_fd >= 0 && fd != only_fd) return false;
     const std::uint64_t n = (k == io_kind::read ? reads : writes).fetch_add(1) + 1;
     const bool h = n >= first && (count == 0 || n < first + count);
     if (h) hits.fetch_add(1);
@@ -92,17 +102,56 @@ class fault_queue final : public io_queue {
   int register_buffers(std::span<const iovec> b) override { return inner_->register_buffers(b); }
   void unregister_buffers() noexcept override { inner_->unregister_buffers(); }
   void submit(std::span<io_op* const> ops) override { inner_->submit(ops); }
+  int cancel(io_op* op) override {
+    plan_->cancels.fetch_add(1);
+    return inner_->cancel(op);  // the op is done inside: a held completion stays held
+  }
+  ~fault_queue() override { plan_->held.fetch_sub(held_.size()); }
 
   std::size_t reap(std::span<io_completion> out, std::chrono::microseconds timeout) override {
-    const std::size_t n = inner_->reap(out, timeout);
-    for (std::size_t i = 0; i < n; ++i) alter(out[i]);
+    if (plan_->release_held && !held_.empty()) {
+      std::size_t n = 0;
+      while (n < out.size() && !held_.empty()) {
+        out[n++] = held_.back();
+        held_.pop_back();
+        plan_->held.fetch_sub(1);
+      }
+      return n;
+    }
+    const std::size_t got = inner_->reap(out, timeout);
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < got; ++i) {
+      io_completion c = out[i];
+      if (alter(c)) out[n++] = c;
+    }
     return n;
   }
 
  private:
-  void alter(io_completion& c) {
-    if (c.result < 0 || !plan_->hit(c.op->kind)) return;
+  // False when the completion is held back.
+  bool alter(io_completion& c) {
+    if (c.result < 0) return true;
+    if (auto it = continuing_.find(c.op); it != continuing_.end()) {  // the rest of a short_then_fail op
+      continuing_.erase(it);
+      c.result = -plan_->error;
+      return true;
+    }
+    if (!plan_->hit(c.op->kind, c.op->fd)) return true;
     switch (plan_->what) {
+      case fault_plan::action::hold:
+        held_.push_back(c);
+        plan_->held.fetch_add(1);
+        return false;
+      case fault_plan::action::short_then_fail: {
+        const int half = (c.result / 2) / 4096 * 4096;
+        if (half > 0) {
+          c.result = half;
+          continuing_.insert(c.op);
+        } else {
+          c.result = -plan_->error;
+        }
+        break;
+      }
       case fault_plan::action::fail:
         c.result = -plan_->error;
         break;
@@ -127,6 +176,7 @@ class fault_queue final : public io_queue {
       case fault_plan::action::none:
         break;
     }
+    return true;
   }
   // Flips one byte of the block just written, on disk, through an aligned read-modify-write.
   static void corrupt(const io_op& op) {
@@ -141,12 +191,21 @@ class fault_queue final : public io_queue {
 
   std::unique_ptr<io_queue> inner_;
   std::shared_ptr<fault_plan> plan_;
+  std::vector<io_completion> held_;
+  std::set<io_op*> continuing_;
 };
 
 /// A make_queue for nvme_options that wraps every ring's queue with `plan`.
 inline auto faulty(std::shared_ptr<fault_plan> plan) {
   return [plan](unsigned depth) -> std::unique_ptr<io_queue> {
     return std::make_unique<fault_queue>(make_uring_queue(depth), plan);
+  };
+}
+
+/// The same over the pread/pwrite thread queue the tier falls back to without io_uring.
+inline auto faulty_threads(std::shared_ptr<fault_plan> plan) {
+  return [plan](unsigned depth) -> std::unique_ptr<io_queue> {
+    return std::make_unique<fault_queue>(make_thread_queue(depth), plan);
   };
 }
 
