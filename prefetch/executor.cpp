@@ -165,7 +165,10 @@ void executor::read(tensor_id id, void* host) {
     device_->synchronize_stream(compute_);
     return;
   }
-  if (st.pending_save.valid()) st.pending_save.wait();
+  try {  // a failed save kept the bytes where they were; its op or iteration reports the error
+    if (st.pending_save.valid()) st.pending_save.wait();
+  } catch (const io_error&) {  // NOLINT(bugprone-empty-catch)
+  }
   backing_->get(id, st.desc.name, host, st.desc.bytes);
 }
 
@@ -345,9 +348,10 @@ void* executor::allocate_bytes(std::uint64_t bytes, stream s, bool may_evict, co
     std::sort(own.begin(), own.end());
     own.erase(std::unique(own.begin(), own.end()), own.end());
     std::uint64_t pinned_bytes = 0;
-    for (auto t : own) pinned_bytes += tensors_[t]->desc.bytes;
-    for (const auto& sc : scratch_) pinned_bytes += sc.second;
-    if (for_tensor == nullptr) pinned_bytes += bytes;  // a tensor of the op is among pinned_ already
+    // Each as placed (rounded to the granule), so the hinted budget is one that fits them.
+    for (auto t : own) pinned_bytes += device_budget::placed(tensors_[t]->desc.bytes);
+    for (const auto& sc : scratch_) pinned_bytes += device_budget::placed(sc.second);
+    if (for_tensor == nullptr) pinned_bytes += device_budget::placed(bytes);  // a tensor of the op is among pinned_ already
     const std::string what = for_tensor != nullptr ? "tensor \"" + for_tensor->desc.name + "\"" : std::string("scratch");
     throw out_of_memory("executor: op " + std::to_string(current_op_) + " needs " + what + " (" + format_bytes(bytes) +
                         ") but " + format_bytes(in_use_) + " of the " + format_bytes(budget().bytes()) +

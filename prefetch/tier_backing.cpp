@@ -339,7 +339,9 @@ void tier_backing::land(const std::string& name, void* dst, void* staging, std::
   }
   if (err) {
     mark->abandon();
-    if (!copying) free_staging(staging, bytes);  // else the device failed under the copy: leave it
+    // else the device failed under the copy: leave it. A read that timed out may still land in
+    // the block: it goes back once the kernel is done with it (Note [Hung completions]).
+    if (!copying) nvme_->after_settled(staging, [this, staging, bytes] { free_staging(staging, bytes); });
     try {
       std::rethrow_exception(err);
     } catch (const corruption_error&) {
