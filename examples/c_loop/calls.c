@@ -62,6 +62,12 @@ static uint64_t train_footprint; /* footprint of the first (train) iteration */
 void end_iteration(spw_session* s) {
   spw_iteration_report r;
   check(spw_end_iteration(s, &r), "end_iteration");
+  const char* verbose = getenv("C_LOOP_REPORTS");
+  if (verbose != NULL && *verbose != '\0' && *verbose != '0')
+    fprintf(stderr, "iteration %llu planned %d policy %s peak %llu h2d %llu d2h %llu fetches %llu evictions %llu\n",
+            (unsigned long long)r.iteration, r.planned, r.policy, (unsigned long long)r.peak_device_bytes,
+            (unsigned long long)r.h2d_bytes, (unsigned long long)r.d2h_bytes,
+            (unsigned long long)r.on_demand_fetches, (unsigned long long)r.on_demand_evictions);
   totals.iteration = r.iteration;
   if (r.iteration == 1) check(spw_footprint_bytes(s, &train_footprint), "footprint_bytes");
   if (r.iteration > 1 && r.peak_device_bytes > totals.peak_device_bytes) totals.peak_device_bytes = r.peak_device_bytes;

@@ -3,7 +3,8 @@
  * released after their last use, each layer call is an op naming the views it touches and runs
  * the unchanged layer function of layers.c on host pointers (calls.c), gradients accumulate.
  * Usage: c_loop_wrapped [--steps N] [--eval-every N] [--least-budget] [--config FILE]
- * (or C_LOOP_STEPS, C_LOOP_EVAL_EVERY); Session settings from SPILLWAY_* (or FILE). */
+ * (or C_LOOP_STEPS, C_LOOP_EVAL_EVERY); Session settings from SPILLWAY_* (or FILE). A summary line
+ * goes to stderr at the end; C_LOOP_REPORTS=1 adds a line per iteration. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -155,6 +155,18 @@ static void errors_are_codes_with_messages(void) {
   FAILS(spw_session_from_json_text("{\"policy\": \"greedy\"}", &s), SPW_ERR_CONFIG, "greedy");
   FAILS(spw_session_from_json_file("/nonexistent/spillway.json", &s), SPW_ERR_CONFIG, "/nonexistent/spillway.json");
   CHECK(strcmp(spw_status_name(SPW_ERR_OUT_OF_MEMORY), "out_of_memory") == 0);
+  /* From the environment: a bad value is refused naming the variable; good ones open a session. */
+  setenv("SPILLWAY_POLICY", "greedy", 1);
+  FAILS(spw_session_from_env(&s), SPW_ERR_CONFIG, "SPILLWAY_POLICY");
+  setenv("SPILLWAY_POLICY", "lms", 1);
+  setenv("SPILLWAY_BACKEND", "cpu", 1);
+  setenv("SPILLWAY_CPU_DEVICE_MEMORY", "16MiB", 1);
+  OK(spw_session_from_env(&s));
+  uint64_t budget = 0;
+  OK(spw_device_budget(s, &budget));
+  CHECK(budget > 0 && budget <= 16u << 20);
+  spw_session_destroy(s);
+  unsetenv("SPILLWAY_POLICY"), unsetenv("SPILLWAY_BACKEND"), unsetenv("SPILLWAY_CPU_DEVICE_MEMORY");
 
   OK(spw_session_from_json_text(small_device, &s));
   float init[N] = {0};
