@@ -190,7 +190,38 @@ struct fio_figures {
   double write = 0, read = 0;
   bool ran = false;
   std::string command;
+  std::string memory_note;  ///< how fio's buffers were backed, when not by huge pages as asked
 };
+
+// fio's buffers on huge pages, as the tier's registered buffers are (Device::allocate_pinned asks
+// for them): a file on a mounted hugetlbfs (--iomem=mmaphuge:FILE) when there is one, else SysV
+// shared memory on huge pages (--iomem=shmhuge), in both cases only when /proc/meminfo shows
+// enough free huge pages for `need` bytes. Empty (fio's own memory) otherwise, with `note` saying
+// why, so the comparison says what it compared.
+std::string fio_huge_memory(std::size_t need, std::string& note) {
+  std::uint64_t free_pages = 0, page_kib = 0;
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string key; meminfo >> key;) {
+    std::uint64_t v = 0;
+    meminfo >> v;
+    if (key == "HugePages_Free:") free_pages = v;
+    if (key == "Hugepagesize:") page_kib = v;
+    meminfo.ignore(256, '\n');
+  }
+  const std::uint64_t free_bytes = free_pages * page_kib * 1024;
+  if (free_bytes < need) {
+    std::string thp;  // e.g. "always [madvise] never": fio's own memory gets THP only under [always]
+    std::getline(std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled"), thp);
+    note = "fio's buffers are in ordinary memory: " + std::to_string(free_pages) + " huge pages free (" +
+           format_bytes(free_bytes) + "), " + format_bytes(need) + " needed for --iomem=mmaphuge/shmhuge" +
+           (thp.empty() ? "" : "; transparent huge pages: " + thp);
+    return {};
+  }
+  std::ifstream mounts("/proc/mounts");
+  for (std::string dev, dir, type, rest; mounts >> dev >> dir >> type && std::getline(mounts, rest);)
+    if (type == "hugetlbfs" && ::access(dir.c_str(), W_OK) == 0) return "--iomem=mmaphuge:" + dir + "/spillway-fio.huge";
+  return "--iomem=shmhuge";
+}
 
 // fio with the tier's settings: io_uring, O_DIRECT, registered buffers, same block size and
 // depth, one job per directory, a write pass then a read pass of the same file(s).
@@ -204,6 +235,9 @@ fio_figures run_fio(const std::vector<std::string>& dirs, std::size_t n, std::ui
                                   "--size=" + std::to_string(std::max<std::size_t>(per_job, bs)),
                                   "--numjobs=" + std::to_string(dirs.size()), "--group_reporting=1",
                                   "--directory=" + dir_list, "--filename_format=spillway-fio.$jobnum"};
+  // fio keeps bs * iodepth bytes of buffers per job; a little more for alignment.
+  std::string iomem = fio_huge_memory(dirs.size() * (std::size_t{bs} * depth + (2u << 20)), f.memory_note);
+  if (!iomem.empty()) common.push_back(iomem);
   auto run_pass = [&](const std::string& rw) -> double {
     auto argv = common;
     argv.push_back("--name=" + rw);
@@ -223,6 +257,12 @@ fio_figures run_fio(const std::vector<std::string>& dirs, std::size_t n, std::ui
   };
   double w = 0, r = 0;
   bool ok = true;
+  if (!iomem.empty() && run_pass("write") < 0) {  // huge pages refused after all: fio's own memory
+    std::erase(common, iomem);
+    f.command.clear();
+    f.memory_note = "fio refused huge-page buffers (" + iomem + "); its buffers are in ordinary memory";
+    iomem.clear();
+  }
   for (int k = 0; k < repeats && ok; ++k) {
     const double wk = run_pass("write");
     const double rk = run_pass("read");
@@ -233,6 +273,10 @@ fio_figures run_fio(const std::vector<std::string>& dirs, std::size_t n, std::ui
   for (std::size_t j = 0; j < dirs.size(); ++j) {
     std::error_code ec;
     std::filesystem::remove(dirs[j] + "/spillway-fio." + std::to_string(j), ec);
+  }
+  if (const std::string huge = "--iomem=mmaphuge:"; iomem.starts_with(huge)) {
+    std::error_code ec;
+    std::filesystem::remove(iomem.substr(huge.size()), ec);
   }
   f.ran = ok;
   f.write = w;
@@ -327,6 +371,7 @@ int run(const tiers_args& a) {
     const auto theirs = run_fio(dirs, n, best_bs, best_depth, 1);
     fio.ran = theirs.ran;
     fio.command = theirs.command;
+    fio.memory_note = theirs.memory_note;
     fio.write = std::max(fio.write, theirs.write);
     fio.read = std::max(fio.read, theirs.read);
     if (!theirs.ran) break;
@@ -336,7 +381,8 @@ int run(const tiers_args& a) {
             << ", " << nv.fixed_ops << "/" << nv.ops << " ops on fixed buffers, " << format_bytes(nv.huge_page_bytes)
             << " of registered buffers on huge pages)\n";
   if (fio.ran)
-    std::cout << "fio        write " << fio.write << " GB/s, read " << fio.read << " GB/s\n  (" << fio.command << ")\n";
+    std::cout << "fio        write " << fio.write << " GB/s, read " << fio.read << " GB/s\n  (" << fio.command << ")\n"
+              << (fio.memory_note.empty() ? "" : "  note: " + fio.memory_note + "\n");
   else
     std::cout << "fio        could not run (is fio installed?): no NVMe baseline\n";
 
