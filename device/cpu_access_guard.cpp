@@ -123,6 +123,16 @@ guarded_arena::guarded_arena(std::size_t capacity) {
   base_ = reinterpret_cast<std::uintptr_t>(p);
   span_ = reserve;
   free_.emplace(base_, span_);
+  // Opening the arena once here is where a system that accounts every writable page
+  // (vm.overcommit_memory=2 ignores MAP_NORESERVE) refuses it: a clear error now, not an abort
+  // in the middle of stream work. Later opens are not charged again.
+  if (::mprotect(p, span_, PROT_READ | PROT_WRITE) != 0 || ::mprotect(p, span_, PROT_NONE) != 0) {
+    const int err = errno;
+    ::munmap(p, span_);
+    throw out_of_memory("cpu device: cannot make the " + format_bytes(reserve) +
+                        " of guarded device memory of debug_host_access writable: " + std::strerror(err) +
+                        "; give a smaller cpu_device_memory");
+  }
   try {
     install_handler();
   } catch (...) {
