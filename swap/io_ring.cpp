@@ -192,10 +192,9 @@ void io_ring::handle(io_completion c, std::deque<block_io*>& ready, unsigned& in
   auto* b = static_cast<block_io*>(c.op);
   --in_flight;
   const int res = c.result;
-  if (auto it = std::find(flying_.begin(), flying_.end(), b); it != flying_.end()) {
-    *it = flying_.back();
-    flying_.pop_back();
-  }
+  flying_[b->flying_slot] = flying_.back();  // out of the list, in O(1)
+  flying_[b->flying_slot]->flying_slot = b->flying_slot;
+  flying_.pop_back();
   if (b->abandoned) {  // the late completion: only now may the owner free the block and its buffer
     --abandoned_;
     counters_.abandoned.fetch_sub(1, std::memory_order_relaxed);
@@ -264,7 +263,10 @@ void io_ring::run() {
         const auto deadline = std::chrono::steady_clock::now() + timeout_;
         for (io_op* op : batch) static_cast<block_io*>(op)->deadline = deadline;
         queue_->submit(batch);
-        for (io_op* op : batch) flying_.push_back(static_cast<block_io*>(op));
+        for (io_op* op : batch) {
+          static_cast<block_io*>(op)->flying_slot = static_cast<std::uint32_t>(flying_.size());
+          flying_.push_back(static_cast<block_io*>(op));
+        }
         in_flight += static_cast<unsigned>(batch.size());
         counters_.ops.fetch_add(batch.size(), std::memory_order_relaxed);
       } catch (const io_error& e) {

@@ -51,6 +51,7 @@ struct block_io : io_op {
   unsigned retries = 0;     ///< -EAGAIN retries so far
   bool prepared = false;
   bool abandoned = false;   ///< overdue and cancelled; its completion is awaited, not used
+  std::uint32_t flying_slot = 0;  ///< its place in the ring's list of blocks in flight
   std::chrono::steady_clock::time_point deadline{};  ///< when its completion is overdue
 };
 
