@@ -90,8 +90,12 @@ cpu_device::~cpu_device() {
     // that the wedge error already told what went wrong.
     if (stuck) callback_thread_.detach();
     else callback_thread_.join();
-    // The host function left behind may still touch device memory: the arena stays mapped.
-    if (stuck) (void)arena_.release();
+    // The host function left behind may still touch device memory: the arena stays mapped,
+    // with its blocks.
+    if (stuck && arena_) {
+      (void)arena_.release();
+      device_blocks_.clear();
+    }
   }
   for (auto& [p, n] : device_blocks_) release_block(p, n);
   for (auto& [p, n] : pinned_blocks_) ::munmap(reinterpret_cast<void*>(p), round_up(n, page));
