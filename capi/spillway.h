@@ -7,8 +7,8 @@
  *   for (int step = 0; step < steps; ++step) {
  *     spw_begin_iteration(s, "train");
  *     spw_tensor y;  spw_add_transient(s, "fc.out", y_bytes, SPW_ACTIVATION, &y);
- *     spw_tensor reads[] = {w, x}, writes[] = {y};
- *     spw_op* op;  spw_op_begin(s, "fc.forward", reads, 2, writes, 1, NULL, 0, &op);
+ *     spw_tensor reads[] = {w}, writes[] = {y};
+ *     spw_op* op;  spw_op_begin(s, "fc.forward", reads, 1, writes, 1, NULL, 0, &op);
  *     spw_op_run(op, fc_forward_on_host, &args);       // or launch on spw_op_stream(op) with spw_op_ptr
  *     spw_op_end(op);
  *     spw_release(s, y);
@@ -20,6 +20,7 @@
  * device/error.hpp) and leaves a message, retrievable on the same thread with spw_last_error()
  * until the next failing call there. Nothing is thrown across this header and nothing is printed.
  * The semantics of each call are those of the Session method of the same name (swap_policy.hpp).
+ * A session, like a Session, is used from one thread at a time.
  */
 #ifndef SPILLWAY_H
 #define SPILLWAY_H

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <exception>
 #include <new>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,22 +84,25 @@ spw_status null_argument(const char* call, const char* what) {
 spillway::tensor_handle handle(spw_tensor t) { return spillway::tensor_handle{t.id}; }
 spw_tensor to_c(spillway::tensor_handle t) { return spw_tensor{t.id}; }
 
-std::optional<spillway::tensor_kind> kind_of(spw_kind k) {
-  switch (k) {
+// A kind as the caller passed it. C lets any int through an spw_kind, and in C++ reading one
+// outside the enumerators is undefined, so its bytes are read as an int.
+int kind_value(const spw_kind& k) {
+  static_assert(sizeof(spw_kind) == sizeof(int));
+  int v;
+  std::memcpy(&v, &k, sizeof v);
+  return v;
+}
+
+spillway::tensor_kind checked_kind(const char* call, const spw_kind& k) {
+  switch (kind_value(k)) {
     case SPW_PARAMETER: return spillway::tensor_kind::parameter;
     case SPW_GRADIENT: return spillway::tensor_kind::gradient;
     case SPW_OPTIMIZER_STATE: return spillway::tensor_kind::optimizer_state;
     case SPW_ACTIVATION: return spillway::tensor_kind::activation;
     case SPW_WORKSPACE: return spillway::tensor_kind::workspace;
     case SPW_METRIC: return spillway::tensor_kind::metric;
+    default: throw spillway::usage_error(std::string(call) + ": " + std::to_string(kind_value(k)) + " is not an spw_kind");
   }
-  return std::nullopt;
-}
-
-spillway::tensor_kind checked_kind(const char* call, spw_kind k) {
-  const auto kind = kind_of(k);
-  if (!kind) throw spillway::usage_error(std::string(call) + ": " + std::to_string(int(k)) + " is not an spw_kind");
-  return *kind;
 }
 
 std::vector<spillway::tensor_handle> handles(const char* call, const char* list, const spw_tensor* ts, size_t n) {
@@ -127,7 +129,10 @@ const char* spw_last_error(void) { return last_error.message.c_str(); }
 spw_status spw_last_status(void) { return last_error.status; }
 
 const char* spw_status_name(spw_status status) {
-  switch (status) {
+  static_assert(sizeof(spw_status) == sizeof(int));
+  int v;  // read as an int, as kind_value does: a C caller may pass any int
+  std::memcpy(&v, &status, sizeof v);
+  switch (v) {
     case SPW_OK: return "ok";
     case SPW_ERR_CONFIG: return "config";
     case SPW_ERR_USAGE: return "usage";

@@ -155,6 +155,7 @@ static void errors_are_codes_with_messages(void) {
   FAILS(spw_session_from_json_text("{\"policy\": \"greedy\"}", &s), SPW_ERR_CONFIG, "greedy");
   FAILS(spw_session_from_json_file("/nonexistent/spillway.json", &s), SPW_ERR_CONFIG, "/nonexistent/spillway.json");
   CHECK(strcmp(spw_status_name(SPW_ERR_OUT_OF_MEMORY), "out_of_memory") == 0);
+  CHECK(strcmp(spw_status_name((spw_status)99), "unknown") == 0);
   /* From the environment: a bad value is refused naming the variable; good ones open a session. */
   setenv("SPILLWAY_POLICY", "greedy", 1);
   FAILS(spw_session_from_env(&s), SPW_ERR_CONFIG, "SPILLWAY_POLICY");
