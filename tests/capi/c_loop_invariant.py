@@ -5,7 +5,8 @@ for bit (%.9g of every float), as c_loop_plain, at every policy, at device budge
 of the footprint (SPILLWAY_DEVICE_BUDGET_RATIO) and the least any plan needs (--least-budget:
 spw_least_budget_bytes then spw_set_device_budget), each with and without NVMe spill (a swap
 directory and a host tier too small for what leaves the device). The run's summary line must
-show the budget kept and bytes moved. A ratio below the least is refused with a config error.
+show the budget kept and bytes moved. Settings from a JSON file (--config) work the same; a ratio
+below the least is refused with a config error.
 
 Usage: c_loop_invariant.py PLAIN WRAPPED [--subset]   (--subset: policies none and auto only, for
 the sanitizer builds)."""
@@ -45,7 +46,7 @@ def main():
     policies = ["none", "auto"] if subset else ["none", "lms", "vdnn", "auto"]
     budgets = ["half", "quarter", "least"]
     cases = [(p, b, nvme) for p in policies for b in budgets for nvme in (False, True)]
-    total = len(cases) + 3
+    total = len(cases) + 4
     print(f"1..{total}", flush=True)
     n = 0
     failed = 0
@@ -105,6 +106,14 @@ def main():
                 if nvme and s["nvme_write"] == 0:
                     problems.append("nothing spilled to NVMe under a host tier of 128 KiB")
             report(not problems, name, "\n".join(problems))
+
+        config = os.path.join(tmp, "session.json")
+        with open(config, "w") as f:
+            f.write('{"backend": "cpu", "cpu_device_memory": "64MiB", "policy": "lms", "device_budget_ratio": 0.25}')
+        r = run([wrapped] + STEPS + ["--config", config], {k: v for k, v in clean_env({}).items() if not k.startswith("SPILLWAY_")})
+        s = summary(r.stderr)
+        ok = r.returncode == 0 and r.stdout == losses and s is not None and abs(s["budget"] - s["footprint"] / 4) <= 512
+        report(ok, "settings from a JSON file (--config): lms at 1/4", "" if ok else f"exit {r.returncode}: {r.stdout}{r.stderr}")
 
         refused = run([wrapped] + STEPS, clean_env({"SPILLWAY_DEVICE_BUDGET_RATIO": "0.001"}))
         ok = refused.returncode == 1 and "config error" in refused.stderr and "SPILLWAY_DEVICE_BUDGET_RATIO" in refused.stderr
