@@ -5,7 +5,8 @@ for bit (%.9g of every float), as c_loop_plain, at every policy, at device budge
 of the footprint (SPILLWAY_DEVICE_BUDGET_RATIO) and the least any plan needs (--least-budget:
 spw_least_budget_bytes then spw_set_device_budget), each with and without NVMe spill (a swap
 directory and a host tier too small for what leaves the device). The run's summary line must
-show the budget kept and bytes moved. Settings from a JSON file (--config) work the same; a ratio
+show the budget kept and bytes moved. With the cpu backend's guard on device memory
+(cpu_debug_host_access) the wrapped loop touches it only inside host runs. Settings from a JSON file (--config) work the same; a ratio
 below the least is refused with a config error.
 
 Usage: c_loop_invariant.py PLAIN WRAPPED [--subset]   (--subset: policies none and auto only, for
@@ -46,7 +47,7 @@ def main():
     policies = ["none", "auto"] if subset else ["none", "lms", "vdnn", "auto"]
     budgets = ["half", "quarter", "least"]
     cases = [(p, b, nvme) for p in policies for b in budgets for nvme in (False, True)]
-    total = len(cases) + 4
+    total = len(cases) + 5
     print(f"1..{total}", flush=True)
     n = 0
     failed = 0
@@ -106,6 +107,12 @@ def main():
                 if nvme and s["nvme_write"] == 0:
                     problems.append("nothing spilled to NVMe under a host tier of 128 KiB")
             report(not problems, name, "\n".join(problems))
+
+        r = run([wrapped] + STEPS, clean_env({"SPILLWAY_POLICY": "auto", "SPILLWAY_DEVICE_BUDGET_RATIO": "0.25",
+                                              "SPILLWAY_CPU_DEBUG_HOST_ACCESS": "true"}))
+        ok = r.returncode == 0 and r.stdout == losses
+        report(ok, "device memory guarded outside host runs (cpu_debug_host_access): no stray access",
+               "" if ok else f"exit {r.returncode}: {r.stdout}{r.stderr}")
 
         config = os.path.join(tmp, "session.json")
         with open(config, "w") as f:
