@@ -45,6 +45,9 @@ struct session_config {
     std::uint64_t block_size = 1 << 20;   ///< bytes per I/O; 1 MiB suits NVMe drives
     std::uint64_t queue_depth = 32;       ///< I/Os in flight per ring
     std::uint64_t rings = 1;              ///< io_uring rings, each with an I/O thread
+    /// Milliseconds an I/O may go without completing before its move fails and it is cancelled
+    /// (0: wait for ever).
+    std::uint64_t io_timeout_ms = 30000;
   } nvme;
 
   // What to move and when.

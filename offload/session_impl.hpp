@@ -104,6 +104,7 @@ class session_impl {
       no.block_size = static_cast<std::uint32_t>(cfg.nvme.block_size);
       no.queue_depth = static_cast<unsigned>(cfg.nvme.queue_depth);
       no.rings = static_cast<unsigned>(cfg.nvme.rings);
+      no.io_timeout = std::chrono::milliseconds(cfg.nvme.io_timeout_ms);
       if (hooks.make_io_queue) no.make_queue = hooks.make_io_queue;
       so.nvme = no;
     }

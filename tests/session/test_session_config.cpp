@@ -382,3 +382,31 @@ TEST(SessionConfig, DeviceBudgetRatioFromEachInputAndItsChecks) {
     EXPECT_THROW(Session s(c), config_error) << "a Session opens only with a valid ratio";
   }
 }
+
+TEST(SessionConfig, TrueFalseSettingsAndTheNvmeIoTimeoutFromEachInput) {
+  {
+    env_guard g({{"SPILLWAY_CPU_DEBUG_HOST_ACCESS", "yes"}, {"SPILLWAY_NVME_IO_TIMEOUT_MS", "250"}});
+    const auto c = session_config::from_env();
+    EXPECT_TRUE(c.cpu_debug_host_access);
+    EXPECT_EQ(c.nvme.io_timeout_ms, 250u);
+  }
+  for (const char* off : {"false", "0", "no", "off"}) {
+    env_guard g({{"SPILLWAY_CPU_DEBUG_HOST_ACCESS", off}});
+    EXPECT_FALSE(session_config::from_env().cpu_debug_host_access) << off;
+  }
+  const auto j = session_config::from_json_text(R"({"cpu_debug_host_access": true, "nvme": {"io_timeout_ms": 0}})", "run.json");
+  EXPECT_TRUE(j.cpu_debug_host_access);
+  EXPECT_EQ(j.nvme.io_timeout_ms, 0u);
+  EXPECT_EQ(session_config{}.nvme.io_timeout_ms, 30000u);
+  {
+    env_guard g({{"SPILLWAY_CPU_DEBUG_HOST_ACCESS", "maybe"}});
+    const auto e = error_of([] { (void)session_config::from_env(); });
+    EXPECT_TRUE(has(e, "SPILLWAY_CPU_DEBUG_HOST_ACCESS")) << e;
+    EXPECT_TRUE(has(e, "maybe")) << e;
+  }
+  {
+    env_guard g({{"SPILLWAY_NVME_IO_TIMEOUT_MS", "-5"}});
+    const auto e = error_of([] { (void)session_config::from_env(); });
+    EXPECT_TRUE(has(e, "SPILLWAY_NVME_IO_TIMEOUT_MS")) << e;
+  }
+}
