@@ -1,0 +1,138 @@
+// The I/O queue itself misbehaving, below the tier: a submission the kernel refuses (submit
+// throws), reaping that throws, and fixed-buffer registration refused. Each ends in an error
+// naming the tensor, or in a recovery the test observes; nothing stored before is lost.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "device/error.hpp"
+#include "device/units.hpp"
+#include "swap/nvme_tier.hpp"
+#include "swap_test_support.hpp"
+
+using namespace spillway;
+using namespace spillway::literals;
+
+namespace {
+
+/// What the wrapped queue does wrong, switched from the test.
+struct misbehaviour {
+  std::atomic<int> submit_throws{0};  // the next N submissions throw
+  std::atomic<int> reap_throws{0};    // the next N reaps throw
+  bool refuse_registration = false;
+  std::atomic<int> reaps_thrown{0};
+};
+
+class misbehaving_queue final : public io_queue {
+ public:
+  misbehaving_queue(std::unique_ptr<io_queue> inner, std::shared_ptr<misbehaviour> m)
+      : inner_(std::move(inner)), m_(std::move(m)) {}
+  [[nodiscard]] unsigned depth() const noexcept override { return inner_->depth(); }
+  int register_buffers(std::span<const iovec> b) override {
+    return m_->refuse_registration ? -ENOMEM : inner_->register_buffers(b);
+  }
+  void unregister_buffers() noexcept override { inner_->unregister_buffers(); }
+  int reserve_buffer_slots(unsigned slots) override {
+    return m_->refuse_registration ? -ENOMEM : inner_->reserve_buffer_slots(slots);
+  }
+  int update_buffer(unsigned index, const iovec& buffer) override {
+    return m_->refuse_registration ? -ENOMEM : inner_->update_buffer(index, buffer);
+  }
+  void submit(std::span<io_op* const> ops) override {
+    if (m_->submit_throws.load() > 0) {
+      m_->submit_throws.fetch_sub(1);
+      throw io_error("io_uring_submit refused the batch", EBUSY);
+    }
+    inner_->submit(ops);
+  }
+  int cancel(io_op* op) override { return inner_->cancel(op); }
+  std::size_t reap(std::span<io_completion> out, std::chrono::microseconds timeout) override {
+    if (m_->reap_throws.load() > 0) {
+      m_->reap_throws.fetch_sub(1);
+      m_->reaps_thrown.fetch_add(1);
+      throw std::runtime_error("io_uring_wait_cqe failed");
+    }
+    return inner_->reap(out, timeout);
+  }
+
+ private:
+  std::unique_ptr<io_queue> inner_;
+  std::shared_ptr<misbehaviour> m_;
+};
+
+struct tier_over {
+  test::temp_dir dir;
+  std::shared_ptr<misbehaviour> m = std::make_shared<misbehaviour>();
+  std::unique_ptr<nvme_tier> tier;
+  explicit tier_over(bool refuse_registration = false) {
+    m->refuse_registration = refuse_registration;
+    nvme_options o;
+    o.directories = {dir.path()};
+    o.reserve = 16_MiB;
+    o.block_size = 256_KiB;
+    o.queue_depth = 8;
+    o.make_queue = [m = m](unsigned depth) -> std::unique_ptr<io_queue> {
+      std::unique_ptr<io_queue> inner;
+      try {
+        inner = make_uring_queue(depth);
+      } catch (const io_error&) {
+        inner = make_thread_queue(depth);  // where io_uring is refused, as the tier does
+      }
+      return std::make_unique<misbehaving_queue>(std::move(inner), m);
+    };
+    tier = std::make_unique<nvme_tier>(o);
+  }
+};
+
+void round_trip(nvme_tier& t, const std::string& name, std::uint64_t bytes, unsigned seed) {
+  const auto data = test::random_bytes(bytes, seed);
+  t.write(name, data.data(), data.size()).wait();
+  std::vector<unsigned char> back(data.size());
+  t.read(name, back.data()).wait();
+  EXPECT_EQ(back, data) << name;
+}
+
+}  // namespace
+
+TEST(NvmeQueueFaults, ASubmissionTheKernelRefusesFailsTheMoveNamingTheTensorAndTheCause) {
+  tier_over s;
+  const auto kept = test::random_bytes(1_MiB, 1);
+  s.tier->write("kept", kept.data(), kept.size()).wait();
+  s.m->submit_throws = 1;
+  const auto data = test::random_bytes(1_MiB, 2);
+  try {
+    s.tier->write("w.new", data.data(), data.size()).wait();
+    FAIL() << "a refused submission went unnoticed";
+  } catch (const io_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'w.new'"), std::string::npos) << what;
+    EXPECT_NE(what.find(std::strerror(EBUSY)), std::string::npos) << "the submission's errno: " << what;
+    EXPECT_NE(what.find(s.dir.path()), std::string::npos) << what;
+  }
+  std::vector<unsigned char> back(kept.size());
+  s.tier->read("kept", back.data()).wait();
+  EXPECT_EQ(back, kept) << "a tensor stored before the refusal";
+  round_trip(*s.tier, "after", 1_MiB + 3, 3);  // the tier keeps working
+}
+
+TEST(NvmeQueueFaults, AReapThatThrowsIsRetriedAndTheMoveCompletes) {
+  tier_over s;
+  s.m->reap_throws = 3;
+  round_trip(*s.tier, "t", 2_MiB, 4);
+  EXPECT_EQ(s.m->reaps_thrown.load(), 3);
+}
+
+TEST(NvmeQueueFaults, RefusedBufferRegistrationFallsBackToUnregisteredBuffers) {
+  tier_over s(/*refuse_registration=*/true);
+  round_trip(*s.tier, "a", 3_MiB + 17, 5);
+  round_trip(*s.tier, "b", 256_KiB, 6);
+  const auto st = s.tier->stats();
+  EXPECT_GT(st.ops, 0u);
+  EXPECT_EQ(st.fixed_buffer_ops, 0u) << "no op may use a buffer the kernel refused to register";
+  EXPECT_EQ(st.region_pins, 0u);
+}
