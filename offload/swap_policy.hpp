@@ -210,7 +210,7 @@ class Session {
   /// An op that also adds into `accumulates` (+=, as a backward pass adds into gradients): a
   /// tensor no op of the iteration has touched yet is zero-filled by the library on the op's
   /// stream first; after that it holds what earlier ops left; so a loop that zeroes its
-  /// gradients at the start of a step drops that memset (Note [Accumulation] in session.cpp).
+  /// gradients at the start of a step drops that memset (Note [Accumulation] in session_ops.cpp).
   /// A tensor is in `writes` or in `accumulates`, not both.
   [[nodiscard]] op_scope op(std::string_view name, std::initializer_list<tensor_handle> reads,
                             std::initializer_list<tensor_handle> writes,
