@@ -68,7 +68,7 @@ struct fault_plan {
   /// continuation then fails with `error` (a disk filling up mid-block).
   enum class action { none, fail, short_transfer, zero_transfer, eagain, eintr, corrupt_on_disk, hold, short_then_fail };
   io_kind kind = io_kind::write;
-  action what = action::none;
+  std::atomic<action> what{action::none};  ///< atomic: disarm() may come while I/O is in flight
   int error = EIO;              ///< for fail: the errno reported
   std::uint64_t first = 1;      ///< first op (1-based) of that kind to hit
   std::uint64_t count = 1;      ///< how many consecutive ops to hit (0 = all from first on)
