@@ -101,11 +101,11 @@ void print_row(const row& r) {
 void add_chrome(json& events, int pid, const row& r, const trace& t) {
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid},
                     {"args", {{"name", r.model + " " + r.hw + " " + r.policy + " @ " + format_bytes(r.budget)}}}});
-  for (int k = 0; k < 5; ++k)
+  for (int k = 0; k < sim_track_count; ++k)
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", k},
                       {"args", {{"name", std::string(to_string(static_cast<sim_track>(k)))}}}});
   for (const auto& e : r.sim.timeline) {
-    const bool op = e.track == sim_track::compute;
+    const bool op = e.track == sim_track::compute || e.track == sim_track::recompute;
     events.push_back({{"name", op ? t.ops[e.id].name : t.tensors[e.id].name},
                       {"ph", "X"},
                       {"pid", pid},

@@ -11,7 +11,7 @@
 namespace spillway::offload {
 
 std::string_view to_string(sim_track t) noexcept {
-  constexpr std::string_view names[] = {"compute", "h2d", "d2h", "nvme_read", "nvme_write"};
+  constexpr std::string_view names[] = {"compute", "h2d", "d2h", "nvme_read", "nvme_write", "recompute"};
   return names[static_cast<int>(t)];
 }
 
@@ -50,7 +50,8 @@ class replay {
     for (op_index k = 0; k < n; ++k) {
       if (k > 0) issue_evictions(k - 1, boundary);
       for (const auto& pf : p_.steps[k].prefetches) issue_prefetch(pf, k, boundary);
-      boundary = run_op(k, boundary);
+      for (op_index o : p_.steps[k].recomputes) boundary = run_op(o, boundary, k);
+      boundary = run_op(k, boundary, k);
     }
     if (n > 0) issue_evictions(static_cast<op_index>(n - 1), boundary);
     double end = boundary;
@@ -61,7 +62,7 @@ class replay {
     }
     end_state();
     r_.step_seconds = end;
-    r_.stall_seconds = std::max(0.0, end - r_.compute_seconds);
+    r_.stall_seconds = std::max(0.0, end - r_.compute_seconds - r_.recompute_seconds);
     return std::move(r_);
   }
 
@@ -81,13 +82,37 @@ class replay {
     enum kind_t : std::uint8_t { prefetch, writes, reads } kind;
     op_index op;
     tensor_id x;
+    op_index before = 0;  // for a recomputation of `op`: the op it runs before
+    bool rerun = false;
   };
   std::string describe(const reason& w) const {
+    const std::string who = w.rerun ? "recomputation of " + op_label(w.op) + " before " + op_label(w.before) : op_label(w.op);
     switch (w.kind) {
       case reason::prefetch: return "prefetch of '" + name(w.x) + "' before " + op_label(w.op);
-      case reason::writes: return op_label(w.op) + " writing '" + name(w.x) + "'";
-      default: return op_label(w.op) + " reads '" + name(w.x) + "'";
+      case reason::writes: return who + " writing '" + name(w.x) + "'";
+      default: return who + " reads '" + name(w.x) + "'";
     }
+  }
+
+  // Whether some op in (from, to) writes x: then a rerun of `from` before `to` would see (for a
+  // read) or restore (for a write) another value than op `from` did.
+  bool written_between(tensor_id x, op_index from, op_index to) const {
+    const auto& uses = lt_.tensors[x].uses;
+    auto it = std::upper_bound(uses.begin(), uses.end(), from, [](op_index v, const tensor_use& u) { return v < u.op; });
+    for (; it != uses.end() && it->op < to; ++it)
+      if (it->writes) return true;
+    return false;
+  }
+  // Whether the op that last wrote x up to op k (inclusive) is recomputable: then the value
+  // can be made again (Note [Recomputation]), so dropping it loses nothing.
+  bool regenerable(tensor_id x, op_index k) const {
+    const auto& uses = lt_.tensors[x].uses;
+    auto it = std::upper_bound(uses.begin(), uses.end(), k, [](op_index v, const tensor_use& u) { return v < u.op; });
+    while (it != uses.begin()) {
+      --it;
+      if (it->writes) return t_.ops[it->op].recomputable;
+    }
+    return false;
   }
 
   // True when some later op (or, for tensors crossing the boundary, the next iteration) reads
@@ -199,7 +224,7 @@ class replay {
           (action == evict_action::evict_to_nvme && s.nvme_valid))
         action = evict_action::drop;  // the tier already holds this value
       if (action == evict_action::drop) {
-        if (needed && s.device_valid && !s.host_valid && !s.nvme_valid)
+        if (needed && s.device_valid && !s.host_valid && !s.nvme_valid && !regenerable(e.tensor, k))
           violation("after " + op_label(k) + ": drops '" + name(e.tensor) + "', whose value is needed later and has no copy");
         if (!needed) release_tiers(e.tensor);
         frees_.push({at, b});
@@ -271,22 +296,27 @@ class replay {
     fetch(pf.tensor, pf.from, at, why);
   }
 
-  double run_op(op_index k, double boundary) {
+  // Runs op k on the compute queue from `boundary`; when k != at, as a recomputation of op k
+  // before op `at` (Note [Recomputation]).
+  double run_op(op_index k, double boundary, op_index at) {
     const auto& op = t_.ops[k];
+    const bool rerun = k != at;
     double start = boundary;
     auto need = [&](tensor_id x, bool reads) {
       auto& s = st_[x];
+      const reason why{reads ? reason::reads : reason::writes, k, x, at, rerun};
+      if (rerun && written_between(x, k, at))
+        violation(describe(why) + ", whose value has changed since the op ran: the rerun would not give the same bits");
       if (s.on_device) {
         start = std::max(start, s.ready);
         return;
       }
       if (!reads) {
-        start = std::max(start, allocate(bytes(x), boundary, reason{reason::writes, k, x}));
+        start = std::max(start, allocate(bytes(x), boundary, why));
         s.on_device = true;
         s.ready = 0;
         return;
       }
-      const reason why{reason::reads, k, x};
       if (!s.host_valid && !s.nvme_valid) {
         violation(describe(why) + ", whose value was lost");
         start = std::max(start, allocate(bytes(x), boundary, why));
@@ -302,12 +332,18 @@ class replay {
       if (std::find(op.reads.begin(), op.reads.end(), x) == op.reads.end()) need(x, false);
     const double dur = hw_.op_seconds(op);
     const double end = start + dur;
-    r_.compute_seconds += dur;
-    event(sim_track::compute, k, start, end, 0);
+    if (rerun) {
+      r_.recompute_seconds += dur;
+      ++r_.recomputes;
+    } else {
+      r_.compute_seconds += dur;
+    }
+    event(rerun ? sim_track::recompute : sim_track::compute, k, start, end, 0);
     for (tensor_id x : op.writes) {
       auto& s = st_[x];
       s.device_valid = true;
-      release_tiers(x);  // copies elsewhere are stale now
+      s.ready = end;
+      if (!rerun) release_tiers(x);  // copies elsewhere are stale now; a rerun writes the same bits
     }
     return end;
   }

@@ -14,7 +14,10 @@
 
 namespace spillway::offload {
 
-enum class sim_track : std::uint8_t { compute, h2d, d2h, nvme_read, nvme_write };
+/// recompute: ops run again (Note [Recomputation] in prefetch/plan.hpp); they take the compute
+/// stream like any op but are shown on a track of their own.
+enum class sim_track : std::uint8_t { compute, h2d, d2h, nvme_read, nvme_write, recompute };
+inline constexpr int sim_track_count = 6;
 std::string_view to_string(sim_track t) noexcept;
 
 /// One interval on one track: an op on compute (id = op index), a copy on the others
@@ -40,14 +43,19 @@ struct sim_options {
 /// tier that already holds a valid copy is a drop), then prefetches listed before op k take
 /// device memory and queue their copy (from NVMe: read into staging, then H2D). Memory is taken
 /// in program order: an allocation that does not fit waits for earlier frees to complete; if it
-/// cannot fit even then, the plan breaks the budget (a violation). Op k starts when its
+/// cannot fit even then, the plan breaks the budget (a violation). Then the recomputations
+/// listed before op k run on the compute queue in order, each when its reads are resident,
+/// allocating what it writes (a read not resident, or one whose value changed since the op
+/// first ran, is a violation). Op k starts when its
 /// tensors are resident; a tensor it only writes is allocated at its start; one it reads that
 /// is neither resident nor prefetched is fetched on demand (a violation and a stall). The step
 /// ends when the last op and every copy it started have finished.
 struct sim_result {
   double step_seconds = 0;
-  double compute_seconds = 0;  ///< sum of op durations
-  double stall_seconds = 0;    ///< time the compute queue waited (step - compute)
+  double compute_seconds = 0;    ///< sum of op durations (each op of the trace once)
+  double recompute_seconds = 0;  ///< sum of the durations of ops run again
+  std::size_t recomputes = 0;    ///< ops run again
+  double stall_seconds = 0;      ///< time the compute queue waited (step - compute - recompute)
   /// The most bytes held at once on the device, the host tier and the NVMe tier.
   std::uint64_t peak_device_bytes = 0, peak_host_bytes = 0, peak_nvme_bytes = 0;
   /// Bytes moved: over the link each way (h2d, d2h), and read from and written to the NVMe tier.

@@ -111,6 +111,10 @@ trace trace_from_json(const json& j) {
       if (!e["category"].is_string()) fail(where, "field 'category' must be a string");
       op.category = e["category"].get<std::string>();
     }
+    if (e.contains("recomputable")) {
+      if (!e["recomputable"].is_boolean()) fail(where, "field 'recomputable' must be true or false");
+      op.recomputable = e["recomputable"].get<bool>();
+    }
     if (e.contains("layer")) {
       if (!e["layer"].is_number_integer()) fail(where, "field 'layer' must be an integer");
       op.layer = e["layer"].get<std::int32_t>();
@@ -156,6 +160,7 @@ json trace_to_json(const trace& t) {
     if (op.measured_seconds) e["seconds"] = *op.measured_seconds;
     if (!op.category.empty()) e["category"] = op.category;
     if (op.layer >= 0) e["layer"] = op.layer;
+    if (op.recomputable) e["recomputable"] = true;
     os.push_back(std::move(e));
   }
   return j;

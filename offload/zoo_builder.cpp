@@ -64,6 +64,7 @@ void model_builder::fwd(fwd_op f) {
   op.layer = f.layer;
   op.phase = op_phase::forward;
   op.flops = f.flops;
+  op.recomputable = true;  // a forward op reads its inputs and weights and writes new activations
   for (auto x : f.ins) add_unique(op.reads, x);
   for (auto p : f.params) add_unique(op.reads, params_[p].w);
   for (auto x : f.outs) add_unique(op.writes, x);

@@ -54,6 +54,13 @@ void plan::validate(const trace& t) const {
       SPILLWAY_EXPECTS_T(usage_error, p.from != tier::device,
                          where() + ": prefetch of '" + t.tensors[p.tensor].name + "' from the device");
     }
+    for (op_index o : steps[k].recomputes) {
+      SPILLWAY_EXPECTS_T(usage_error, o < k,
+                         where() + ": recomputes op " + std::to_string(o) + ", which is not an earlier op");
+      SPILLWAY_EXPECTS_T(usage_error, t.ops[o].recomputable,
+                         where() + ": recomputes op " + std::to_string(o) + " ('" + t.ops[o].name +
+                             "'), which the trace does not mark recomputable");
+    }
     for (const auto& e : steps[k].evictions)
       SPILLWAY_EXPECTS_T(usage_error, e.tensor < t.tensors.size(),
                          where() + ": eviction names tensor " + std::to_string(e.tensor) + " out of range");
@@ -69,6 +76,12 @@ std::size_t plan::eviction_count() const noexcept {
 std::size_t plan::prefetch_count() const noexcept {
   std::size_t n = 0;
   for (const auto& s : steps) n += s.prefetches.size();
+  return n;
+}
+
+std::size_t plan::recompute_count() const noexcept {
+  std::size_t n = 0;
+  for (const auto& s : steps) n += s.recomputes.size();
   return n;
 }
 

@@ -40,10 +40,24 @@ struct prefetch {
   op_index use = 0;
 };
 
-/// Everything the executor does around op k: prefetches issued before it starts, then the op,
-/// then evictions issued after it finishes (in list order).
+/// Note [Recomputation]
+/// An op the trace marks recomputable (op_desc::recomputable) may be run again before a later
+/// op k: steps[k].recomputes lists such ops, run in list order after the step's prefetches are
+/// issued and before op k itself. A rerun of op o reads o's reads, which must then be resident
+/// and hold the values they held when o ran (no op between o and k wrote them; an earlier entry
+/// of the same list may have recomputed them: chains), and writes o's writes again, allocating
+/// those not resident, with the very bits o wrote. So a plan may drop, without a copy, a value
+/// a recomputable op wrote, as long as it reruns that op before the value's next read. What a
+/// rerun writes is an ordinary resident tensor afterwards: the plan evicts or drops it like any
+/// other (a value only a later entry needed is dropped after op k). The time a rerun takes is
+/// spent on the compute stream.
+
+/// Everything the executor does around op k: prefetches issued before it starts, then the
+/// recomputations (Note [Recomputation]), then the op, then evictions issued after it finishes
+/// (in list order).
 struct plan_step {
   std::vector<prefetch> prefetches;
+  std::vector<op_index> recomputes;  ///< earlier recomputable ops run again before this one
   std::vector<eviction> evictions;
 };
 
@@ -61,11 +75,13 @@ struct plan {
 
   /// An empty plan for `t`: everything starts on the device, no copies.
   static plan empty_for(const trace& t, std::string policy, std::uint64_t budget);
-  /// Structural checks (sizes match, ids in range, prefetch use >= issue, from != device);
+  /// Structural checks (sizes match, ids in range, prefetch use >= issue, from != device, a
+  /// recomputation names an earlier op the trace marks recomputable);
   /// throws usage_error (a plan made for another trace) naming the op and entry. Memory and timing are the simulator's job.
   void validate(const trace& t) const;
   [[nodiscard]] std::size_t eviction_count() const noexcept;
   [[nodiscard]] std::size_t prefetch_count() const noexcept;
+  [[nodiscard]] std::size_t recompute_count() const noexcept;
 };
 
 }  // namespace spillway

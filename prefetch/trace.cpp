@@ -86,6 +86,16 @@ void trace::validate() const {
       if (!is_persistent(tensors[r].kind) && !written[r])
         throw config_error("trace: " + op_label(*this, i) + ": field 'reads' names transient tensor '" +
                            tensors[r].name + "' before any op writes it");
+    if (op.recomputable)
+      for (tensor_id w : op.writes) {
+        if (is_persistent(tensors[w].kind))
+          throw config_error("trace: " + op_label(*this, i) + ": field 'recomputable' is true but the op writes " +
+                             std::string(to_string(tensors[w].kind)) + " '" + tensors[w].name +
+                             "'; a recomputable op writes only activations, workspaces or metrics");
+        if (std::find(op.reads.begin(), op.reads.end(), w) != op.reads.end())
+          throw config_error("trace: " + op_label(*this, i) + ": field 'recomputable' is true but the op reads and writes '" +
+                             tensors[w].name + "' (in place); a rerun would not see the input it first had");
+      }
     for (tensor_id w : op.writes) written[w] = 1;
     if (!(op.flops >= 0))
       throw config_error("trace: " + op_label(*this, i) + ": field 'flops' must be >= 0, got " + std::to_string(op.flops));

@@ -54,6 +54,10 @@ struct op_desc {
   op_phase phase = op_phase::other;
   std::string category;  ///< free text: "conv", "matmul", "attention", "norm", "optimizer", ...
   std::int32_t layer = -1;  ///< layer number the op belongs to, -1 when unknown
+  /// The op may be run again (Note [Recomputation] in prefetch/plan.hpp): its outputs depend
+  /// only on its inputs and it is deterministic, so a rerun on the same inputs writes the same
+  /// bits. Such an op writes only transient tensors and none that it also reads.
+  bool recomputable = false;
 };
 
 /// One iteration. Invariants (checked by validate()): every tensor id is in range, no tensor
