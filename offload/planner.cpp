@@ -5,6 +5,7 @@
 #include "device/error.hpp"
 #include "device/units.hpp"
 #include "offload/plan_builder.hpp"
+#include "offload/planner_recompute.hpp"
 
 namespace spillway::offload {
 
@@ -41,7 +42,9 @@ plan planner::make_plan(const trace& t, const lifetime_report& r, const hw_profi
   return do_make_plan(t, r, hw, budget);
 }
 
-std::vector<std::string> planner_names() { return {"none", "lms", "vdnn-all", "vdnn-conv", "auto"}; }
+std::vector<std::string> planner_names() {
+  return {"none", "lms", "vdnn-all", "vdnn-conv", "checkpoint", "capuchin", "auto"};
+}
 
 std::unique_ptr<planner> make_planner(std::string_view name, const planner_options& opt) {
   if (name == "none") return std::make_unique<detail::none_planner>();
@@ -49,7 +52,10 @@ std::unique_ptr<planner> make_planner(std::string_view name, const planner_optio
   if (name == "vdnn" || name == "vdnn-all") return detail::make_vdnn_planner(false);
   if (name == "vdnn-conv") return detail::make_vdnn_planner(true);
   if (name == "auto") return detail::make_auto_planner(opt);
-  throw config_error("unknown policy '" + std::string(name) + "' (none, lms, vdnn-all, vdnn-conv, auto)");
+  if (name == "checkpoint") return detail::make_checkpoint_planner(opt);
+  if (name == "capuchin") return detail::make_capuchin_planner(opt);
+  throw config_error("unknown policy '" + std::string(name) +
+                     "' (none, lms, vdnn-all, vdnn-conv, checkpoint, capuchin, auto)");
 }
 
 }  // namespace spillway::offload

@@ -1,5 +1,6 @@
 // Planners behind one interface: each turns a trace, its lifetimes, a hardware profile and a
-// device budget into a Plan (prefetch/plan.hpp). Built-ins: none, lms, vdnn-all, vdnn-conv, auto.
+// device budget into a Plan (prefetch/plan.hpp). Built-ins: none, lms, vdnn-all, vdnn-conv,
+// checkpoint, capuchin, auto.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,12 @@ struct planner_options {
   /// auto: shares of the values written in the iteration and read by the next that the best
   /// sweeps try keeping on the device over the boundary (their copy out moves to the start).
   std::vector<double> auto_keep_shares = {0.25, 0.5, 0.75, 1.0};
+  /// auto: also plan with recomputation where the trace has recomputable ops (Note
+  /// [Recomputing planners] in planner_recompute.cpp) ...
+  bool auto_recompute = true;
+  /// ... trying to remake each of these shares of the values that could be remade, those
+  /// that free the most bytes per second of rerun first.
+  std::vector<double> auto_remake_shares = {0.25, 0.5, 1.0};
 };
 
 class planner {
@@ -56,7 +63,8 @@ class planner {
                             std::uint64_t budget) const = 0;
 };
 
-/// "none", "lms", "vdnn-all", "vdnn-conv" (also "vdnn" = vdnn-all), "auto".
+/// "none", "lms", "vdnn-all", "vdnn-conv" (also "vdnn" = vdnn-all), "checkpoint", "capuchin",
+/// "auto". checkpoint, capuchin and auto recompute where the trace marks ops recomputable.
 std::unique_ptr<planner> make_planner(std::string_view name, const planner_options& opt = {});
 std::vector<std::string> planner_names();
 

@@ -9,6 +9,7 @@
 #include "offload/plan_builder.hpp"
 #include "offload/planner.hpp"
 #include "offload/planner_range_max.hpp"
+#include "offload/planner_recompute.hpp"
 #include "offload/simulator.hpp"
 
 namespace spillway::offload::detail {
@@ -317,49 +318,60 @@ void assign_tiers(const trace& t, const lifetime_report& r, std::vector<off_inte
     if (to_nvme[iv.x]) iv.where = tier::nvme;
 }
 
+}  // namespace
+
+plan auto_swap_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
+                    const planner_options& opt) {
+  if (r.peak_live_bytes <= budget) return build_plan(t, r, {}, "auto", budget);
+  best_plan best;
+  auto attempt = [&](std::vector<off_interval> ivs, double keep) {
+    if (keep > 0) keep_over_boundary(t, r, ivs, budget, keep);
+    place_prefetches(t, r, ivs, budget);
+    assign_tiers(t, r, ivs, hw);
+    plan p = build_plan(t, r, std::move(ivs), "auto", budget);
+    const auto s = simulate(t, r, p, hw);
+    best.offer(std::move(p), s);
+    return s;
+  };
+  // Stage 1: one sweep per sweep reserve and late weight (Note [auto], search).
+  struct swept {
+    std::vector<off_interval> ivs;
+    bool ok;
+    double seconds;
+  };
+  std::vector<swept> tried;
+  sweep sw(t, r, hw);
+  const double room = static_cast<double>(budget - r.min_budget_bytes);
+  for (double reserve : opt.auto_sweep_reserves) {
+    const auto limit = r.min_budget_bytes + static_cast<std::uint64_t>(room * (1.0 - std::clamp(reserve, 0.0, 1.0)));
+    for (double w : opt.auto_late_weights) {
+      auto ivs = sw.run(limit, w);
+      if (std::any_of(tried.begin(), tried.end(), [&](const swept& s) { return s.ivs == ivs; })) continue;
+      const auto s = attempt(ivs, 0);
+      tried.push_back({std::move(ivs), s.feasible(), s.step_seconds});
+    }
+  }
+  // Stage 2: the best two sweeps, keeping part of their values over the boundary.
+  std::stable_sort(tried.begin(), tried.end(), [](const swept& a, const swept& b) {
+    return a.ok != b.ok ? a.ok : a.seconds < b.seconds;
+  });
+  for (std::size_t i = 0; i < std::min<std::size_t>(tried.size(), 2); ++i)
+    for (double keep : opt.auto_keep_shares)
+      if (keep > 0) (void)attempt(tried[i].ivs, keep);
+  return best.take();
+}
+
+namespace {
+
 class auto_planner final : public optioned_planner {
  public:
   explicit auto_planner(const planner_options& o) : optioned_planner("auto", o) {}
 
  private:
   plan do_make_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) const override {
-    if (r.peak_live_bytes <= budget) return build_plan(t, r, {}, "auto", budget);
-    best_plan best;
-    auto attempt = [&](std::vector<off_interval> ivs, double keep) {
-      if (keep > 0) keep_over_boundary(t, r, ivs, budget, keep);
-      place_prefetches(t, r, ivs, budget);
-      assign_tiers(t, r, ivs, hw);
-      plan p = build_plan(t, r, std::move(ivs), "auto", budget);
-      const auto s = simulate(t, r, p, hw);
-      best.offer(std::move(p), s);
-      return s;
-    };
-    // Stage 1: one sweep per sweep reserve and late weight (Note [auto], search).
-    struct swept {
-      std::vector<off_interval> ivs;
-      bool ok;
-      double seconds;
-    };
-    std::vector<swept> tried;
-    sweep sw(t, r, hw);
-    const double room = static_cast<double>(budget - r.min_budget_bytes);
-    for (double reserve : options().auto_sweep_reserves) {
-      const auto limit = r.min_budget_bytes + static_cast<std::uint64_t>(room * (1.0 - std::clamp(reserve, 0.0, 1.0)));
-      for (double w : options().auto_late_weights) {
-        auto ivs = sw.run(limit, w);
-        if (std::any_of(tried.begin(), tried.end(), [&](const swept& s) { return s.ivs == ivs; })) continue;
-        const auto s = attempt(ivs, 0);
-        tried.push_back({std::move(ivs), s.feasible(), s.step_seconds});
-      }
-    }
-    // Stage 2: the best two sweeps, keeping part of their values over the boundary.
-    std::stable_sort(tried.begin(), tried.end(), [](const swept& a, const swept& b) {
-      return a.ok != b.ok ? a.ok : a.seconds < b.seconds;
-    });
-    for (std::size_t i = 0; i < std::min<std::size_t>(tried.size(), 2); ++i)
-      for (double keep : options().auto_keep_shares)
-        if (keep > 0) (void)attempt(tried[i].ivs, keep);
-    return best.take();
+    if (options().auto_recompute && std::any_of(t.ops.begin(), t.ops.end(), [](const op_desc& o) { return o.recomputable; }))
+      return auto_recompute_plan(t, r, hw, budget, options());
+    return auto_swap_plan(t, r, hw, budget, options());
   }
 };
 

@@ -1,0 +1,223 @@
+// checkpoint, capuchin and auto's recomputation search (Note [Recomputing planners]).
+#include "offload/planner_recompute.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "offload/plan_builder.hpp"
+#include "offload/rerun_schedule.hpp"
+#include "offload/simulator.hpp"
+
+namespace spillway::offload::detail {
+
+// Note [Recomputing planners]
+// Each picks the values to drop and remake, lets the rerun schedule place the reruns (Note
+// [Rerun schedules]) and a swap planner plan the folded trace, and judges the result with the
+// simulator on the real trace.
+// checkpoint: activation checkpointing as PyTorch's checkpoint() does it: keep each value that
+//   crosses a layer boundary (read by a forward op of another layer; layers from op_desc::layer,
+//   or, where the trace has none, runs of about sqrt(n) recomputable ops, after Chen et al.),
+//   remake every other one before the backward pass needs it, and swap what still does not fit
+//   as lms does (persistent tensors included, so it keeps budgets the model state exceeds).
+// capuchin: its rule (Peng et al., ASPLOS 2020): a value whose copy out and back fits in the
+//   compute of its idle stretch is swapped; the others are remade, those that free the most
+//   bytes per second of rerun first, as many as it takes (a few shares are tried); the swaps
+//   are placed by auto's sweep.
+// auto: the fastest of its swap-only search, checkpoint's plan, capuchin's plan, and plans
+//   that remake the share s of all candidates with the most bytes per rerun second, for each s
+//   in planner_options::auto_remake_shares, swaps placed by a shorter sweep search. As every
+//   baseline's plan is among its candidates, it is never slower than checkpoint or capuchin.
+
+namespace {
+
+struct judged {
+  plan p;
+  sim_result sim;
+};
+
+// Plans `t` dropping and remaking the candidates `want` selects; `swap` plans the folded trace.
+// Nothing when the folded trace needs more than the budget at some op.
+template <class Swap>
+std::optional<judged> with_reruns(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
+                                  const std::vector<remake_candidate>& cands, const std::vector<char>& want,
+                                  const std::string& policy, Swap swap) {
+  const auto s = schedule_reruns(t, r, hw, cands, want);
+  if (s.remade == 0) return std::nullopt;
+  const auto fr = analyze(s.folded);
+  if (fr.min_budget_bytes > budget) return std::nullopt;
+  plan p = unfold_plan(swap(s.folded, fr), s, t.tensors.size());
+  p.policy = policy;
+  auto sim = simulate(t, r, p, hw);
+  return judged{std::move(p), std::move(sim)};
+}
+
+bool better(const sim_result& a, const sim_result& b) {
+  return a.feasible() != b.feasible() ? a.feasible() : a.step_seconds < b.step_seconds;
+}
+
+void keep_best(std::optional<judged>& best, std::optional<judged> cand) {
+  if (cand && (!best || better(cand->sim, best->sim))) best = std::move(cand);
+}
+
+// The candidates ordered by bytes freed per second of rerun, most first.
+std::vector<std::size_t> by_bytes_per_rerun_second(const trace& t, const std::vector<remake_candidate>& c) {
+  std::vector<std::size_t> order(c.size());
+  for (std::size_t i = 0; i < c.size(); ++i) order[i] = i;
+  auto score = [&](std::size_t i) {
+    return static_cast<double>(t.tensors[c[i].x].bytes) / std::max(c[i].rerun_seconds, 1e-12);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return score(a) > score(b); });
+  return order;
+}
+
+std::vector<char> first_share(std::size_t tensors, const std::vector<remake_candidate>& c,
+                              const std::vector<std::size_t>& order, double share) {
+  std::vector<char> want(tensors, 0);
+  const auto take = static_cast<std::size_t>(std::ceil(share * static_cast<double>(order.size())));
+  for (std::size_t i = 0; i < std::min(take, order.size()); ++i) want[c[order[i]].x] = 1;
+  return want;
+}
+
+// A shorter sweep search for the folded traces of auto and capuchin.
+planner_options short_search(const planner_options& o) {
+  planner_options s = o;
+  s.auto_sweep_reserves = {0.0, 0.15};
+  s.auto_late_weights = {0.0, 4.0};
+  s.auto_keep_shares = {0.5, 1.0};
+  return s;
+}
+
+// checkpoint's choice (Note [Recomputing planners]): every candidate but the values that cross
+// a layer boundary.
+std::vector<char> checkpoint_set(const trace& t, const lifetime_report& r, const std::vector<remake_candidate>& cands) {
+  // Layer of each op: its own, or runs of about sqrt(n) recomputable ops where it has none.
+  std::size_t recomputable = 0;
+  for (const auto& o : t.ops) recomputable += o.recomputable;
+  const auto run = std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(std::sqrt(static_cast<double>(recomputable)))));
+  std::vector<std::int64_t> layer(t.ops.size(), -1);
+  std::size_t seen = 0;
+  for (op_index k = 0; k < t.ops.size(); ++k) {
+    const auto& o = t.ops[k];
+    if (o.layer >= 0) layer[k] = o.layer;
+    else if (o.recomputable) layer[k] = -2 - static_cast<std::int64_t>(seen / run);
+    seen += o.recomputable;
+  }
+  std::vector<char> want(t.tensors.size(), 0);
+  for (const auto& c : cands) {
+    bool boundary = false;
+    for (const auto& u : r.tensors[c.x].uses)
+      if (u.reads && t.ops[u.op].recomputable && layer[u.op] != layer[c.writer]) boundary = true;
+    want[c.x] = !boundary;
+  }
+  return want;
+}
+
+std::optional<judged> checkpoint_plan(const trace& t, const lifetime_report& r, const hw_profile& hw,
+                                      std::uint64_t budget, const planner_options& opt) {
+  const auto cands = remake_candidates(t, r, hw);
+  auto lms = make_planner("lms", opt);
+  return with_reruns(t, r, hw, budget, cands, checkpoint_set(t, r, cands), "checkpoint",
+                     [&](const trace& f, const lifetime_report& fr) { return lms->make_plan(f, fr, hw, budget); });
+}
+
+std::optional<judged> capuchin_plan(const trace& t, const lifetime_report& r, const hw_profile& hw,
+                                    std::uint64_t budget, const planner_options& opt) {
+  // Swaps are taken in the order their values go idle, each on a link already busy with the
+  // ones before it; a swap hides when its copy out and back end before the value's next use.
+  auto all = remake_candidates(t, r, hw);
+  std::sort(all.begin(), all.end(), [](const remake_candidate& a, const remake_candidate& b) { return a.after < b.after; });
+  std::vector<double> at(t.ops.size() + 1, 0);
+  for (std::size_t k = 0; k < t.ops.size(); ++k) at[k + 1] = at[k] + hw.op_seconds(t.ops[k]);
+  double d2h_free = 0, h2d_busy = 0;
+  std::vector<remake_candidate> cands;
+  for (const auto& c : all) {
+    const double b = static_cast<double>(t.tensors[c.x].bytes);
+    const double out_end = std::max(at[c.after + 1], d2h_free) + b / hw.d2h_bytes_per_s;
+    const double in_time = b / hw.h2d_bytes_per_s;
+    if (out_end + in_time <= at[c.use] && h2d_busy + in_time <= at[c.use]) {
+      d2h_free = out_end;
+      h2d_busy += in_time;
+    } else {
+      cands.push_back(c);  // the swap would not hide: remake it
+    }
+  }
+  const auto order = by_bytes_per_rerun_second(t, cands);
+  const auto so = short_search(opt);
+  std::optional<judged> best;
+  for (double share : {0.25, 0.5, 0.75, 1.0})
+    keep_best(best, with_reruns(t, r, hw, budget, cands, first_share(t.tensors.size(), cands, order, share), "capuchin",
+                                [&](const trace& f, const lifetime_report& fr) { return auto_swap_plan(f, fr, hw, budget, so); }));
+  return best;
+}
+
+// The plan another planner makes, judged, under the name `policy`.
+judged judge_planner(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
+                 const planner& swapper, const std::string& policy) {
+  plan p = swapper.make_plan(t, r, hw, budget);
+  p.policy = policy;
+  auto sim = simulate(t, r, p, hw);
+  return {std::move(p), std::move(sim)};
+}
+
+class checkpoint_planner final : public optioned_planner {
+ public:
+  explicit checkpoint_planner(const planner_options& o) : optioned_planner("checkpoint", o) {}
+
+ private:
+  plan do_make_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) const override {
+    if (auto j = checkpoint_plan(t, r, hw, budget, options())) return std::move(j->p);
+    return judge_planner(t, r, hw, budget, *make_planner("lms", options()), "checkpoint").p;
+  }
+};
+
+class capuchin_planner final : public optioned_planner {
+ public:
+  explicit capuchin_planner(const planner_options& o) : optioned_planner("capuchin", o) {}
+
+ private:
+  plan do_make_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) const override {
+    auto so = options();
+    so.auto_recompute = false;
+    std::optional<judged> best = judge_planner(t, r, hw, budget, *make_planner("auto", short_search(so)), "capuchin");
+    // Capuchin swaps first and remakes only where a swap would not hide: with nothing to remake
+    // or no remake that fits, its plan is the swap-only one.
+    keep_best(best, capuchin_plan(t, r, hw, budget, options()));
+    return std::move(best->p);
+  }
+};
+
+}  // namespace
+
+plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
+                         const planner_options& opt) {
+  auto swap_opt = opt;
+  swap_opt.auto_recompute = false;
+  plan own = auto_swap_plan(t, r, hw, budget, swap_opt);
+  if (r.peak_live_bytes <= budget) return own;  // everything fits: nothing to remake
+  std::optional<judged> best = judged{own, simulate(t, r, own, hw)};
+  // Every baseline's plan is a candidate, so auto is never slower than one of them.
+  for (const char* name : {"lms", "vdnn-all", "vdnn-conv", "checkpoint", "capuchin"})
+    keep_best(best, judge_planner(t, r, hw, budget, *make_planner(name, swap_opt), "auto"));
+  // checkpoint's values with auto's sweep, and the share of them that frees the most bytes
+  // per rerun second.
+  const auto all = remake_candidates(t, r, hw);
+  const auto in_set = checkpoint_set(t, r, all);
+  std::vector<remake_candidate> cands;
+  for (const auto& c : all)
+    if (in_set[c.x]) cands.push_back(c);
+  const auto order = by_bytes_per_rerun_second(t, cands);
+  const auto so = short_search(swap_opt);
+  for (double share : opt.auto_remake_shares)
+    keep_best(best, with_reruns(t, r, hw, budget, cands, first_share(t.tensors.size(), cands, order, share), "auto",
+                                [&](const trace& f, const lifetime_report& fr) { return auto_swap_plan(f, fr, hw, budget, so); }));
+  best->p.policy = "auto";
+  return std::move(best->p);
+}
+
+std::unique_ptr<planner> make_checkpoint_planner(const planner_options& opt) {
+  return std::make_unique<checkpoint_planner>(opt);
+}
+std::unique_ptr<planner> make_capuchin_planner(const planner_options& opt) { return std::make_unique<capuchin_planner>(opt); }
+
+}  // namespace spillway::offload::detail

@@ -1,0 +1,225 @@
+// Rerun schedules (Note [Rerun schedules]): from a set of values to drop and make again, the
+// reruns each op needs before it, and the trace with those reruns folded in.
+#include "offload/rerun_schedule.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace spillway::offload::detail {
+
+// Note [Rerun schedules]
+// A planner that recomputes first picks values to drop (candidates: transients one
+// recomputable op wrote, read again after an idle stretch), then the schedule places the
+// reruns: in op order of the reads that end the stretches, the writer of each value is rerun
+// before that read, after the writers of any of its inputs that are gone by then (dropped and
+// not yet made again, or dead after their last use): a chain back to values that are still
+// there. A rerun writes every output of its op, so a dropped value that a rerun makes early
+// is there from then on (its own rerun is not needed). A value whose writer's inputs were
+// overwritten since the writer ran cannot be made with the same bits: it is kept.
+// The swap planners then see the folded trace: each op with reruns also writes what they write
+// (so a dropped value is, to them, dead from its drop to its rerun: dropping it needs no copy),
+// reads what they read (so weights a rerun needs are brought back for it, and the memory of the
+// chain's values is counted while the op runs: the executor frees them after the op), and
+// lasts as long as the reruns and the op together. Their plan, with the reruns added to its
+// steps, is a plan for the real trace; the simulator, on the real trace, is the judge.
+
+namespace {
+constexpr op_index none = std::numeric_limits<op_index>::max();
+
+// The op that writes transient x, when exactly one op does and it is recomputable.
+std::vector<op_index> single_recomputable_writer(const trace& t, const lifetime_report& r) {
+  std::vector<op_index> w(t.tensors.size(), none);
+  for (tensor_id x = 0; x < t.tensors.size(); ++x) {
+    if (is_persistent(t.tensors[x].kind)) continue;
+    op_index only = none;
+    int writes = 0;
+    for (const auto& u : r.tensors[x].uses)
+      if (u.writes) {
+        ++writes;
+        only = u.op;
+      }
+    if (writes == 1 && t.ops[only].recomputable) w[x] = only;
+  }
+  return w;
+}
+
+class scheduler {
+ public:
+  scheduler(const trace& t, const lifetime_report& r, const hw_profile& hw)
+      : t_(t), r_(r), hw_(hw), writer_(single_recomputable_writer(t, r)) {}
+
+  rerun_schedule run(const std::vector<remake_candidate>& cands, const std::vector<char>& want) {
+    const std::size_t nt = t_.tensors.size(), n = t_.ops.size();
+    scheduled_.assign(nt, 0);
+    drop_after_.assign(nt, -1);
+    remake_at_.assign(nt, -1);
+    made_now_.assign(nt, 0);
+    std::vector<std::pair<op_index, tensor_id>> events;
+    for (const auto& c : cands) {
+      if (c.x >= want.size() || !want[c.x] || writer_[c.x] == none) continue;
+      scheduled_[c.x] = 1;
+      drop_after_[c.x] = c.after;
+      remake_at_[c.x] = c.use;
+      events.push_back({c.use, c.x});
+    }
+    std::sort(events.begin(), events.end());
+    rerun_schedule s;
+    s.reruns.assign(n, {});
+    for (std::size_t i = 0; i < events.size();) {
+      const op_index k = events[i].first;
+      auto& list = s.reruns[k];
+      for (; i < events.size() && events[i].first == k; ++i) {
+        const tensor_id x = events[i].second;
+        if (!scheduled_[x] || remake_at_[x] != k || made_now_[x]) continue;
+        const auto mark = list.size();
+        if (!remake(x, k, list)) {
+          for (auto j = mark; j < list.size(); ++j)
+            for (tensor_id z : t_.ops[list[j]].writes) made_now_[z] = 0;
+          list.resize(mark);
+          scheduled_[x] = 0;  // kept on the device (or swapped) instead
+        }
+      }
+      for (op_index o : list)
+        for (tensor_id z : t_.ops[o].writes) {
+          made_now_[z] = 0;
+          if (scheduled_[z] && drop_after_[z] < k && k <= remake_at_[z]) remake_at_[z] = k;  // there from now on
+        }
+    }
+    for (tensor_id x = 0; x < nt; ++x) s.remade += scheduled_[x];
+    s.folded = fold(s.reruns, s.origin);
+    return s;
+  }
+
+ private:
+  bool off_at(tensor_id y, op_index k) const {
+    if (is_persistent(t_.tensors[y].kind) || made_now_[y]) return false;
+    if (scheduled_[y] && drop_after_[y] < static_cast<std::int64_t>(k) && static_cast<std::int64_t>(k) <= remake_at_[y])
+      return true;
+    return r_.tensors[y].last_use() < k;  // gone after its last use
+  }
+  bool written_between(tensor_id y, op_index from, op_index to) const {
+    for (const auto& u : r_.tensors[y].uses)
+      if (u.op > from && u.op < to && u.writes) return true;
+    return false;
+  }
+  // Appends to `list` the reruns that make x before op k; false when it cannot be made.
+  bool remake(tensor_id x, op_index k, std::vector<op_index>& list) {
+    const op_index o = writer_[x];
+    if (o == none || o >= k) return false;
+    if (std::find(list.begin(), list.end(), o) != list.end()) return true;
+    for (tensor_id y : t_.ops[o].reads) {
+      if (written_between(y, o, k)) return false;
+      if (off_at(y, k) && !remake(y, k, list)) return false;
+    }
+    list.push_back(o);
+    for (tensor_id z : t_.ops[o].writes) made_now_[z] = 1;
+    return true;
+  }
+
+  // The folded trace (Note [Rerun schedules]); each value a rerun makes is a new tensor there
+  // (origin maps it back), so that the value dropped and the value made again have lifetimes of
+  // their own.
+  trace fold(const std::vector<std::vector<op_index>>& reruns, std::vector<tensor_id>& origin) const {
+    trace f = t_;
+    const std::size_t nt = t_.tensors.size();
+    origin.resize(nt);
+    for (tensor_id x = 0; x < nt; ++x) origin[x] = x;
+    std::vector<tensor_id> alias(nt);
+    for (tensor_id x = 0; x < nt; ++x) alias[x] = x;
+    std::vector<char> made(nt, 0), in;
+    for (op_index k = 0; k < t_.ops.size(); ++k) {
+      auto& op = f.ops[k];
+      if (reruns[k].empty()) {
+        for (auto& y : op.reads) y = alias[y];
+        for (auto& y : op.writes) y = alias[y];
+        continue;
+      }
+      double seconds = hw_.op_seconds(t_.ops[k]);
+      std::vector<tensor_id> reads, writes;
+      in.assign(f.tensors.size() + 64, 0);
+      auto add = [&](std::vector<tensor_id>& v, tensor_id y) {
+        if (y >= in.size()) in.resize(y + 64, 0);
+        if (in[y]) return;
+        in[y] = 1;
+        v.push_back(y);
+      };
+      for (op_index o : reruns[k]) {
+        seconds += hw_.op_seconds(t_.ops[o]);
+        for (tensor_id z : t_.ops[o].writes) made[z] = 1;
+      }
+      // Inputs: what the reruns and the op read that no rerun makes, under their current names.
+      for (op_index o : reruns[k])
+        for (tensor_id y : t_.ops[o].reads)
+          if (!made[y]) add(reads, alias[y]);
+      for (tensor_id y : t_.ops[k].reads)
+        if (!made[y]) add(reads, alias[y]);
+      // What the reruns make: new names from here on.
+      for (op_index o : reruns[k])
+        for (tensor_id z : t_.ops[o].writes) {
+          if (alias[z] != z && origin[alias[z]] == z && made[z] == 2) continue;  // named already at this op
+          const auto fresh = f.add_tensor(t_.tensors[z].name + "@" + std::to_string(k), t_.tensors[z].bytes, t_.tensors[z].kind);
+          origin.push_back(z);
+          alias[z] = fresh;
+          made[z] = 2;
+          add(writes, fresh);
+        }
+      for (tensor_id w : t_.ops[k].writes) add(writes, alias[w]);
+      for (op_index o : reruns[k])
+        for (tensor_id z : t_.ops[o].writes) made[z] = 0;
+      op.reads = std::move(reads);
+      op.writes = std::move(writes);
+      op.measured_seconds = seconds;
+      op.recomputable = false;
+    }
+    return f;
+  }
+
+  const trace& t_;
+  const lifetime_report& r_;
+  const hw_profile& hw_;
+  std::vector<op_index> writer_;
+  std::vector<char> scheduled_, made_now_;
+  std::vector<std::int64_t> drop_after_, remake_at_;
+};
+
+}  // namespace
+
+std::vector<remake_candidate> remake_candidates(const trace& t, const lifetime_report& r, const hw_profile& hw) {
+  const auto writer = single_recomputable_writer(t, r);
+  std::vector<double> at(t.ops.size() + 1, 0);
+  for (std::size_t k = 0; k < t.ops.size(); ++k) at[k + 1] = at[k] + hw.op_seconds(t.ops[k]);
+  std::vector<remake_candidate> out;
+  for (tensor_id x = 0; x < t.tensors.size(); ++x) {
+    if (writer[x] == none || !may_leave_device(t.tensors[x].kind)) continue;
+    remake_candidate best{};
+    bool found = false;
+    for (const auto& g : r.tensors[x].gaps) {
+      if (g.wraps || !g.contents_needed || g.after < writer[x]) continue;
+      const double secs = at[g.before] - at[g.after + 1];
+      if (!found || secs > best.gap_seconds) {
+        best = {x, writer[x], g.after, g.before, secs, hw.op_seconds(t.ops[writer[x]])};
+        found = true;
+      }
+    }
+    if (found) out.push_back(best);
+  }
+  return out;
+}
+
+rerun_schedule schedule_reruns(const trace& t, const lifetime_report& r, const hw_profile& hw,
+                               const std::vector<remake_candidate>& candidates, const std::vector<char>& want) {
+  return scheduler(t, r, hw).run(candidates, want);
+}
+
+plan unfold_plan(plan folded, const rerun_schedule& s, std::size_t tensors) {
+  folded.initial_tier.resize(tensors);
+  for (std::size_t k = 0; k < folded.steps.size(); ++k) {
+    auto& st = folded.steps[k];
+    for (auto& e : st.evictions) e.tensor = s.origin[e.tensor];
+    for (auto& pf : st.prefetches) pf.tensor = s.origin[pf.tensor];
+    if (k < s.reruns.size()) st.recomputes = s.reruns[k];
+  }
+  return folded;
+}
+
+}  // namespace spillway::offload::detail

@@ -1,0 +1,50 @@
+// Rerun schedules: which values a planner drops and makes again by rerunning the ops that
+// wrote them (Note [Recomputation] in prefetch/plan.hpp), and where; the swap planners then
+// plan the rest on a trace with the reruns folded in (Note [Rerun schedules]).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "offload/lifetime.hpp"
+#include "offload/profile.hpp"
+#include "prefetch/plan.hpp"
+
+namespace spillway::offload::detail {
+
+/// A value that may be dropped and made again: a transient written once, by a recomputable op,
+/// and read again after an idle stretch. Dropped after op `after`, made again before op `use`
+/// (the stretch with the most compute when there are several).
+struct remake_candidate {
+  tensor_id x = 0;
+  op_index writer = 0;
+  op_index after = 0;
+  op_index use = 0;
+  double gap_seconds = 0;    ///< compute of the ops strictly inside the stretch
+  double rerun_seconds = 0;  ///< the writer's own duration (its inputs may need reruns too)
+};
+std::vector<remake_candidate> remake_candidates(const trace& t, const lifetime_report& r, const hw_profile& hw);
+
+/// The reruns a set of values needs, and the trace a swap planner sees with them.
+struct rerun_schedule {
+  /// The trace with each op's reruns folded into it: the op also writes what its reruns write,
+  /// reads what they read (less what they make), and lasts as long as they and it together.
+  trace folded;
+  /// Per tensor of `folded`: the tensor of the original trace it is (a value a rerun makes
+  /// again is a tensor of its own in the folded trace; the others keep their ids).
+  std::vector<tensor_id> origin;
+  std::vector<std::vector<op_index>> reruns;  ///< per op, in run order
+  std::size_t remade = 0;                     ///< values of the set that are made again
+};
+
+/// Drops each candidate whose entry in `want` (indexed by tensor) is set and reruns its writer
+/// before the read after its stretch, with the writers of its inputs first where those are
+/// gone by then (chains). A value whose inputs changed since its writer ran is kept instead.
+rerun_schedule schedule_reruns(const trace& t, const lifetime_report& r, const hw_profile& hw,
+                               const std::vector<remake_candidate>& candidates, const std::vector<char>& want);
+
+/// Turns `folded`, a plan made for s.folded, into a plan for the trace the schedule was made
+/// from (`tensors` tensors): its tensors renamed back, the reruns added to its steps.
+plan unfold_plan(plan folded, const rerun_schedule& s, std::size_t tensors);
+
+}  // namespace spillway::offload::detail

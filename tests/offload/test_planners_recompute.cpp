@@ -1,0 +1,272 @@
+// Planners that recompute (checkpoint, capuchin, auto): property tests over random
+// forward/backward traces with recomputable forward ops, checked by the simulator and by an
+// independent logical replay that understands reruns; hand cases where recomputing must win.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+
+#include "offload/planner.hpp"
+#include "offload/simulator.hpp"
+#include "offload/zoo.hpp"
+
+namespace spillway::offload {
+namespace {
+
+hw_profile test_hw(double link_bytes_per_s) {
+  hw_profile hw;
+  hw.name = "test";
+  hw.device_bytes = 1ull << 40;
+  hw.compute_flops_per_s = 1e12;
+  hw.hbm_bytes_per_s = 1e12;
+  hw.h2d_bytes_per_s = link_bytes_per_s;
+  hw.d2h_bytes_per_s = link_bytes_per_s;
+  hw.copy_engines = 2;
+  hw.host_bytes = 1ull << 40;
+  hw.nvme_read_bytes_per_s = 5e8;
+  hw.nvme_write_bytes_per_s = 3e8;
+  hw.nvme_bytes = 1ull << 40;
+  return hw;
+}
+
+// A random training iteration: L layers of 1-3 recomputable forward ops each (reading the
+// previous value, sometimes one from further back, and the layer's weight), a loss, a
+// backward op per forward op in reverse reading what its forward op read and wrote, and an
+// update per weight.
+trace random_training(std::mt19937_64& rng) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto size = [&] { return static_cast<std::uint64_t>(pick(1, 40)) * 1000; };
+  trace t;
+  const auto in = t.add_tensor("input", size(), tensor_kind::activation);
+  {
+    op_desc load;
+    load.name = "load";
+    load.writes = {in};
+    load.measured_seconds = 1e-5;
+    t.add_op(std::move(load));
+  }
+  struct fwd {
+    op_index op;
+    tensor_id w, g;
+  };
+  std::vector<fwd> fwds;
+  std::vector<tensor_id> acts{in};
+  const int layers = pick(2, 6);
+  for (int l = 0; l < layers; ++l) {
+    const auto w = t.add_tensor("w" + std::to_string(l), size(), tensor_kind::parameter);
+    const auto g = t.add_tensor("g" + std::to_string(l), t.tensors[w].bytes, tensor_kind::gradient);
+    for (int k = pick(1, 3); k > 0; --k) {
+      op_desc op;
+      op.name = "f" + std::to_string(l) + "." + std::to_string(k);
+      op.layer = l;
+      op.phase = op_phase::forward;
+      op.recomputable = true;
+      op.measured_seconds = std::uniform_real_distribution<double>(1e-5, 2e-4)(rng);
+      std::set<tensor_id> r{acts.back(), w};
+      if (acts.size() > 2 && pick(0, 3) == 0) r.insert(acts[static_cast<std::size_t>(pick(0, static_cast<int>(acts.size()) - 2))]);
+      op.reads.assign(r.begin(), r.end());
+      const auto out = t.add_tensor("a" + std::to_string(t.tensors.size()), size(), tensor_kind::activation);
+      op.writes = {out};
+      if (pick(0, 4) == 0) op.writes.push_back(t.add_tensor("ws" + std::to_string(t.tensors.size()), size(), tensor_kind::workspace));
+      acts.push_back(out);
+      fwds.push_back({t.add_op(std::move(op)), w, g});
+    }
+  }
+  const auto loss = t.add_tensor("loss", 4, tensor_kind::metric);
+  auto grad = t.add_tensor("d.out", t.tensors[acts.back()].bytes, tensor_kind::activation);
+  t.add_op("loss", {acts.back()}, {loss, grad});
+  std::set<tensor_id> grads_seen;
+  for (auto it = fwds.rbegin(); it != fwds.rend(); ++it) {
+    const auto& f = t.ops[it->op];
+    op_desc op;
+    op.name = "b." + f.name;
+    op.phase = op_phase::backward;
+    op.layer = f.layer;
+    op.measured_seconds = 2 * *f.measured_seconds;
+    std::set<tensor_id> r(f.reads.begin(), f.reads.end());
+    r.insert(f.writes.front());
+    r.insert(grad);
+    std::set<tensor_id> w;
+    if (grads_seen.count(it->g)) r.insert(it->g);  // accumulates
+    grads_seen.insert(it->g);
+    w.insert(it->g);
+    grad = t.add_tensor("d" + std::to_string(t.tensors.size()), size(), tensor_kind::activation);
+    w.insert(grad);
+    op.reads.assign(r.begin(), r.end());
+    op.writes.assign(w.begin(), w.end());
+    t.add_op(std::move(op));
+  }
+  for (const auto& f : fwds) {
+    if (!grads_seen.erase(f.g)) continue;
+    op_desc op;
+    op.name = "update." + t.tensors[f.w].name;
+    op.phase = op_phase::optimizer;
+    op.measured_seconds = 1e-5;
+    op.reads = {f.w, f.g};
+    op.writes = {f.w};
+    t.add_op(std::move(op));
+  }
+  t.validate();
+  return t;
+}
+
+// Replays a plan ignoring time: resident set, budget, values (a tier copy is valid until the
+// value changes; a rerun makes the value it made before, so copies stay valid), reruns' reads.
+std::string logical_check(const trace& t, const plan& p) {
+  const auto r = analyze(t);
+  std::vector<char> on(t.tensors.size(), 0), valid_off(t.tensors.size(), 0), has_value(t.tensors.size(), 0);
+  std::uint64_t cur = 0;
+  for (tensor_id x = 0; x < t.tensors.size(); ++x)
+    if (is_persistent(t.tensors[x].kind)) {
+      has_value[x] = 1;
+      if (p.initial_tier[x] == tier::device) {
+        on[x] = 1;
+        cur += t.tensors[x].bytes;
+      } else {
+        valid_off[x] = 1;
+      }
+    }
+  auto run = [&](op_index o, op_index at) -> std::string {
+    for (tensor_id x : t.ops[o].reads)
+      if (!on[x] || !has_value[x]) return "op " + std::to_string(o) + " before " + std::to_string(at) + " reads " + t.tensors[x].name;
+    for (tensor_id x : t.ops[o].writes) {
+      if (!on[x]) cur += t.tensors[x].bytes;
+      on[x] = 1;
+      has_value[x] = 1;
+      if (o == at) valid_off[x] = 0;
+    }
+    if (cur > p.budget_bytes) return "over budget at " + std::to_string(at);
+    return "";
+  };
+  for (op_index k = 0; k < t.ops.size(); ++k) {
+    for (const auto& pf : p.steps[k].prefetches) {
+      if (on[pf.tensor] || !valid_off[pf.tensor]) return "bad prefetch at " + std::to_string(k);
+      on[pf.tensor] = 1;
+      cur += t.tensors[pf.tensor].bytes;
+    }
+    for (op_index o : p.steps[k].recomputes)
+      if (auto e = run(o, k); !e.empty()) return e;
+    if (auto e = run(k, k); !e.empty()) return e;
+    for (const auto& e : p.steps[k].evictions) {
+      if (!on[e.tensor]) return "evicting non-resident at " + std::to_string(k);
+      if (e.action != evict_action::drop) valid_off[e.tensor] = 1;
+      if (!valid_off[e.tensor]) has_value[e.tensor] = 0;
+      on[e.tensor] = 0;
+      cur -= t.tensors[e.tensor].bytes;
+    }
+  }
+  for (tensor_id x = 0; x < t.tensors.size(); ++x) {
+    if (!is_persistent(t.tensors[x].kind)) {
+      if (on[x]) return "transient left resident: " + t.tensors[x].name;
+    } else if ((p.initial_tier[x] == tier::device) != static_cast<bool>(on[x])) {
+      return "persistent ends elsewhere: " + t.tensors[x].name;
+    } else if (!on[x] && r.tensors[x].crosses_boundary && !valid_off[x]) {
+      return "persistent value lost: " + t.tensors[x].name;
+    }
+  }
+  return "";
+}
+
+TEST(PlannersRecompute, RandomTrainingTracesAndBudgets) {
+  std::mt19937_64 rng(1130);
+  int recomputing_plans = 0;
+  for (int iter = 0; iter < 120; ++iter) {
+    const auto t = random_training(rng);
+    const auto hw = test_hw(iter % 2 ? 1e8 : 1e9);
+    const auto rep = analyze(t);
+    const std::uint64_t lo = rep.min_budget_bytes, hi = std::max(rep.peak_live_bytes, lo);
+    const auto budget = std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
+    std::map<std::string, double> step;
+    for (const auto& name : planner_names()) {
+      SCOPED_TRACE(name + " iteration " + std::to_string(iter) + " budget " + std::to_string(budget));
+      const auto p = make_planner(name)->make_plan(t, rep, hw, budget);
+      ASSERT_NO_THROW(p.validate(t));
+      const auto s = simulate(t, p, hw);
+      if (name == "auto") ASSERT_TRUE(s.feasible()) << s.violations[0];
+      if (s.feasible()) {
+        EXPECT_EQ(logical_check(t, p), "");
+        EXPECT_LE(s.peak_device_bytes, budget);
+      }
+      if (s.feasible()) step[name] = s.step_seconds;
+      recomputing_plans += p.recompute_count() > 0;
+      for (const auto& st : p.steps)
+        for (op_index o : st.recomputes) EXPECT_TRUE(t.ops[o].recomputable);
+    }
+    for (const auto& [name, sec] : step) EXPECT_LE(step["auto"], sec * (1 + 1e-9)) << "auto slower than " << name;
+  }
+  EXPECT_GT(recomputing_plans, 60);  // the search must actually recompute on these traces
+}
+
+// A value 10x slower to copy than to make again: auto and checkpoint remake it, and at a budget
+// with no room to keep it they beat every swap-only plan.
+TEST(PlannersRecompute, RemakingBeatsSwappingWhenTheLinkIsSlow) {
+  trace t;
+  const auto w = t.add_tensor("w", 1000, tensor_kind::parameter);
+  const auto a = t.add_tensor("a", 100000, tensor_kind::activation);
+  const auto b = t.add_tensor("b", 100000, tensor_kind::activation);
+  const auto d = t.add_tensor("d", 1000, tensor_kind::activation);
+  auto op = [&](std::string name, std::vector<tensor_id> r, std::vector<tensor_id> wr, bool re, std::int32_t layer) {
+    op_desc o;
+    o.name = std::move(name);
+    o.reads = std::move(r);
+    o.writes = std::move(wr);
+    o.recomputable = re;
+    o.layer = layer;
+    o.measured_seconds = 1e-3;
+    t.add_op(std::move(o));
+  };
+  op("f0", {w}, {a}, true, 0);
+  op("f1", {w}, {b}, true, 1);  // b needs a's room
+  op("b1", {b}, {d}, false, 1);
+  op("b0", {a, d}, {}, false, 0);
+  const auto hw = test_hw(1e7);  // 10 ms per 100 kB: ten ops' worth
+  const auto rep = analyze(t);
+  const std::uint64_t budget = 1000 + 100000 + 1000;  // w, one of a/b, d
+  const auto s_auto = simulate(t, make_planner("auto")->make_plan(t, rep, hw, budget), hw);
+  ASSERT_TRUE(s_auto.feasible()) << s_auto.violations[0];
+  EXPECT_EQ(s_auto.recomputes, 1u);
+  // f0, f1, b1, rerun of f0, b0: five ops of 1 ms, nothing on the link.
+  EXPECT_NEAR(s_auto.step_seconds, 5e-3, 1e-12);
+  planner_options swap_only;
+  swap_only.auto_recompute = false;
+  const auto s_swap = simulate(t, make_planner("auto", swap_only)->make_plan(t, rep, hw, budget), hw);
+  EXPECT_GT(s_swap.step_seconds, 2 * s_auto.step_seconds);
+  EXPECT_EQ(s_swap.recomputes, 0u);
+}
+
+// checkpoint keeps what crosses a layer boundary and remakes the rest of the layer; its reruns
+// are forward ops only, and the losses' inputs never need a copy.
+TEST(PlannersRecompute, CheckpointKeepsLayerBoundaries) {
+  const auto t = make_model_trace("gpt2-small", {2, 128, 3});
+  const auto rep = analyze(t);
+  const auto hw = get_profile("h200");
+  const auto p = make_planner("checkpoint")->make_plan(t, rep, hw, rep.min_budget_bytes + (rep.peak_live_bytes - rep.min_budget_bytes) / 4);
+  const auto s = simulate(t, p, hw);
+  ASSERT_TRUE(s.feasible()) << s.violations[0];
+  EXPECT_GT(s.recomputes, 0u);
+  std::set<std::string> rerun;
+  for (const auto& st : p.steps)
+    for (op_index o : st.recomputes) {
+      EXPECT_EQ(t.ops[o].phase, op_phase::forward) << t.ops[o].name;
+      rerun.insert(t.ops[o].name);
+    }
+  // The residual stream between blocks (add2 of each block) crosses a layer boundary: kept.
+  for (const char* kept : {"h0.add2", "h1.add2", "embed"}) EXPECT_EQ(rerun.count(kept), 0u) << kept;
+  // Inside a block the attention probabilities are remade.
+  EXPECT_EQ(rerun.count("h1.attn.scores"), 1u);
+}
+
+TEST(PlannersRecompute, NamesAndErrorsListTheNewPolicies) {
+  const auto names = planner_names();
+  for (const char* n : {"checkpoint", "capuchin"})
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+  try {
+    (void)make_planner("remat");
+    FAIL() << "an unknown policy was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint, capuchin"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace spillway::offload
