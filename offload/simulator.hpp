@@ -76,16 +76,23 @@ sim_result simulate(const trace& t, const plan& p, const hw_profile& hw, const s
 sim_result simulate(const trace& t, const lifetime_report& r, const plan& p, const hw_profile& hw,
                     const sim_options& opt = {});
 
-/// Reference times a plan cannot beat: compute alone (ideal) and the largest of the volume and
-/// order bounds; the proof is Note [Lower bound] in simulator_bounds.cpp.
+/// Reference times a plan cannot beat, recomputing or not: compute alone (ideal), the model
+/// state's transfers (state bound) and the largest of the volume and order bounds; the proof is
+/// Note [Lower bound] in simulator_bounds.cpp.
 struct bounds {
   double ideal_seconds = 0;
-  double lower_bound_seconds = 0;
+  double lower_bound_seconds = 0;  ///< largest of ideal, state, volume and order bounds
+  /// The least step the model state alone allows: the per-use transfer bound with every
+  /// transient value free to drop and make again (only parameters, gradients and optimizer
+  /// state that do not fit cost link time), at least ideal_seconds.
+  double state_bound_seconds = 0;
+  /// Least bytes per iteration over the link each way and from/to NVMe, counted per use
+  /// (Note [Per-use transfer bound] in bound_transfer.cpp).
   std::uint64_t h2d_min_bytes = 0;
   std::uint64_t d2h_min_bytes = 0;
   std::uint64_t nvme_read_min_bytes = 0;
   std::uint64_t nvme_write_min_bytes = 0;
-  double volume_bound_seconds = 0;  ///< family (1)
+  double volume_bound_seconds = 0;  ///< family (1): those bytes at the link's and NVMe's speeds
   double order_bound_seconds = 0;   ///< family (2)
   op_index order_bound_op = 0;      ///< the op j that gives family (2)
 };

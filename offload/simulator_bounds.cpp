@@ -1,5 +1,5 @@
 // The reference times every simulation result carries: compute alone and the lower bound that
-// no plan beats (Note [Lower bound]).
+// no plan beats, recomputing or not (Note [Lower bound]).
 #include "offload/simulator.hpp"
 
 #include <algorithm>
@@ -7,35 +7,43 @@
 #include <tuple>
 #include <vector>
 
+#include "offload/bound_transfer.hpp"
+
 namespace spillway::offload {
 
 // Note [Lower bound]
-// Let B be the budget and, for op j, N_j the needed bytes (Note [Live and needed bytes]) and
-// W_j those of tensors the iteration writes. Two families of bounds; lower_bound is the
-// largest of them and of compute time.
-// (1) Volume. While op j runs at least N_j - B needed bytes are off the device, and each must
-//     cross the link back before its next read: once per iteration in steady state, so
-//     H2D >= max_j (N_j - B). Of them at least W_j - B hold a value written by an iteration,
-//     which had to be copied out: D2H >= max_j (W_j - B). What the host tier cannot hold sits
-//     on NVMe: NVMe reads >= max_j (N_j - B - host), writes >= max_j (W_j - B - host).
+// Let B be the budget and, for op j, N_j the needed bytes (Note [Live and needed bytes]).
+// lower_bound is the largest of compute time and two families of bounds; each holds for every
+// plan that keeps the budget, whether or not it reruns ops (Note [Recomputation]). Reruns only
+// add compute, so every "compute still to run" below stays a lower bound with them; what they
+// change is which values owe a copy. A value last written by a recomputable op w is
+// regenerable at op j when j < u_w, the first op after w that writes one of w's reads: it may
+// be off while op j runs and come back by a rerun, with no copy either way. From op u_w on it
+// cannot be made again, so it is an ordinary value.
+// (1) Volume, per use: Note [Per-use transfer bound] (bound_transfer.cpp) gives the least H2D
+//     and D2H bytes (and NVMe reads and writes past the host tier) any plan moves in one
+//     iteration, counting a tensor once for every use it cannot stay on the device for.
 //     Time >= max(H2D/h2d_bw, D2H/d2h_bw, NVMe_r/nvme_r_bw, NVMe_w/nvme_w_bw), with the H2D
 //     and D2H terms added when the profile has one copy engine.
+//     state_bound is the same with every transient value free to drop and make again (only
+//     the model state's bytes count), maxed with compute: a relaxation of (1), so never above it.
 // (2) Order around one op. Fix op j, running over [s_j, e_j], and an instant tau in it. The
 //     device holds the working set S_j of op j all that time, and at most B bytes in all, so
 //     at tau at least K_j = N_j - B bytes of needed tensors that op j does not touch are not
-//     allocated ("off"). Take such a tensor x. Its memory was freed before tau; it is taken
-//     again only after tau (a prefetch or an allocation takes memory at one instant, program
-//     order), and its copy in starts after that. So:
+//     allocated ("off"). Take such a tensor x. If its value is regenerable at j, it owes no
+//     copy in (a) or (b) below (it counts as free on both sides). Otherwise its memory was
+//     freed before tau; it is taken again only after tau (a prefetch or an allocation takes
+//     memory at one instant, program order), and its copy in starts after that. So:
 //     (a) if its next use is in this iteration (at op r; it reads x, x being needed), an H2D
 //         of x runs after tau and ends before s_r, after which ops r.. still run: T >= tau +
 //         (bytes of such x with r <= k)/h2d_bw + F_k for every k, with F_k the compute of
 //         ops k..n-1. If its next read is in the next iteration, nothing is owed here (0).
 //     (b) if this iteration wrote x before j (last at op w), that value exists only on the
 //         device until copied out, and it is needed later, so a D2H of it ran after e_w (the
-//         eviction is issued at an op boundary >= e_w) and ended before tau: the D2H queue
-//         starts at 0 and serves one copy at a time, so tau >= E_w' + (bytes of such x with
-//         w >= w')/d2h_bw for every w', with E_w' the compute of ops 0..w'. Otherwise
-//         nothing is owed here (0).
+//         eviction is issued at an op boundary >= e_w; a copy of a rerun's value is later
+//         still) and ended before tau: the D2H queue starts at 0 and serves one copy at a
+//         time, so tau >= E_w' + (bytes of such x with w >= w')/d2h_bw for every w', with E_w'
+//         the compute of ops 0..w'. Otherwise nothing is owed here (0).
 //     Which tensors are off is the plan's choice; the bound takes for each side separately the
 //     choice of K_j bytes that costs least there (a sum of two minima is at most the minimum
 //     of the sum): for (b), first the ones that owe nothing, then the earliest written; for
@@ -48,7 +56,8 @@ namespace spillway::offload {
 //     The H2D of (a) may start during op j (an allocation made when op j has already
 //     started), which is why dur(j) is not added to both sides.
 //     (c) Late copies out. Among the tensors (b) lets off for free, take those the iteration
-//         writes again after op j (last at op w_x) and the next iteration reads. If such an x
+//         writes again after op j (last at op w_x) and the next iteration reads (persistent,
+//         so never regenerable). If such an x
 //         is off at tau and no D2H of it ran before tau in this iteration, it did not start
 //         the iteration on the device (freeing it there needs a copy out: no tier holds its
 //         value), so it started in a tier and must end there with its final value: a D2H
@@ -63,16 +72,23 @@ namespace spillway::offload {
 //         on a grid L_0 = 0 < ... < L_G = all such bytes, every L in [L_i, L_i+1] gives at
 //         least max(C_<j, D(L_i+1)) + max(dur(j) + C_>j, H'(L_i)) (and the form at e_j), so
 //         the least of these over i is a bound.
+//     Each op's bound scans every tensor, so on a large trace (ops x tensors above
+//     order_work_limit) it is taken only at some ops: those with the most needed bytes over
+//     B and others spread evenly among the ops over B. The largest over any set of ops is
+//     still a bound; what is given up is the ops left out.
 // Both ignore latency and every other dependency, so no plan beats them. ideal is compute
 // alone (unlimited memory).
 
 namespace {
 
+// Ops x tensors the order bound scans at most (Note [Lower bound], end of (2)).
+constexpr double order_work_limit = 5e6;
+
 // Family (2) of Note [Lower bound]: the order bound around op j, for every j in one sweep.
 class order_bound {
  public:
   order_bound(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget)
-      : t_(t), r_(r), hw_(hw), budget_(budget), n_(t.ops.size()) {
+      : t_(t), r_(r), hw_(hw), budget_(budget), n_(t.ops.size()), until_(detail::remake_until(t, r)) {
     dur_.resize(n_);
     before_.assign(n_ + 1, 0);  // before_[k]: compute of ops < k
     for (std::size_t k = 0; k < n_; ++k) {
@@ -84,24 +100,27 @@ class order_bound {
   // Returns {seconds, op}.
   std::pair<double, op_index> run() {
     const std::size_t nt = t_.tensors.size();
+    const auto chosen = chosen_ops();
     std::vector<std::size_t> next(nt, 0);  // index of the first use at an op > j (after advancing)
     std::vector<std::int64_t> last_write(nt, -1), final_write(nt, -1);
     for (tensor_id x = 0; x < nt; ++x)
       for (const auto& u : r_.tensors[x].uses)
         if (u.writes) final_write[x] = u.op;
     std::vector<char> touched(nt, 0);
+    std::size_t nt_scan = nt;
     double best = 0;
     op_index best_op = 0;
     for (op_index j = 0; j < n_; ++j) {
       const auto& op = t_.ops[j];
       for (tensor_id x : op.reads) touched[x] = 1;
       for (tensor_id x : op.writes) touched[x] = 1;
+      if (!chosen[j]) nt_scan = 0;
       std::uint64_t needed = r_.working_set_bytes[j], free_d = 0, free_h = 0;
       d_.clear();
       h_.clear();
       l_.clear();
       std::uint64_t late_total = 0;
-      for (tensor_id x = 0; x < nt; ++x) {
+      for (tensor_id x = 0; x < nt_scan; ++x) {
         const auto& lt = r_.tensors[x];
         if (touched[x] || !lt.used()) continue;
         const std::uint64_t b = t_.tensors[x].bytes;
@@ -109,6 +128,11 @@ class order_bound {
         const bool is_needed = has_next ? lt.uses[next[x]].reads : lt.crosses_boundary;
         if (!is_needed) continue;
         needed += b;
+        if (last_write[x] >= 0 && j < until_[static_cast<std::size_t>(last_write[x])]) {
+          free_d += b;  // regenerable: a rerun brings it back, no copy either way
+          free_h += b;
+          continue;
+        }
         if (last_write[x] >= 0) {
           d_.push_back({static_cast<std::size_t>(last_write[x]), b});
         } else {
@@ -123,7 +147,7 @@ class order_bound {
         else
           free_h += b;
       }
-      if (needed > budget_) {
+      if (chosen[j] && needed > budget_) {
         const std::uint64_t off = needed - budget_;
         const double dmin = d2h_before(off > free_d ? off - free_d : 0);
         const double hmin = h2d_after(off > free_h ? off - free_h : 0);
@@ -138,6 +162,7 @@ class order_bound {
       }
       for (tensor_id x : op.reads) touched[x] = 0;
       for (tensor_id x : op.writes) touched[x] = 0;
+      nt_scan = nt;
       auto advance = [&](tensor_id x) {
         const auto& uses = r_.tensors[x].uses;
         while (next[x] < uses.size() && uses[next[x]].op <= j) {
@@ -152,6 +177,28 @@ class order_bound {
   }
 
  private:
+  // The ops the bound is taken at: every op with needed bytes over the budget, or, when that
+  // is too much work, those with the most and others spread evenly among the rest.
+  std::vector<char> chosen_ops() const {
+    std::vector<op_index> over;
+    for (op_index j = 0; j < n_; ++j)
+      if (r_.needed_bytes_during[j] > budget_) over.push_back(j);
+    std::vector<char> chosen(n_, 0);
+    const double scan = static_cast<double>(std::max<std::size_t>(1, t_.tensors.size()));
+    const auto most = static_cast<std::size_t>(std::max(2.0, order_work_limit / scan));
+    if (over.size() <= most) {
+      for (op_index j : over) chosen[j] = 1;
+      return chosen;
+    }
+    auto by_need = over;
+    std::nth_element(by_need.begin(), by_need.begin() + static_cast<std::ptrdiff_t>(most / 2), by_need.end(),
+                     [&](op_index a, op_index b) { return r_.needed_bytes_during[a] > r_.needed_bytes_during[b]; });
+    for (std::size_t i = 0; i < most / 2; ++i) chosen[by_need[i]] = 1;
+    const std::size_t spread = most - most / 2;
+    for (std::size_t i = 0; i < spread; ++i) chosen[over[i * over.size() / spread]] = 1;
+    return chosen;
+  }
+
   struct item {
     std::size_t op;  // the write before (d_) or the read after (h_)
     std::uint64_t bytes;
@@ -266,6 +313,7 @@ class order_bound {
   const hw_profile& hw_;
   std::uint64_t budget_;
   std::size_t n_;
+  std::vector<op_index> until_;  // detail::remake_until
   std::vector<double> dur_, before_;
   std::vector<item> d_, h_, l_;
 };
@@ -275,22 +323,25 @@ class order_bound {
 bounds compute_bounds(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) {
   bounds b;
   for (const auto& op : t.ops) b.ideal_seconds += hw.op_seconds(op);
-  auto over = [](std::uint64_t v, std::uint64_t cap) { return v > cap ? v - cap : 0; };
-  for (std::size_t j = 0; j < t.ops.size(); ++j) {
-    const auto n = r.needed_bytes_during[j];
-    const auto w = r.needed_written_bytes_during[j];
-    b.h2d_min_bytes = std::max(b.h2d_min_bytes, over(n, budget));
-    b.d2h_min_bytes = std::max(b.d2h_min_bytes, over(w, budget));
-    b.nvme_read_min_bytes = std::max(b.nvme_read_min_bytes, over(over(n, budget), hw.host_bytes));
-    b.nvme_write_min_bytes = std::max(b.nvme_write_min_bytes, over(over(w, budget), hw.host_bytes));
-  }
-  const double h2d = static_cast<double>(b.h2d_min_bytes) / hw.h2d_bytes_per_s;
-  const double d2h = static_cast<double>(b.d2h_min_bytes) / hw.d2h_bytes_per_s;
-  const double link = hw.copy_engines >= 2 ? std::max(h2d, d2h) : h2d + d2h;
-  b.volume_bound_seconds = std::max({link, static_cast<double>(b.nvme_read_min_bytes) / hw.nvme_read_bytes_per_s,
-                                     static_cast<double>(b.nvme_write_min_bytes) / hw.nvme_write_bytes_per_s});
+  // Family (1): the least time the link and NVMe need for `f`'s bytes.
+  auto volume = [&](const transfer_floor& f) {
+    const double h2d = static_cast<double>(f.h2d_bytes) / hw.h2d_bytes_per_s;
+    const double d2h = static_cast<double>(f.d2h_bytes) / hw.d2h_bytes_per_s;
+    const double link = hw.copy_engines >= 2 ? std::max(h2d, d2h) : h2d + d2h;
+    return std::max({link, static_cast<double>(f.nvme_read_bytes) / hw.nvme_read_bytes_per_s,
+                     static_cast<double>(f.nvme_write_bytes) / hw.nvme_write_bytes_per_s});
+  };
+  const auto all = least_transfers(t, r, budget, hw.host_bytes);
+  b.h2d_min_bytes = all.h2d_bytes;
+  b.d2h_min_bytes = all.d2h_bytes;
+  b.nvme_read_min_bytes = all.nvme_read_bytes;
+  b.nvme_write_min_bytes = all.nvme_write_bytes;
+  b.volume_bound_seconds = volume(all);
+  transfer_floor_options state_only;
+  state_only.persistent_only = true;
+  b.state_bound_seconds = std::max(b.ideal_seconds, volume(least_transfers(t, r, budget, hw.host_bytes, state_only)));
   std::tie(b.order_bound_seconds, b.order_bound_op) = order_bound(t, r, hw, budget).run();
-  b.lower_bound_seconds = std::max({b.ideal_seconds, b.volume_bound_seconds, b.order_bound_seconds});
+  b.lower_bound_seconds = std::max({b.ideal_seconds, b.volume_bound_seconds, b.order_bound_seconds, b.state_bound_seconds});
   return b;
 }
 
