@@ -1,0 +1,387 @@
+// The lower bound (Note [Lower bound], Note [Per-use transfer bound]): hand cases worked out in
+// the comments, and the property that no feasible plan, recomputing or not, beats it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <random>
+#include <set>
+
+#include "offload/planner.hpp"
+#include "offload/simulator.hpp"
+
+namespace spillway::offload {
+namespace {
+
+hw_profile test_hw(double link_bytes_per_s) {
+  hw_profile hw;
+  hw.name = "test";
+  hw.device_bytes = 1ull << 40;
+  hw.compute_flops_per_s = 1e12;
+  hw.hbm_bytes_per_s = 1e12;
+  hw.h2d_bytes_per_s = link_bytes_per_s;
+  hw.d2h_bytes_per_s = link_bytes_per_s;
+  hw.copy_engines = 2;
+  hw.host_bytes = 1ull << 40;
+  hw.nvme_read_bytes_per_s = 5e8;
+  hw.nvme_write_bytes_per_s = 3e8;
+  hw.nvme_bytes = 1ull << 40;
+  return hw;
+}
+
+op_desc op_of(std::string name, std::vector<tensor_id> r, std::vector<tensor_id> w, double seconds, bool recomputable = false) {
+  op_desc o;
+  o.name = std::move(name);
+  o.reads = std::move(r);
+  o.writes = std::move(w);
+  o.measured_seconds = seconds;
+  o.recomputable = recomputable;
+  return o;
+}
+
+// Two 1 GB parameters read by turns over 10 ops of 1 ms, a 10 GB/s link, a budget that holds
+// one of them. Neither can stay, so every op waits for its parameter: the best step is
+// 10 x (100 ms + 1 ms) = 1010 ms (the hand plan below). Counted once per iteration (the old
+// volume bound) the link owes 1 GB, 100 ms; counted per use it owes 10 GB.
+TEST(Bounds, AlternatingParametersCountEveryUse) {
+  trace t;
+  const tensor_id p[2] = {t.add_tensor("p0", 1'000'000'000, tensor_kind::parameter),
+                          t.add_tensor("p1", 1'000'000'000, tensor_kind::parameter)};
+  for (int k = 0; k < 10; ++k) t.add_op(op_of("use" + std::to_string(k), {p[k % 2]}, {}, 1e-3));
+  const auto hw = test_hw(10e9);
+  const auto rep = analyze(t);
+  const std::uint64_t budget = 1'000'000'000;
+  const auto b = compute_bounds(t, rep, hw, budget);
+  // Spans (op ranges a parameter must stay over to be read again without a copy): p0 over ops
+  // 1, 3, 5, 7 and 9 (the last into the next iteration's op 0), p1 over 0, 2, 4, 6, 8; at each
+  // op the other parameter fills the budget, so every span is cut. The sweep lays 16
+  // iterations end to end (2,000,000 / 20 spans, at most 16): 160 spans, less p0's last one
+  // whose read falls past the line: 159 GB / 16 = 9.9375 GB per iteration, 993.75 ms.
+  EXPECT_EQ(b.h2d_min_bytes, 9'937'500'000u);
+  EXPECT_EQ(b.d2h_min_bytes, 0u);
+  EXPECT_DOUBLE_EQ(b.volume_bound_seconds, 0.99375);
+  EXPECT_DOUBLE_EQ(b.lower_bound_seconds, 0.99375);
+  EXPECT_GE(b.lower_bound_seconds, 1.010 / 1.2);
+  // Only parameters move here, so the model state's bound is the whole bound.
+  EXPECT_DOUBLE_EQ(b.state_bound_seconds, b.lower_bound_seconds);
+  // The hand plan: both start on the host; each op's parameter comes in before it and is
+  // dropped after it (unchanged, its host copy stands).
+  plan hand = plan::empty_for(t, "hand", budget);
+  hand.initial_tier[p[0]] = hand.initial_tier[p[1]] = tier::host;
+  for (op_index k = 0; k < 10; ++k) {
+    hand.steps[k].prefetches.push_back({p[k % 2], tier::host, k});
+    hand.steps[k].evictions.push_back({p[k % 2], evict_action::drop});
+  }
+  const auto s = simulate(t, rep, hand, hw);
+  ASSERT_TRUE(s.feasible()) << s.violations[0];
+  EXPECT_NEAR(s.step_seconds, 1.010, 1e-9);
+  EXPECT_GE(s.step_seconds, b.lower_bound_seconds);
+}
+
+// op0 (recomputable) reads weight W and writes activation A; op1 fills the rest of the device
+// with a workspace; op2 reads A and W. 1000 B each, budget 2000 B, ops of 1 s, a slow link
+// (100 B/s: 10 s per tensor). During op1 one of W and A must be off.
+trace recompute_case(bool recomputable) {
+  trace t;
+  const auto w = t.add_tensor("W", 1000, tensor_kind::parameter);
+  const auto a = t.add_tensor("A", 1000, tensor_kind::activation);
+  const auto s = t.add_tensor("S", 1000, tensor_kind::workspace);
+  t.add_op(op_of("fwd", {w}, {a}, 1, recomputable));
+  t.add_op(op_of("scratch", {}, {s}, 1));
+  t.add_op(op_of("bwd", {a, w}, {}, 1));
+  return t;
+}
+
+TEST(Bounds, RecomputationIsCoveredAndBeatsTheCopyOnlyBound) {
+  const auto hw = test_hw(100);
+  // Without recomputation A or W crosses the link during op1. Order bound at op1: 1000 B off;
+  // W owes no copy out (D = 0), and whichever is off comes back before op2 (10 s) and op2
+  // runs (1 s): H = 11. At op1's end: max(2, 0) + max(1, 11) = 13. The per-use volume: one
+  // 1000 B span cut per iteration, 10 s.
+  {
+    const auto t = recompute_case(false);
+    const auto b = compute_bounds(t, analyze(t), hw, 2000);
+    EXPECT_EQ(b.h2d_min_bytes, 1000u);
+    EXPECT_DOUBLE_EQ(b.volume_bound_seconds, 10.0);
+    EXPECT_DOUBLE_EQ(b.order_bound_seconds, 13.0);
+    EXPECT_DOUBLE_EQ(b.lower_bound_seconds, 13.0);
+  }
+  // With op0 recomputable, a plan may drop A after op0 and rerun op0 before op2 (W stays, its
+  // input, unchanged): op0 [0,1], op1 [1,2], rerun [2,3], op2 [3,4]: 4 s, below 13. The bound
+  // takes A as free while op1 runs (nothing writes W after op0): nothing owes a copy, so the
+  // bound is the compute, 3 s.
+  const auto t = recompute_case(true);
+  const auto rep = analyze(t);
+  const auto b = compute_bounds(t, rep, hw, 2000);
+  EXPECT_EQ(b.h2d_min_bytes, 0u);
+  EXPECT_EQ(b.d2h_min_bytes, 0u);
+  EXPECT_DOUBLE_EQ(b.ideal_seconds, 3.0);
+  EXPECT_DOUBLE_EQ(b.lower_bound_seconds, 3.0);
+  EXPECT_DOUBLE_EQ(b.state_bound_seconds, 3.0);
+  plan hand = plan::empty_for(t, "hand", 2000);
+  const tensor_id a = 1, s = 2;
+  hand.steps[0].evictions.push_back({a, evict_action::drop});
+  hand.steps[1].evictions.push_back({s, evict_action::drop});
+  hand.steps[2].recomputes.push_back(0);
+  hand.steps[2].evictions.push_back({a, evict_action::drop});
+  const auto r = simulate(t, rep, hand, hw);
+  ASSERT_TRUE(r.feasible()) << r.violations[0];
+  EXPECT_EQ(r.recomputes, 1u);
+  EXPECT_DOUBLE_EQ(r.step_seconds, 4.0);
+  EXPECT_GE(r.step_seconds, b.lower_bound_seconds);
+}
+
+// Once an input of the recomputable writer changes, the value cannot be made again: the same
+// case with op1 also updating W (in place) makes A an ordinary value from op1 on, and the
+// bound charges it again.
+TEST(Bounds, ARerunWhoseInputChangedIsNotFree) {
+  trace t;
+  const auto w = t.add_tensor("W", 1000, tensor_kind::parameter);
+  const auto a = t.add_tensor("A", 1000, tensor_kind::activation);
+  const auto s = t.add_tensor("S", 1000, tensor_kind::workspace);
+  t.add_op(op_of("fwd", {w}, {a}, 1, true));
+  t.add_op(op_of("scratch", {w}, {s, w}, 1));
+  t.add_op(op_of("bwd", {a, w}, {}, 1));
+  const auto hw = test_hw(100);
+  const auto b = compute_bounds(t, analyze(t), hw, 2000);
+  // Op1's working set is W and S (2000 B): A must be off during op1, and op1 writes W, so no
+  // rerun of op0 after it gives A back: A goes out (10 s) and comes back (10 s), one link each
+  // way: the per-use volume gives 10 s each way (two copy engines: 10 s).
+  EXPECT_EQ(b.h2d_min_bytes, 1000u);
+  EXPECT_EQ(b.d2h_min_bytes, 1000u);
+  EXPECT_GE(b.lower_bound_seconds, 10.0);
+}
+
+// Random traces: persistent tensors and ops that read a few earlier values and write fresh
+// activations or earlier tensors; an op that writes only fresh transients is marked
+// recomputable at random (it then reads nothing it writes).
+trace random_trace(std::mt19937_64& rng, std::size_t max_ops, bool tiny) {
+  trace t;
+  auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng); };
+  auto size = [&] { return static_cast<std::uint64_t>(1 + pick(tiny ? 3 : 40)) * 1000; };
+  const tensor_kind pk[] = {tensor_kind::parameter, tensor_kind::optimizer_state, tensor_kind::gradient};
+  std::vector<tensor_id> readable;
+  for (std::size_t i = 1 + pick(tiny ? 3 : 5); i > 0; --i)
+    readable.push_back(t.add_tensor("p" + std::to_string(t.tensors.size()), size(), pk[pick(3)]));
+  const std::size_t nops = 2 + pick(max_ops - 1);
+  for (std::size_t k = 0; k < nops; ++k) {
+    op_desc op;
+    op.name = "op" + std::to_string(k);
+    op.measured_seconds = tiny ? 0.5 * static_cast<double>(1 + pick(4)) : std::uniform_real_distribution<double>(1e-6, 2e-4)(rng);
+    std::set<tensor_id> r, w;
+    bool fresh_only = true;
+    for (std::size_t i = pick(4); i > 0; --i) r.insert(readable[pick(readable.size())]);
+    for (std::size_t i = 1 + pick(2); i > 0; --i) {
+      if (pick(4) == 0) {
+        w.insert(readable[pick(readable.size())]);
+        fresh_only = false;
+      } else {
+        const auto x = t.add_tensor("a" + std::to_string(t.tensors.size()), size(),
+                                    pick(5) == 0 ? tensor_kind::workspace : tensor_kind::activation);
+        w.insert(x);
+        readable.push_back(x);
+      }
+    }
+    op.reads.assign(r.begin(), r.end());
+    op.writes.assign(w.begin(), w.end());
+    op.recomputable = fresh_only && pick(3) != 0;
+    t.add_op(std::move(op));
+  }
+  t.validate();
+  return t;
+}
+
+// A random training iteration: layers of recomputable forward ops (each reads the previous
+// activation, sometimes an older one, and its layer's weight, and writes a fresh activation),
+// a loss, backward ops in reverse reading what their forward op read and wrote, and an update
+// per weight with its optimizer state. Activations are read again late, so dropping and
+// rerunning competes with copying.
+trace random_training(std::mt19937_64& rng, bool tiny) {
+  trace t;
+  auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng); };
+  auto size = [&] { return static_cast<std::uint64_t>(1 + pick(tiny ? 3 : 40)) * 1000; };
+  auto secs = [&] { return tiny ? 0.5 * static_cast<double>(1 + pick(4)) : std::uniform_real_distribution<double>(1e-6, 2e-4)(rng); };
+  std::vector<tensor_id> acts{t.add_tensor("input", size(), tensor_kind::activation)};
+  t.add_op(op_of("load", {}, {acts[0]}, secs()));
+  struct layer {
+    tensor_id w, g, m;
+    std::vector<op_index> fwd;
+  };
+  std::vector<layer> layers;
+  for (std::size_t l = 1 + pick(tiny ? 2 : 5); l > 0; --l) {
+    layer ly;
+    ly.w = t.add_tensor("w" + std::to_string(layers.size()), size(), tensor_kind::parameter);
+    ly.g = t.add_tensor("g" + std::to_string(layers.size()), t.tensors[ly.w].bytes, tensor_kind::gradient);
+    ly.m = t.add_tensor("m" + std::to_string(layers.size()), t.tensors[ly.w].bytes, tensor_kind::optimizer_state);
+    for (std::size_t k = 1 + pick(tiny ? 2 : 3); k > 0; --k) {
+      std::set<tensor_id> r{acts.back(), ly.w};
+      if (acts.size() > 2 && pick(3) == 0) r.insert(acts[pick(acts.size() - 1)]);
+      const auto out = t.add_tensor("a" + std::to_string(t.tensors.size()), size(), tensor_kind::activation);
+      ly.fwd.push_back(t.add_op(op_of("f" + std::to_string(t.ops.size()), {r.begin(), r.end()}, {out}, secs(), true)));
+      acts.push_back(out);
+    }
+    layers.push_back(ly);
+  }
+  auto grad = t.add_tensor("d" + std::to_string(t.tensors.size()), t.tensors[acts.back()].bytes, tensor_kind::activation);
+  t.add_op(op_of("loss", {acts.back()}, {grad}, secs()));
+  for (auto l = layers.rbegin(); l != layers.rend(); ++l)
+    for (auto f = l->fwd.rbegin(); f != l->fwd.rend(); ++f) {
+      std::set<tensor_id> r(t.ops[*f].reads.begin(), t.ops[*f].reads.end());
+      r.insert(t.ops[*f].writes.begin(), t.ops[*f].writes.end());
+      r.insert(grad);
+      const auto next = t.add_tensor("d" + std::to_string(t.tensors.size()), size(), tensor_kind::activation);
+      std::vector<tensor_id> w{next, l->g};
+      if (f != l->fwd.rbegin()) r.insert(l->g);  // accumulates into the layer's gradient
+      t.add_op(op_of("b" + std::to_string(t.ops.size()), {r.begin(), r.end()}, w, secs()));
+      grad = next;
+    }
+  for (const auto& l : layers) t.add_op(op_of("adam", {l.w, l.g, l.m}, {l.w, l.m}, secs()));
+  t.validate();
+  return t;
+}
+
+// A random plan that may recompute: random starting tiers, random evictions (a value needed
+// later with no copy goes to the host, or, when its writer is recomputable and can still be
+// rerun before the value's next read, is dropped to be remade), prefetches and reruns before
+// each read (a rerun first brings its own reads, by a prefetch or a rerun of theirs), some of
+// them early. It may break the budget; the test keeps the plans the simulator accepts.
+plan random_plan(const trace& t, const lifetime_report& r, std::uint64_t budget, std::mt19937_64& rng) {
+  auto coin = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
+  const auto n = static_cast<op_index>(t.ops.size());
+  plan p = plan::empty_for(t, "random", budget);
+  std::vector<char> on(t.tensors.size(), 0), copy(t.tensors.size(), 0), remake(t.tensors.size(), 0);
+  auto next_use = [&](tensor_id x, op_index k) -> const tensor_use* {  // first use at an op >= k
+    for (const auto& u : r.tensors[x].uses)
+      if (u.op >= k) return &u;
+    return nullptr;
+  };
+  auto needed_after = [&](tensor_id x, op_index k) {
+    const auto* u = next_use(x, k + 1);
+    return u ? u->reads : r.tensors[x].crosses_boundary;
+  };
+  auto writer = [&](tensor_id x, op_index k) -> std::int64_t {  // last op <= k writing x
+    std::int64_t w = -1;
+    for (const auto& u : r.tensors[x].uses)
+      if (u.op <= k && u.writes) w = u.op;
+    return w;
+  };
+  // Whether a rerun of op w before op k sees the reads and rewrites the writes op w had.
+  auto rerun_ok = [&](op_index w, op_index k) {
+    for (op_index o = w + 1; o < k; ++o)
+      for (tensor_id y : t.ops[o].writes) {
+        const auto& ow = t.ops[w];
+        if (std::count(ow.reads.begin(), ow.reads.end(), y) || std::count(ow.writes.begin(), ow.writes.end(), y)) return false;
+      }
+    return true;
+  };
+  // Makes x resident before op k: a prefetch, or a rerun of its writer after its own reads.
+  std::function<bool(tensor_id, op_index, int)> bring = [&](tensor_id x, op_index k, int depth) {
+    if (on[x]) return true;
+    if (copy[x]) {
+      p.steps[k].prefetches.push_back({x, tier::host, k});
+      on[x] = 1;
+      return true;
+    }
+    const auto w = writer(x, k - 1);
+    if (!remake[x] || w < 0 || depth > 4 || !rerun_ok(static_cast<op_index>(w), k)) return false;
+    for (tensor_id y : t.ops[w].reads)
+      if (!bring(y, k, depth + 1)) return false;
+    p.steps[k].recomputes.push_back(static_cast<op_index>(w));
+    for (tensor_id z : t.ops[w].writes) {
+      on[z] = 1;
+      remake[z] = 0;
+    }
+    return true;
+  };
+  for (tensor_id x = 0; x < t.tensors.size(); ++x) {
+    if (!is_persistent(t.tensors[x].kind)) continue;
+    if (coin(0.5)) {
+      p.initial_tier[x] = tier::host;
+      copy[x] = r.tensors[x].crosses_boundary;
+    } else {
+      on[x] = 1;
+    }
+  }
+  for (op_index k = 0; k < n; ++k) {
+    for (tensor_id x = 0; x < t.tensors.size(); ++x) {
+      if (on[x] || !(copy[x] || remake[x])) continue;
+      const auto* u = next_use(x, k);
+      const bool end_home = is_persistent(t.tensors[x].kind) && p.initial_tier[x] == tier::device && k == n - 1;
+      if ((u && u->reads && (u->op == k || coin(0.3))) || end_home) (void)bring(x, k, 0);
+    }
+    for (tensor_id x : t.ops[k].writes) {
+      on[x] = 1;
+      copy[x] = 0;
+      remake[x] = 0;
+    }
+    for (tensor_id x = 0; x < t.tensors.size(); ++x) {
+      if (!on[x]) continue;
+      const bool persistent = is_persistent(t.tensors[x].kind);
+      const bool dead = !persistent && !next_use(x, k + 1);
+      const bool must = dead || (persistent && k == n - 1 && p.initial_tier[x] != tier::device);
+      if (!must && !coin(0.3)) continue;
+      if (!dead && needed_after(x, k) && !copy[x]) {
+        const auto w = writer(x, k);
+        const auto* u = next_use(x, k + 1);
+        if (w >= 0 && t.ops[w].recomputable && u && rerun_ok(static_cast<op_index>(w), u->op) && coin(0.7)) {
+          p.steps[k].evictions.push_back({x, evict_action::drop});
+          remake[x] = 1;
+        } else {
+          p.steps[k].evictions.push_back({x, evict_action::evict_to_host});
+          copy[x] = 1;
+        }
+      } else {
+        p.steps[k].evictions.push_back({x, evict_action::drop});
+      }
+      on[x] = 0;
+    }
+  }
+  return p;
+}
+
+// No feasible plan, recomputing or not, beats the lower bound or the state bound, on random
+// traces, budgets, links (one or two copy engines) and host tiers, for the planners' plans and
+// many random ones; the bound is reached in some cases, so it has little slack to hide an error.
+TEST(Bounds, NoFeasiblePlanBeatsTheBound) {
+  std::mt19937_64 rng(20261201);
+  int feasible = 0, recomputing = 0, tight = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    const bool tiny = iter % 2 == 0;
+    const auto t = iter % 4 < 2 ? random_training(rng, tiny) : random_trace(rng, tiny ? 6 : 40, tiny);
+    const auto rep = analyze(t);
+    // Tiny traces: 0.25 to 20 s per tensor over the link, against ops of 0.5 to 2 s, so that
+    // rerunning often beats copying (a bound that ignored reruns would be beaten here).
+    auto hw = test_hw(tiny ? 200.0 * static_cast<double>(1 + rng() % 20) : std::uniform_real_distribution<double>(2e7, 4e9)(rng));
+    hw.d2h_bytes_per_s = hw.h2d_bytes_per_s * std::uniform_real_distribution<double>(0.5, 2)(rng);
+    hw.copy_engines = iter % 3 == 0 ? 1 : 2;
+    if (iter % 5 == 0) hw.host_bytes = std::max<std::uint64_t>(rep.peak_live_bytes / 6, 1);
+    const std::uint64_t lo = rep.min_budget_bytes, hi = std::max(rep.peak_live_bytes, lo);
+    const auto budget = std::uniform_int_distribution<std::uint64_t>(lo, iter % 3 == 1 ? hi : lo + (hi - lo) / 3)(rng);
+    const auto b = compute_bounds(t, rep, hw, budget);
+    ASSERT_GE(b.lower_bound_seconds, b.state_bound_seconds);
+    ASSERT_GE(b.state_bound_seconds, b.ideal_seconds);
+    double best = std::numeric_limits<double>::infinity();
+    const int plans = tiny ? 120 : 30;
+    for (int k = 0; k < plans + static_cast<int>(planner_names().size()); ++k) {
+      const auto p = k < plans ? random_plan(t, rep, budget, rng)
+                               : make_planner(planner_names()[static_cast<std::size_t>(k - plans)])->make_plan(t, rep, hw, budget);
+      const auto s = simulate(t, rep, p, hw);
+      if (!s.feasible()) continue;
+      ++feasible;
+      recomputing += s.recomputes > 0;
+      best = std::min(best, s.step_seconds);
+      ASSERT_GE(s.step_seconds, b.lower_bound_seconds * (1 - 1e-9))
+          << "iteration " << iter << " plan " << k << " (" << p.policy << ") budget " << budget << " recomputes "
+          << s.recomputes;
+      ASSERT_GE(s.step_seconds, b.state_bound_seconds * (1 - 1e-9)) << "iteration " << iter << " plan " << k;
+    }
+    if (best <= b.lower_bound_seconds * (1 + 1e-9)) ++tight;
+  }
+  EXPECT_GT(feasible, 4000);
+  EXPECT_GT(recomputing, 300);  // plans that rerun ops are checked, not only swapping ones
+  EXPECT_GT(tight, 60);
+}
+
+}  // namespace
+}  // namespace spillway::offload
