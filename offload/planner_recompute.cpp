@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <optional>
+
+#include <oneapi/tbb/parallel_for.h>
 
 #include "offload/plan_builder.hpp"
 #include "offload/rerun_schedule.hpp"
@@ -41,8 +44,8 @@ struct judged {
 template <class Swap>
 std::optional<judged> with_reruns(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
                                   const std::vector<remake_candidate>& cands, const std::vector<char>& want,
-                                  const std::string& policy, Swap swap) {
-  const auto s = schedule_reruns(t, r, hw, cands, want);
+                                  const std::string& policy, Swap swap, bool keep_made = true) {
+  const auto s = schedule_reruns(t, r, hw, cands, want, keep_made);
   if (s.remade == 0) return std::nullopt;
   const auto fr = analyze(s.folded);
   if (fr.min_budget_bytes > budget) return std::nullopt;
@@ -58,6 +61,17 @@ bool better(const sim_result& a, const sim_result& b) {
 
 void keep_best(std::optional<judged>& best, std::optional<judged> cand) {
   if (cand && (!best || better(cand->sim, best->sim))) best = std::move(cand);
+}
+
+// Runs the candidate makers at once (each is independent: its own planners, its own
+// simulation) and keeps the best, the earliest of equals, so the result does not depend on
+// which finishes first.
+std::optional<judged> best_of(std::vector<std::function<std::optional<judged>()>> makers) {
+  std::vector<std::optional<judged>> out(makers.size());
+  tbb::parallel_for(std::size_t{0}, makers.size(), [&](std::size_t i) { out[i] = makers[i](); });
+  std::optional<judged> best;
+  for (auto& c : out) keep_best(best, std::move(c));
+  return best;
 }
 
 // The candidates ordered by bytes freed per second of rerun, most first.
@@ -89,8 +103,10 @@ planner_options short_search(const planner_options& o) {
 }
 
 // checkpoint's choice (Note [Recomputing planners]): every candidate but the values that cross
-// a layer boundary.
-std::vector<char> checkpoint_set(const trace& t, const lifetime_report& r, const std::vector<remake_candidate>& cands) {
+// a layer boundary; with `group` > 1, only the boundaries between groups of that many layers
+// (fewer values kept, longer reruns).
+std::vector<char> checkpoint_set(const trace& t, const lifetime_report& r, const std::vector<remake_candidate>& cands,
+                                 std::int64_t group = 1) {
   // Layer of each op: its own, or runs of about sqrt(n) recomputable ops where it has none.
   std::size_t recomputable = 0;
   for (const auto& o : t.ops) recomputable += o.recomputable;
@@ -99,8 +115,8 @@ std::vector<char> checkpoint_set(const trace& t, const lifetime_report& r, const
   std::size_t seen = 0;
   for (op_index k = 0; k < t.ops.size(); ++k) {
     const auto& o = t.ops[k];
-    if (o.layer >= 0) layer[k] = o.layer;
-    else if (o.recomputable) layer[k] = -2 - static_cast<std::int64_t>(seen / run);
+    if (o.layer >= 0) layer[k] = o.layer / group;
+    else if (o.recomputable) layer[k] = -2 - static_cast<std::int64_t>(seen / run) / group;
     seen += o.recomputable;
   }
   std::vector<char> want(t.tensors.size(), 0);
@@ -144,11 +160,13 @@ std::optional<judged> capuchin_plan(const trace& t, const lifetime_report& r, co
   }
   const auto order = by_bytes_per_rerun_second(t, cands);
   const auto so = short_search(opt);
-  std::optional<judged> best;
+  std::vector<std::function<std::optional<judged>()>> makers;
   for (double share : {0.25, 0.5, 0.75, 1.0})
-    keep_best(best, with_reruns(t, r, hw, budget, cands, first_share(t.tensors.size(), cands, order, share), "capuchin",
-                                [&](const trace& f, const lifetime_report& fr) { return auto_swap_plan(f, fr, hw, budget, so); }));
-  return best;
+    makers.push_back([&, share] {
+      return with_reruns(t, r, hw, budget, cands, first_share(t.tensors.size(), cands, order, share), "capuchin",
+                         [&](const trace& f, const lifetime_report& fr) { return auto_swap_plan(f, fr, hw, budget, so); });
+    });
+  return best_of(std::move(makers));
 }
 
 // The plan another planner makes, judged, under the name `policy`.
@@ -195,22 +213,46 @@ plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_prof
   swap_opt.auto_recompute = false;
   plan own = auto_swap_plan(t, r, hw, budget, swap_opt);
   if (r.peak_live_bytes <= budget) return own;  // everything fits: nothing to remake
-  std::optional<judged> best = judged{own, simulate(t, r, own, hw)};
+  std::vector<std::function<std::optional<judged>()>> makers;
+  makers.push_back([&]() -> std::optional<judged> { return judged{own, simulate(t, r, own, hw)}; });
   // Every baseline's plan is a candidate, so auto is never slower than one of them.
   for (const char* name : {"lms", "vdnn-all", "vdnn-conv", "checkpoint", "capuchin"})
-    keep_best(best, judge_planner(t, r, hw, budget, *make_planner(name, swap_opt), "auto"));
+    makers.push_back([&, name]() -> std::optional<judged> {
+      return judge_planner(t, r, hw, budget, *make_planner(name, swap_opt), "auto");
+    });
   // checkpoint's values with auto's sweep, and the share of them that frees the most bytes
-  // per rerun second.
+  // per rerun second; and the values within groups of 2 and 4 layers (fewer kept, longer
+  // reruns), for budgets that cannot hold a value per layer.
   const auto all = remake_candidates(t, r, hw);
-  const auto in_set = checkpoint_set(t, r, all);
-  std::vector<remake_candidate> cands;
-  for (const auto& c : all)
-    if (in_set[c.x]) cands.push_back(c);
-  const auto order = by_bytes_per_rerun_second(t, cands);
   const auto so = short_search(swap_opt);
-  for (double share : opt.auto_remake_shares)
-    keep_best(best, with_reruns(t, r, hw, budget, cands, first_share(t.tensors.size(), cands, order, share), "auto",
-                                [&](const trace& f, const lifetime_report& fr) { return auto_swap_plan(f, fr, hw, budget, so); }));
+  struct family {
+    std::vector<remake_candidate> cands;
+    std::vector<std::size_t> order;
+  };
+  std::vector<family> fams;
+  for (std::int64_t group : {1, 2, 4}) {
+    const auto in_set = checkpoint_set(t, r, all, group);
+    family f;
+    for (const auto& c : all)
+      if (in_set[c.x]) f.cands.push_back(c);
+    f.order = by_bytes_per_rerun_second(t, f.cands);
+    fams.push_back(std::move(f));
+  }
+  for (std::size_t i = 0; i < fams.size(); ++i)
+    for (double share : i == 0 ? opt.auto_remake_shares : std::vector<double>{1.0})
+      for (bool keep_made : {true, false}) {
+        if (!keep_made && share < 1) continue;
+        makers.push_back([&, i, share, keep_made] {
+          const auto& f = fams[i];
+          return with_reruns(
+              t, r, hw, budget, f.cands, first_share(t.tensors.size(), f.cands, f.order, share), "auto",
+              [&](const trace& ft, const lifetime_report& fr) {
+                return auto_swap_plan(ft, fr, hw, budget, share >= 1 && i == 0 && keep_made ? swap_opt : so);
+              },
+              keep_made);
+        });
+      }
+  auto best = best_of(std::move(makers));
   best->p.policy = "auto";
   return std::move(best->p);
 }

@@ -14,7 +14,9 @@ namespace spillway::offload::detail {
 // before that read, after the writers of any of its inputs that are gone by then (dropped and
 // not yet made again, or dead after their last use): a chain back to values that are still
 // there. A rerun writes every output of its op, so a dropped value that a rerun makes early
-// is there from then on (its own rerun is not needed). A value whose writer's inputs were
+// is there from then on (its own rerun is not needed); or, where memory is short (keep_made
+// false), it is dropped again after the op and made once more before its own read: more
+// reruns, fewer bytes held. A value whose writer's inputs were
 // overwritten since the writer ran cannot be made with the same bits: it is kept.
 // The swap planners then see the folded trace: each op with reruns also writes what they write
 // (so a dropped value is, to them, dead from its drop to its rerun: dropping it needs no copy),
@@ -48,7 +50,7 @@ class scheduler {
   scheduler(const trace& t, const lifetime_report& r, const hw_profile& hw)
       : t_(t), r_(r), hw_(hw), writer_(single_recomputable_writer(t, r)) {}
 
-  rerun_schedule run(const std::vector<remake_candidate>& cands, const std::vector<char>& want) {
+  rerun_schedule run(const std::vector<remake_candidate>& cands, const std::vector<char>& want, bool keep_made) {
     const std::size_t nt = t_.tensors.size(), n = t_.ops.size();
     scheduled_.assign(nt, 0);
     drop_after_.assign(nt, -1);
@@ -82,7 +84,7 @@ class scheduler {
       for (op_index o : list)
         for (tensor_id z : t_.ops[o].writes) {
           made_now_[z] = 0;
-          if (scheduled_[z] && drop_after_[z] < k && k <= remake_at_[z]) remake_at_[z] = k;  // there from now on
+          if (keep_made && scheduled_[z] && drop_after_[z] < k && k <= remake_at_[z]) remake_at_[z] = k;  // there from now on
         }
     }
     for (tensor_id x = 0; x < nt; ++x) s.remade += scheduled_[x];
@@ -207,8 +209,9 @@ std::vector<remake_candidate> remake_candidates(const trace& t, const lifetime_r
 }
 
 rerun_schedule schedule_reruns(const trace& t, const lifetime_report& r, const hw_profile& hw,
-                               const std::vector<remake_candidate>& candidates, const std::vector<char>& want) {
-  return scheduler(t, r, hw).run(candidates, want);
+                               const std::vector<remake_candidate>& candidates, const std::vector<char>& want,
+                               bool keep_made) {
+  return scheduler(t, r, hw).run(candidates, want, keep_made);
 }
 
 plan unfold_plan(plan folded, const rerun_schedule& s, std::size_t tensors) {
