@@ -25,12 +25,16 @@ namespace spillway::offload::detail {
 //   as lms does (persistent tensors included, so it keeps budgets the model state exceeds).
 // capuchin: its rule (Peng et al., ASPLOS 2020): a value whose copy out and back fits in the
 //   compute of its idle stretch is swapped; the others are remade, those that free the most
-//   bytes per second of rerun first, as many as it takes (a few shares are tried); the swaps
+//   bytes per second of rerun first, as many as it takes (half or all are tried); the swaps
 //   are placed by auto's sweep.
-// auto: the fastest of its swap-only search, checkpoint's plan, capuchin's plan, and plans
-//   that remake the share s of all candidates with the most bytes per rerun second, for each s
-//   in planner_options::auto_remake_shares, swaps placed by a shorter sweep search. As every
-//   baseline's plan is among its candidates, it is never slower than checkpoint or capuchin.
+// auto: the fastest of its swap-only search, every baseline's plan (lms, vdnn, checkpoint,
+//   capuchin), and plans that remake the share s of checkpoint's values with the most bytes
+//   per rerun second, for each s in planner_options::auto_remake_shares, swaps placed by a
+//   shorter sweep search; where the best still stalls more than 5% of its step, also
+//   checkpoint's values over groups of 2 and 4 layers, and chains that drop what they make
+//   early (Note [Rerun schedules]). The candidates are planned at once on the host's cores and
+//   the fastest kept (the first of equals). As every baseline's plan is among them, it is
+//   never slower than any baseline.
 
 namespace {
 
@@ -161,7 +165,7 @@ std::optional<judged> capuchin_plan(const trace& t, const lifetime_report& r, co
   const auto order = by_bytes_per_rerun_second(t, cands);
   const auto so = short_search(opt);
   std::vector<std::function<std::optional<judged>()>> makers;
-  for (double share : {0.25, 0.5, 0.75, 1.0})
+  for (double share : {0.5, 1.0})
     makers.push_back([&, share] {
       return with_reruns(t, r, hw, budget, cands, first_share(t.tensors.size(), cands, order, share), "capuchin",
                          [&](const trace& f, const lifetime_report& fr) { return auto_swap_plan(f, fr, hw, budget, so); });
@@ -211,18 +215,21 @@ plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_prof
                          const planner_options& opt) {
   auto swap_opt = opt;
   swap_opt.auto_recompute = false;
-  plan own = auto_swap_plan(t, r, hw, budget, swap_opt);
-  if (r.peak_live_bytes <= budget) return own;  // everything fits: nothing to remake
+  if (r.peak_live_bytes <= budget) return auto_swap_plan(t, r, hw, budget, swap_opt);  // everything fits
   std::vector<std::function<std::optional<judged>()>> makers;
-  makers.push_back([&]() -> std::optional<judged> { return judged{own, simulate(t, r, own, hw)}; });
+  makers.push_back([&]() -> std::optional<judged> {
+    plan own = auto_swap_plan(t, r, hw, budget, swap_opt);
+    auto sim = simulate(t, r, own, hw);
+    return judged{std::move(own), std::move(sim)};
+  });
   // Every baseline's plan is a candidate, so auto is never slower than one of them.
   for (const char* name : {"lms", "vdnn-all", "vdnn-conv", "checkpoint", "capuchin"})
     makers.push_back([&, name]() -> std::optional<judged> {
       return judge_planner(t, r, hw, budget, *make_planner(name, swap_opt), "auto");
     });
   // checkpoint's values with auto's sweep, and the share of them that frees the most bytes
-  // per rerun second; and the values within groups of 2 and 4 layers (fewer kept, longer
-  // reruns), for budgets that cannot hold a value per layer.
+  // per rerun second; then, when the best plan still stalls, the values within groups of 2 and
+  // 4 layers (fewer kept, longer reruns), for budgets that cannot hold a value per layer.
   const auto all = remake_candidates(t, r, hw);
   const auto so = short_search(swap_opt);
   struct family {
@@ -238,21 +245,26 @@ plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_prof
     f.order = by_bytes_per_rerun_second(t, f.cands);
     fams.push_back(std::move(f));
   }
-  for (std::size_t i = 0; i < fams.size(); ++i)
-    for (double share : i == 0 ? opt.auto_remake_shares : std::vector<double>{1.0})
-      for (bool keep_made : {true, false}) {
-        if (!keep_made && share < 1) continue;
-        makers.push_back([&, i, share, keep_made] {
-          const auto& f = fams[i];
-          return with_reruns(
-              t, r, hw, budget, f.cands, first_share(t.tensors.size(), f.cands, f.order, share), "auto",
-              [&](const trace& ft, const lifetime_report& fr) {
-                return auto_swap_plan(ft, fr, hw, budget, share >= 1 && i == 0 && keep_made ? swap_opt : so);
-              },
-              keep_made);
-        });
-      }
+  auto add = [&](std::size_t i, double share, bool keep_made) {
+    makers.push_back([&, i, share, keep_made] {
+      const auto& f = fams[i];
+      return with_reruns(
+          t, r, hw, budget, f.cands, first_share(t.tensors.size(), f.cands, f.order, share), "auto",
+          [&](const trace& ft, const lifetime_report& fr) {
+            return auto_swap_plan(ft, fr, hw, budget, share >= 1 && i == 0 && keep_made ? swap_opt : so);
+          },
+          keep_made);
+    });
+  };
+  for (double share : opt.auto_remake_shares) add(0, share, true);
+  add(0, 1.0, false);
   auto best = best_of(std::move(makers));
+  if (best->sim.stall_seconds > 0.05 * best->sim.step_seconds) {
+    makers.clear();
+    for (std::size_t i = 1; i < fams.size(); ++i)
+      for (bool keep_made : {true, false}) add(i, 1.0, keep_made);
+    keep_best(best, best_of(std::move(makers)));
+  }
   best->p.policy = "auto";
   return std::move(best->p);
 }
