@@ -32,10 +32,13 @@ namespace spillway::offload {
 // e* >= e, move the cut to e*: both cover j and e* covers every later op the other covers, so
 // no op's load grows and the sum stays the same.
 // The iteration is a cycle, the sweep works on a line: lay M iterations end to end (persistent
-// spans join one iteration to the next) and let the line start in any state (a span that begins
-// before the line is kept for free until it is cut). P run M times is one such line plan,
-// moving M times P's bytes; so P moves at least (least over the line) / M. The free start is
-// worth at most B bytes, so the loss is at most B / M per iteration.
+// spans join one iteration to the next) and let the line start in any state: a span counts
+// when the read it ends at is on the line, and one that begins before the line is kept for
+// free until it is cut. P run M times from its own start state is one such line plan, and each
+// span it cuts is a copy in made on the line, so it moves at least the line's least, and M
+// times P's bytes is at least that: P moves at least (least over the line) / M. The free start
+// is worth at most B bytes, so the loss is at most B / M per iteration. M is 2 to 16, as many
+// as keep the sweep to a few million spans.
 // Also, at any one op j the bytes of costly spans around j beyond B - ws_j are off at once, each
 // a different tensor, so each of them comes back once per iteration: H2D >= max_j of that.
 //
@@ -47,8 +50,9 @@ namespace spillway::offload {
 // that are not kept all through: the same packing with the spans of values. Inside such a span
 // the value is in the working set at its reads; the capacity at op j becomes B - ws_j + (bytes
 // in ws_j whose value span is around j), which every plan meets (a kept value read at j is
-// counted once, in the span), so it is still a relaxation. A value written before the line
-// owes nothing there.
+// counted once, in the span), so it is still a relaxation. On the line a span counts when its
+// value was written on it and it ends on it (the copy out then falls on the line too); a value
+// written before the line owes nothing there. Per iteration: (least over the line) / M again.
 //
 // NVMe. At one op, the costly bytes off beyond what the host tier holds are on NVMe; they are
 // read from it (and, for the D2H ones, written to it) once per iteration.

@@ -72,10 +72,11 @@ namespace spillway::offload {
 //         on a grid L_0 = 0 < ... < L_G = all such bytes, every L in [L_i, L_i+1] gives at
 //         least max(C_<j, D(L_i+1)) + max(dur(j) + C_>j, H'(L_i)) (and the form at e_j), so
 //         the least of these over i is a bound.
-//     Each op's bound scans every tensor, so on a large trace (ops x tensors above
-//     order_work_limit) it is taken only at some ops: those with the most needed bytes over
-//     B and others spread evenly among the ops over B. The largest over any set of ops is
-//     still a bound; what is given up is the ops left out.
+//     Each op's bound scans every tensor, so on a large trace (ops with N_j > B times tensors
+//     above order_work_limit) it is taken only at some ops: half of them those with the most
+//     needed bytes, half spread evenly among the ops with N_j > B. The largest over any set of
+//     ops is still a bound; what is given up is the ops left out (so the figure can fall short
+//     of the all-ops one on a large trace, never pass a plan).
 // Both ignore latency and every other dependency, so no plan beats them. ideal is compute
 // alone (unlimited memory).
 
@@ -107,20 +108,19 @@ class order_bound {
       for (const auto& u : r_.tensors[x].uses)
         if (u.writes) final_write[x] = u.op;
     std::vector<char> touched(nt, 0);
-    std::size_t nt_scan = nt;
     double best = 0;
     op_index best_op = 0;
     for (op_index j = 0; j < n_; ++j) {
       const auto& op = t_.ops[j];
       for (tensor_id x : op.reads) touched[x] = 1;
       for (tensor_id x : op.writes) touched[x] = 1;
-      if (!chosen[j]) nt_scan = 0;
+      const std::size_t scan = chosen[j] ? nt : 0;  // ops left out only advance the uses
       std::uint64_t needed = r_.working_set_bytes[j], free_d = 0, free_h = 0;
       d_.clear();
       h_.clear();
       l_.clear();
       std::uint64_t late_total = 0;
-      for (tensor_id x = 0; x < nt_scan; ++x) {
+      for (tensor_id x = 0; x < scan; ++x) {
         const auto& lt = r_.tensors[x];
         if (touched[x] || !lt.used()) continue;
         const std::uint64_t b = t_.tensors[x].bytes;
@@ -162,7 +162,6 @@ class order_bound {
       }
       for (tensor_id x : op.reads) touched[x] = 0;
       for (tensor_id x : op.writes) touched[x] = 0;
-      nt_scan = nt;
       auto advance = [&](tensor_id x) {
         const auto& uses = r_.tensors[x].uses;
         while (next[x] < uses.size() && uses[next[x]].op <= j) {
