@@ -110,11 +110,13 @@ planner_options short_search(const planner_options& o) {
 // a layer boundary; with `group` > 1, only the boundaries between groups of that many layers
 // (fewer values kept, longer reruns).
 std::vector<char> checkpoint_set(const trace& t, const lifetime_report& r, const std::vector<remake_candidate>& cands,
-                                 std::int64_t group = 1) {
-  // Layer of each op: its own, or runs of about sqrt(n) recomputable ops where it has none.
+                                 std::int64_t group = 1, std::size_t run_of = 0) {
+  // Layer of each op: its own, or runs of about sqrt(n) recomputable ops (`run_of` when given)
+  // where it has none.
   std::size_t recomputable = 0;
   for (const auto& o : t.ops) recomputable += o.recomputable;
-  const auto run = std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(std::sqrt(static_cast<double>(recomputable)))));
+  const auto run = run_of ? run_of
+                          : std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(std::sqrt(static_cast<double>(recomputable)))));
   std::vector<std::int64_t> layer(t.ops.size(), -1);
   std::size_t seen = 0;
   for (op_index k = 0; k < t.ops.size(); ++k) {
@@ -237,8 +239,12 @@ plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_prof
     std::vector<std::size_t> order;
   };
   std::vector<family> fams;
-  for (std::int64_t group : {1, 2, 4}) {
-    const auto in_set = checkpoint_set(t, r, all, group);
+  const bool layered = std::any_of(t.ops.begin(), t.ops.end(), [](const op_desc& o) { return o.recomputable && o.layer >= 0; });
+  for (std::int64_t group : {1, 2, 4, 0}) {
+    if (group == 0 && layered) continue;
+    // group 0: where the trace names no layers, every second recomputable op starts one (short
+    // reruns, for budgets just above the least).
+    const auto in_set = group ? checkpoint_set(t, r, all, group) : checkpoint_set(t, r, all, 1, 2);
     family f;
     for (const auto& c : all)
       if (in_set[c.x]) f.cands.push_back(c);
