@@ -30,9 +30,10 @@ namespace spillway::offload::detail {
 // auto: the fastest of its swap-only search, every baseline's plan (lms, vdnn, checkpoint,
 //   capuchin), and plans that remake the share s of checkpoint's values with the most bytes
 //   per rerun second, for each s in planner_options::auto_remake_shares, swaps placed by a
-//   shorter sweep search; where the best still stalls more than 5% of its step, also
-//   checkpoint's values over groups of 2 and 4 layers, and chains that drop what they make
-//   early (Note [Rerun schedules]). The candidates are planned at once on the host's cores and
+//   shorter sweep search (all of them first; the smaller shares only where the best plan so
+//   far still stalls more than 5% of its step, and then also checkpoint's values over groups
+//   of 2 and 4 layers, or of two ops where the trace names no layers, and chains that drop
+//   what they make early: Note [Rerun schedules]). The candidates are planned at once on the host's cores and
 //   the fastest kept (the first of equals). As every baseline's plan is among them, it is
 //   never slower than any baseline.
 
@@ -201,12 +202,14 @@ class capuchin_planner final : public optioned_planner {
 
  private:
   plan do_make_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) const override {
-    auto so = options();
-    so.auto_recompute = false;
-    std::optional<judged> best = judge_planner(t, r, hw, budget, *make_planner("auto", short_search(so)), "capuchin");
     // Capuchin swaps first and remakes only where a swap would not hide: with nothing to remake
     // or no remake that fits, its plan is the swap-only one.
-    keep_best(best, capuchin_plan(t, r, hw, budget, options()));
+    auto best = capuchin_plan(t, r, hw, budget, options());
+    if (!best || !best->sim.feasible()) {
+      auto so = options();
+      so.auto_recompute = false;
+      keep_best(best, judge_planner(t, r, hw, budget, *make_planner("auto", short_search(so)), "capuchin"));
+    }
     return std::move(best->p);
   }
 };
@@ -262,11 +265,13 @@ plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_prof
           keep_made);
     });
   };
-  for (double share : opt.auto_remake_shares) add(0, share, true);
-  add(0, 1.0, false);
+  add(0, 1.0, true);
   auto best = best_of(std::move(makers));
   if (best->sim.stall_seconds > 0.05 * best->sim.step_seconds) {
     makers.clear();
+    for (double share : opt.auto_remake_shares)
+      if (share < 1) add(0, share, true);
+    add(0, 1.0, false);
     for (std::size_t i = 1; i < fams.size(); ++i)
       for (bool keep_made : {true, false}) add(i, 1.0, keep_made);
     keep_best(best, best_of(std::move(makers)));
