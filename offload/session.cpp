@@ -166,7 +166,7 @@ Session::op_scope Session::op(std::string_view name, std::span<const tensor_hand
 }
 
 Session::op_scope::~op_scope() noexcept(false) {
-  if (s_ == nullptr) return;
+  if (s_ == nullptr || rerun_) return;
   if (std::uncaught_exceptions() > 0) {
     try {
       s_->end_op(index_);
@@ -177,7 +177,9 @@ Session::op_scope::~op_scope() noexcept(false) {
   s_->end_op(index_);
 }
 
-Session::op_scope::op_scope(op_scope&& other) noexcept : s_(other.s_), index_(other.index_) { other.s_ = nullptr; }
+Session::op_scope::op_scope(op_scope&& other) noexcept : s_(other.s_), index_(other.index_), rerun_(other.rerun_) {
+  other.s_ = nullptr;
+}
 
 stream Session::op_scope::stream() const noexcept { return s_->exec->compute_stream(); }
 Device& Session::op_scope::device() const noexcept { return *s_->dev; }

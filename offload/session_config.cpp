@@ -378,8 +378,9 @@ void session_config::validate() const {
   };
   if (backend != "auto" && backend != "cpu" && backend != "cuda")
     bad("backend", in_quotes(backend) + " is not a backend (auto, cpu, cuda)");
-  if (policy != "none" && policy != "lms" && policy != "vdnn" && policy != "auto")
-    bad("policy", in_quotes(policy) + " is not a policy (none, lms, vdnn, auto)");
+  if (policy != "none" && policy != "lms" && policy != "vdnn" && policy != "auto" && policy != "checkpoint" &&
+      policy != "capuchin")
+    bad("policy", in_quotes(policy) + " is not a policy (none, lms, vdnn, auto, checkpoint, capuchin)");
   if (vdnn_variant != "all" && vdnn_variant != "conv")
     bad("vdnn_variant", in_quotes(vdnn_variant) + " is not a vdnn variant (all, conv)");
   for (auto [key, v] : {std::pair{"cpu_device_memory", cpu_device_memory}, std::pair{"device_budget", device_budget},

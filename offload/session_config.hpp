@@ -51,7 +51,7 @@ struct session_config {
   } nvme;
 
   // What to move and when.
-  std::string policy = "auto";            ///< none, lms, vdnn or auto
+  std::string policy = "auto";            ///< none, lms, vdnn, auto, checkpoint or capuchin
   // lms knobs; 0 = let the planner tune it (it tries a small grid, as TFLMS users do by hand).
   std::uint64_t lms_swapout_threshold = 0;///< lms: ops a tensor must sit idle before it is swapped out
   std::uint64_t lms_swapin_ahead = 0;     ///< lms: ops ahead of use to start a swap-in

@@ -6,6 +6,8 @@
 #include <memory>
 
 #include "device/device.hpp"
+#include "prefetch/plan.hpp"
+#include "prefetch/trace.hpp"
 #include "swap/io_queue.hpp"
 
 namespace spillway {
@@ -19,6 +21,10 @@ struct session_hooks {
   /// op_scope::run copies the op's tensors through pinned host memory, as on a GPU, on any
   /// backend (Note [Host runs] in session_host_run.cpp): tests of the GPU path.
   bool stage_host_runs = false;
+  /// Changes each plan the Session makes, before the executor follows it (its layout is packed
+  /// again for the changed plan): tests of plans no planner makes, such as a recomputation the
+  /// planner would never schedule. The plan must still pass plan::validate for the trace.
+  std::function<void(const trace&, plan&)> edit_plan;
 };
 
 }  // namespace spillway

@@ -12,6 +12,7 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -89,6 +90,7 @@ class session_impl {
     dev = make_device(cfg.backend, o);
     if (hooks.wrap_device) dev = hooks.wrap_device(std::move(dev));
     stage_host_runs = hooks.stage_host_runs;
+    edit_plan = hooks.edit_plan;
     // The config's budget, or the device's free memory (Note [Headroom] in device_budget.hpp).
     const auto budget = cfg.device_budget != 0 ? device_budget(cfg.device_budget) : device_budget::of_free_memory(*dev);
     budget.check_fits(*dev);
@@ -110,6 +112,7 @@ class session_impl {
     }
     stack = std::make_unique<executor_stack>(*dev, so);
     exec = &stack->exec();
+    exec->set_rerun([this](op_index o) { rerun(o); });
     if (cfg.link_gbps > 0) {
       link = {cfg.link_gbps * 1e9, cfg.link_gbps * 1e9};
     } else {
@@ -181,6 +184,7 @@ class session_impl {
     exec->set_timing(!active->have_plan);
     exec->begin_iteration();
     ops.clear();
+    bodies.clear();
     touched.clear();
     op_gather.clear();
     iteration_start = std::chrono::steady_clock::now();
@@ -191,7 +195,12 @@ class session_impl {
   /// accumulations (Note [Accumulation]), makes the tensors resident and gathers named parents.
   std::uint32_t open_op(std::string_view name, std::span<const tensor_handle> reads,
                         std::span<const tensor_handle> writes, std::span<const tensor_handle> accumulates,
-                        double flops, op_phase phase);
+                        double flops, op_phase phase, bool recomputable = false);
+  /// Session::recomputable_op's checks, before any work (Note [Recomputable ops] in session_ops.cpp).
+  void check_recomputable(const std::string& name, std::span<const tensor_handle> reads,
+                          std::span<const tensor_handle> writes) const;
+  /// The executor's rerun callback: runs op o's body again (Note [Recomputable ops]).
+  void rerun(op_index o);
   /// Scatters what the op wrote into named parents back to their pieces, then ends the op.
   void end_op(std::uint32_t k);
   /// The device pointer of a tensor the open op named (a parent's: its gathered copy).
@@ -218,7 +227,7 @@ class session_impl {
     const trace& planned = active->recorded;
     if (k >= planned.ops.size()) return false;
     const auto& p = planned.ops[k];
-    return p.name == d.name && p.reads == d.reads && p.writes == d.writes;
+    return p.name == d.name && p.reads == d.reads && p.writes == d.writes && p.recomputable == d.recomputable;
   }
 
   /// Session::set_device_budget: checked first, so a refused budget changes nothing.
@@ -273,6 +282,7 @@ class session_impl {
     SPILLWAY_EXPECTS_T(usage_error, in_iteration, "end_iteration() without begin_iteration()");
     SPILLWAY_EXPECTS_T(usage_error, !op_open, "end_iteration() inside an op's scope");
     in_iteration = false;
+    bodies.clear();  // they may capture this iteration's references
     if (following && ops.size() != active->recorded.ops.size()) following = false;
     const bool followed = following;
     iteration_report r;
@@ -345,6 +355,10 @@ class session_impl {
     // plan misses.
     auto fitted = offload::fit_plan(*p, t, report, hw, stack->budget(), ph.margin_doublings, exec->release_points());
     ph.p = std::move(fitted.p);
+    if (edit_plan) {  // session_hooks::edit_plan
+      edit_plan(t, ph.p);
+      fitted.layout = make_layout(t, ph.p, exec->release_points());
+    }
     ph.p.validate(t);
     if (stack->nvme() != nullptr && cfg.nvme.reserve == 0)  // Note [Sizing the NVMe tier]
       stack->nvme()->reserve(nvme_bytes_of(ph.p, t, stack->nvme()->options()));
@@ -388,6 +402,8 @@ class session_impl {
   std::vector<tensor_desc> tensors;
   std::unordered_map<std::string, tensor_id> by_name;
   std::vector<op_desc> ops;  // this iteration's, as recorded
+  std::vector<Session::op_body> bodies;  // per op of this iteration: a recomputable op's body, else empty
+  std::optional<op_index> rerunning;     // the op whose body runs again now (Note [Recomputable ops])
   std::unordered_set<tensor_id> touched;  // tensors an op of this iteration has read or written
   std::vector<std::uint64_t> op_gather;   // this iteration's ops' gather scratch (Note [Views])
 
@@ -412,6 +428,7 @@ class session_impl {
   std::unordered_map<tensor_id, tensor_id> parent_of;  // view or gap -> its parent
   std::unordered_set<tensor_id> named_ever;            // tensors an op or read has named
   bool stage_host_runs = false;   // session_hooks::stage_host_runs (Note [Host runs])
+  std::function<void(const trace&, plan&)> edit_plan;  // session_hooks::edit_plan
   void* host_staging = nullptr;   // pinned bytes for op_scope::run on a GPU (session_host_run.cpp)
   std::uint64_t host_staging_bytes = 0;
   std::map<std::string, phase_state, std::less<>> phases;  // by tag (Note [Phases])

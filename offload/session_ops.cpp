@@ -25,7 +25,8 @@ void add_once(std::vector<tensor_id>& list, tensor_id id) {
 // holds piece by piece.
 std::uint32_t session_impl::open_op(std::string_view name, std::span<const tensor_handle> reads,
                                     std::span<const tensor_handle> writes,
-                                    std::span<const tensor_handle> accumulates, double flops, op_phase phase) {
+                                    std::span<const tensor_handle> accumulates, double flops, op_phase phase,
+                                    bool recomputable) {
   const std::string op_name(name);
   SPILLWAY_EXPECTS_T(usage_error, in_iteration, "op \"" + op_name + "\" outside begin_iteration()/end_iteration()");
   SPILLWAY_EXPECTS_T(usage_error, !op_open, "op \"" + op_name + "\" started inside another op's scope");
@@ -60,6 +61,7 @@ std::uint32_t session_impl::open_op(std::string_view name, std::span<const tenso
   d.name = op_name;
   d.flops = flops;
   d.phase = phase;
+  d.recomputable = recomputable;
   std::vector<tensor_id> zero;
   for (auto t : reads)
     for (auto id : pieces_of(t.id)) add_once(d.reads, id);
@@ -89,6 +91,7 @@ std::uint32_t session_impl::open_op(std::string_view name, std::span<const tenso
     exec->abandon_plan();
   }
   ops.push_back(d);
+  bodies.emplace_back();
   op_gather.push_back(gather_bytes);
   touched.insert(d.reads.begin(), d.reads.end());
   touched.insert(d.writes.begin(), d.writes.end());
@@ -130,7 +133,7 @@ void session_impl::end_op(std::uint32_t k) {
 }
 
 void* session_impl::op_ptr(tensor_handle t) const {
-  const auto& d = ops.at(ops.size() - 1);
+  const auto& d = ops.at(rerunning ? *rerunning : ops.size() - 1);
   auto it = std::find_if(open_named.begin(), open_named.end(), [&](const named_tensor& n) { return n.id == t.id; });
   SPILLWAY_EXPECTS_T(usage_error, op_open && it != open_named.end(),
                      "op \"" + d.name + "\" asked for the pointer of tensor " +
@@ -165,6 +168,81 @@ void session_impl::read(tensor_handle t, void* host) {
     throw;
   }
   end_op(k);
+}
+
+// Note [Recomputable ops]
+// Session::recomputable_op records an op the trace marks recomputable (op_desc::recomputable)
+// and keeps its body, for this iteration, at the op's index. When the plan reruns op o before a
+// later op (Note [Recomputation] in prefetch/plan.hpp), the executor makes o's tensors resident
+// and calls back here: the body runs again with a scope over o's tensors as the trace records
+// them, whose ptr() gives their device pointers now. Such a scope ends nothing when it goes. The
+// rules for a body that a rerun may repeat (transient outputs only, none also read, no
+// accumulation, no split parent to gather) are checked before the op's first run, so the trace
+// that records it is always one the planner accepts.
+void session_impl::check_recomputable(const std::string& name, std::span<const tensor_handle> reads,
+                                      std::span<const tensor_handle> writes) const {
+  const std::string who = "recomputable_op(\"" + name + "\")";
+  for (auto t : writes) {
+    check_handle(t);
+    const auto& d = tensors[t.id];
+    SPILLWAY_EXPECTS_T(usage_error, !is_persistent(d.kind),
+                       who + ": writes " + std::string(to_string(d.kind)) + " \"" + d.name +
+                           "\"; a recomputable op writes only transients (activations, workspaces, metrics): use op()");
+    SPILLWAY_EXPECTS_T(usage_error, !names(reads, t.id),
+                       who + ": reads and writes \"" + d.name +
+                           "\" (in place); a rerun would not see the input it first had: write another tensor, or use op()");
+  }
+  for (auto t : reads) {
+    check_handle(t);
+    SPILLWAY_EXPECTS_T(usage_error, !is_split(t.id),
+                       who + ": names \"" + tensors[t.id].name +
+                           "\", which is split into views; a recomputable op names the views it reads");
+  }
+}
+
+void session_impl::rerun(op_index o) {
+  SPILLWAY_EXPECTS_T(usage_error, o < bodies.size() && bodies[o],
+                     "the plan recomputes op " + std::to_string(o) +
+                         (o < ops.size() ? " (\"" + ops[o].name + "\")" : std::string()) +
+                         ", which this iteration did not give as a recomputable_op");
+  std::vector<named_tensor> named;
+  for (auto id : ops[o].reads) named.push_back(named_tensor{id, true, false, nullptr});
+  for (auto id : ops[o].writes) named.push_back(named_tensor{id, false, true, nullptr});
+  auto saved = std::move(open_named);
+  const bool was_open = op_open;
+  open_named = std::move(named);
+  op_open = true;
+  rerunning = o;
+  auto restore = [&] {
+    open_named = std::move(saved);
+    op_open = was_open;
+    rerunning.reset();
+  };
+  try {
+    const Session::op_scope scope(this, static_cast<std::uint32_t>(o), /*rerun=*/true);
+    bodies[o](scope);
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
+}
+
+void Session::recomputable_op(std::string_view name, std::initializer_list<tensor_handle> reads,
+                              std::initializer_list<tensor_handle> writes, const op_body& body, double flops) {
+  recomputable_op(name, std::span<const tensor_handle>(reads.begin(), reads.size()),
+                  std::span<const tensor_handle>(writes.begin(), writes.size()), body, flops);
+}
+
+void Session::recomputable_op(std::string_view name, std::span<const tensor_handle> reads,
+                              std::span<const tensor_handle> writes, const op_body& body, double flops) {
+  const std::string op_name(name);
+  SPILLWAY_EXPECTS_T(usage_error, static_cast<bool>(body), "recomputable_op(\"" + op_name + "\"): no body given");
+  impl_->check_recomputable(op_name, reads, writes);
+  const auto k = impl_->open_op(name, reads, writes, {}, flops, session_detail::phase_from_name(name), true);
+  op_scope scope(impl_.get(), k);
+  impl_->bodies.at(k) = body;
+  body(scope);
 }
 
 }  // namespace spillway

@@ -193,10 +193,12 @@ class Session {
 
    private:
     friend class Session;
-    op_scope(session_impl* s, std::uint32_t index) : s_(s), index_(index) {}
+    friend class session_impl;
+    op_scope(session_impl* s, std::uint32_t index, bool rerun = false) : s_(s), index_(index), rerun_(rerun) {}
     [[nodiscard]] void* raw_ptr(tensor_handle t) const;
     session_impl* s_;
     std::uint32_t index_;
+    bool rerun_ = false;  // the scope of a recomputation: the library ends nothing when it goes
   };
   /// `writes` lists tensors the op overwrites entirely; a tensor it updates in place (+=, Adam)
   /// goes in both lists. `flops` feeds the planner's estimate before durations are measured.
@@ -219,6 +221,28 @@ class Session {
   [[nodiscard]] op_scope op(std::string_view name, std::span<const tensor_handle> reads,
                             std::span<const tensor_handle> writes, std::span<const tensor_handle> accumulates,
                             double flops = 0);
+
+  /// The body of a recomputable op: launches the op's work through `op` (ptr(), stream(),
+  /// workspace(), run()).
+  using op_body = std::function<void(const op_scope& op)>;
+  /// A recomputable op (Note [Recomputation] in prefetch/plan.hpp): runs `body` once now as op
+  /// `name` over `reads` and `writes`, and lets the plan run it again later in this iteration,
+  /// before an op that needs what it wrote, instead of keeping or swapping its outputs. A rerun
+  /// calls `body` with a scope whose ptr() gives the tensors' device pointers at that time (they
+  /// may differ from the first run's). So `body` must depend only on its reads, be
+  /// deterministic (the same bits from the same inputs), and capture nothing that changes
+  /// before the iteration ends; the Session keeps it until end_iteration(). It writes only
+  /// transients (activations, workspaces, metrics), none that it also reads, and accumulates
+  /// into nothing; it names no parent split into views (name the views). Any of these is a
+  /// usage_error naming the op, before any work. An op given as recomputable in one iteration
+  /// and as a plain op() in another is a change of the trace, like a change of its tensors: that
+  /// iteration runs on demand and is recorded and planned again. The iteration report counts
+  /// the reruns (recomputes).
+  void recomputable_op(std::string_view name, std::initializer_list<tensor_handle> reads,
+                       std::initializer_list<tensor_handle> writes, const op_body& body, double flops = 0);
+  /// The same, for lists built at run time.
+  void recomputable_op(std::string_view name, std::span<const tensor_handle> reads,
+                       std::span<const tensor_handle> writes, const op_body& body, double flops = 0);
 
   /// Reports of every finished iteration, in order.
   [[nodiscard]] const std::vector<iteration_report>& history() const noexcept;

@@ -1,6 +1,7 @@
 // The executor's implementation. Note [Stream roles] says which stream does what; Note [Misses]
 // how a plan that is wrong still gives correct results.
 #include "prefetch/executor.hpp"
+#include "prefetch/executor_state.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -40,46 +41,8 @@ namespace spillway {
 // In the usual loop release() follows the last use at once, so the memory is back where the
 // plan expects it; make_layout (layout.cpp) mirrors this with the release points it is given.
 
-struct executor::tensor_state {
-  tensor_desc desc;
-  bool defined = false;
-  void* dev = nullptr;
-  bool dev_valid = false;      // device memory holds the current value
-  bool tier_current = false;   // the backing's copy holds the current value
-  bool released = false;       // transient whose life ended in this iteration
-  std::unique_ptr<owned_event> ready;  // recorded on h2d after a load whose handle has no device event
-  bool ready_pending = false;  // a load was enqueued and compute has not waited on it yet
-  move_handle pending_load;
-  move_handle pending_save;
-  bool loaded_from_nvme = false;
-  std::uint64_t last_used = 0;
-};
 
-// Note [Timing events]
-// Op durations, copy spans and stall probes are measured with timing events recorded on the
-// streams, read once the iteration's work is done (end_iteration), never with host functions:
-// on a GPU each host function is a round trip to the driver that stops kernels from running
-// back to back, which would inflate the very durations the planner is fed. Times are put on
-// the executor's clock (microseconds since it was made) through origin events recorded on each
-// of the three streams at begin_iteration, at a host time taken just before; the streams are
-// idle then (the last iteration ended with a synchronize). Each stamp is read against the
-// origin of its own stream: an idle stream may reach its origin a little late (a worker that
-// has to wake, on the cpu backend), and so reaches everything after it later by the same
-// amount, while another stream's origin says nothing of that. Events come from a pool that
-// every iteration reuses.
-
-struct executor::probe {
-  std::vector<std::string> tensors;
-  event start{};  // recorded on compute before the waits for the tensors, `end` after them
-  event end{};
-};
-
-struct executor::stamp {
-  timeline_item* item = nullptr;
-  event at{};
-  event origin{};      // the origin of the stream `at` was recorded on
-  bool start = false;  // sets item->start_us, else item->end_us
-};
+// Note [Timing events] is in executor_timing.cpp.
 
 executor::executor(Device& device, arena_allocator& arena, tensor_backing& backing, executor_options options)
     : device_(&device),
@@ -142,6 +105,8 @@ void executor::upload(tensor_id id, const void* host, tier where) {
   if (st.dev != nullptr) drop_device(id);
   backing_->put(id, st.desc.name, host, st.desc.bytes, where == tier::device ? tier::host : where);
   st.tier_current = true;
+  ++st.version;
+  st.awaiting_rerun = false;
 }
 
 void executor::check_readable(tensor_id id) {
@@ -149,6 +114,9 @@ void executor::check_readable(tensor_id id) {
   SPILLWAY_EXPECTS_T(usage_error, !st.released,
                      "executor: read of tensor \"" + st.desc.name +
                          "\", which the program released in this iteration; read it before release()");
+  // A value dropped for a recomputation is remade by the rerun the plan puts before the read's
+  // op; begin_op says so, naming the tensor, when no rerun did (Note [Drops for recomputation]).
+  if (st.awaiting_rerun && in_iteration_ && st.dev == nullptr) return;
   SPILLWAY_EXPECTS_T(usage_error, (st.dev != nullptr && st.dev_valid) || st.tier_current,
                      "executor: read of tensor \"" + st.desc.name +
                          "\", which holds no value: no op of this iteration has written it yet (a transient's value "
@@ -158,6 +126,7 @@ void executor::check_readable(tensor_id id) {
 void executor::read(tensor_id id, void* host) {
   check_readable(id);
   auto& st = state(id);
+  if (st.awaiting_rerun && st.dev == nullptr && !st.tier_current) throw_awaiting_rerun(st, "a host read");
   if (st.dev != nullptr && st.dev_valid) {
     if (st.ready_pending) wait_landed(compute_, st);
     device_->copy_async(host, st.dev, st.desc.bytes, copy_kind::device_to_host, compute_);
@@ -178,47 +147,6 @@ void executor::follow(const trace* t, const plan* p, const device_layout* layout
   next_layout_.reset();
   if (layout != nullptr) next_layout_ = *layout;
   follow_pending_ = true;
-}
-
-double executor::now_us() const {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_).count();
-}
-
-event executor::timing_event() {
-  if (timing_used_ == timing_events_.size()) timing_events_.emplace_back(*device_, /*timing=*/true);
-  return timing_events_[timing_used_++].get();
-}
-
-event executor::origin_of(stream s) const noexcept {
-  if (s == h2d_.get()) return origin_h2d_;
-  if (s == d2h_.get()) return origin_d2h_;
-  return origin_event_;
-}
-
-event executor::mark_time(stream s) {
-  const event e = timing_event();
-  device_->record_event(e, s);
-  return e;
-}
-
-timeline_item* executor::stamp_start(stream s, timeline_item::track track, const std::string& name) {
-  timeline_.push_back(timeline_item{track, name, -1, -1});
-  timeline_item* item = &timeline_.back();  // deque: the address stays valid as items are added
-  stamps_.push_back(stamp{item, mark_time(s), origin_of(s), true});
-  return item;
-}
-
-void executor::stamp_end(stream s, timeline_item* item) {
-  if (item == nullptr) return;
-  stamps_.push_back(stamp{item, mark_time(s), origin_of(s), false});
-}
-
-void executor::read_stamps() {
-  for (const auto& st : stamps_) {
-    const double us = origin_us_ + device_->elapsed_ms(st.origin, st.at) * 1000.0;
-    (st.start ? st.item->start_us : st.item->end_us) = us;
-  }
-  stamps_.clear();
 }
 
 void executor::wait_landed(stream s, tensor_state& st) {
@@ -370,6 +298,10 @@ void executor::synchronize_streams() {
 bool executor::fetch(tensor_id id, bool on_demand) {
   auto& st = state(id);
   if (st.dev != nullptr) return true;
+  if (st.awaiting_rerun && !st.tier_current) {
+    if (!on_demand) return false;  // a prefetch: the op that reads it reports the error
+    throw_awaiting_rerun(st, "op " + std::to_string(current_op_) + " (\"" + current_name_ + "\")");
+  }
   SPILLWAY_EXPECTS_T(usage_error, st.tier_current,
                      "executor: op " + std::to_string(current_op_) + " reads tensor \"" + st.desc.name +
                          "\", which holds no value: no op wrote it yet, or the recorded trace overwrites it before "
@@ -482,7 +414,9 @@ void executor::begin_iteration() {
         u.erase(std::unique(u.begin(), u.end()), u.end());
       }
     }
+    reruns_ = plan_ != nullptr && trace_ != nullptr ? rerun_index(*trace_, *plan_) : rerun_index{};
   }
+  ran_.clear();
   stats_ = executor_stats{};
   probes_.clear();
   stamps_.clear();
@@ -496,8 +430,13 @@ void executor::begin_iteration() {
   peak_ = in_use_;
   iteration_start_ = std::chrono::steady_clock::now();
   current_op_ = 0;
-  for (auto& t : tensors_)
-    if (t) t->released = false;
+  for (auto& t : tensors_) {
+    if (!t) continue;
+    t->released = false;
+    t->awaiting_rerun = false;
+    t->rerun_temp = false;
+  }
+  rerun_temps_.clear();
   op_items_.clear();
 
   if (new_plan) adopt_layout();
@@ -545,6 +484,7 @@ void executor::begin_op(op_index k, std::span<const tensor_id> reads, std::span<
   SPILLWAY_EXPECTS_T(usage_error, in_iteration_, "executor: an op outside begin_iteration/end_iteration");
   SPILLWAY_EXPECTS_T(usage_error, !op_open_, "executor: begin_op inside another op (end_op first)");
   current_op_ = k;
+  current_name_ = name;
   ++clock_;
   pinned_.assign(reads.begin(), reads.end());
   pinned_.insert(pinned_.end(), writes.begin(), writes.end());
@@ -566,6 +506,7 @@ void executor::begin_op(op_index k, std::span<const tensor_id> reads, std::span<
       if (st.dev != nullptr || !st.tier_current || st.released) continue;
       if (!budget().admits(in_use_, st.desc.bytes) || !fetch(p.tensor, false)) ++stats_.prefetches_deferred;
     }
+    if (!plan_->steps[k].recomputes.empty()) run_recomputes(k);
   }
 
   alloc_slot_ = layout_slot::place(k);
@@ -579,7 +520,13 @@ void executor::begin_op(op_index k, std::span<const tensor_id> reads, std::span<
     place_op_tensors(reads, writes);
   }
   check_loads(reads);
+  note_op_inputs(k, reads);
+  wait_pinned();
+  open_op_ = (options_.timeline || timing_) ? stamp_start(compute_, timeline_item::track::compute, name) : nullptr;
+  op_open_ = true;
+}
 
+void executor::wait_pinned() {
   std::vector<std::string> waiting;
   std::vector<tensor_id> to_wait;
   for (auto id : pinned_) {
@@ -600,8 +547,6 @@ void executor::begin_op(op_index k, std::span<const tensor_id> reads, std::span<
     st.ready_pending = false;
   }
   if (p != nullptr) p->end = mark_time(compute_);
-  open_op_ = (options_.timeline || timing_) ? stamp_start(compute_, timeline_item::track::compute, name) : nullptr;
-  op_open_ = true;
 }
 
 void* executor::scratch(std::uint64_t bytes) {
@@ -657,18 +602,16 @@ void executor::end_op(op_index k) {
   open_op_ = nullptr;
   op_done_current_ = false;  // the op's work is enqueued: op_done_ no longer covers it
   op_open_ = false;
-  for (auto& [p, bytes] : scratch_) {  // after the op's work, in compute's order
-    arena_->deallocate(p, bytes, compute_);
-    in_use_ -= bytes;
-  }
-  if (!scratch_.empty()) note_memory();
-  scratch_.clear();
+  free_scratch();
   // What the op wrote is now only on the device: its tier copy, if any, is stale.
   for (auto id : writes_) {
     auto& st = state(id);
     st.dev_valid = true;
     st.tier_current = false;
+    st.awaiting_rerun = false;
+    ++st.version;
   }
+  note_op_outputs(k);
   if (plan_ != nullptr && k < plan_->steps.size()) {
     for (const auto& e : plan_->steps[k].evictions) {
       if (e.tensor >= tensors_.size() || !tensors_[e.tensor]) continue;
@@ -687,13 +630,26 @@ void executor::end_op(op_index k) {
             } else {
               evict(e.tensor, options_.spill_tier, false);  // the plan was wrong: keep the value
             }
+          } else if (reruns_.drop_awaits_rerun(e.tensor, k)) {  // Note [Drops for recomputation]
+            drop_device(e.tensor);
+            st.awaiting_rerun = true;
           }
           break;
       }
     }
   }
+  free_rerun_temps();
   pinned_.clear();
   writes_.clear();
+}
+
+void executor::free_scratch() {
+  for (auto& [p, bytes] : scratch_) {  // after the op's work, in compute's order
+    arena_->deallocate(p, bytes, compute_);
+    in_use_ -= bytes;
+  }
+  if (!scratch_.empty()) note_memory();
+  scratch_.clear();
 }
 
 void executor::release(tensor_id id) {
@@ -715,6 +671,7 @@ void executor::retire(tensor_id id) {
   st.pending_save = {};
   st.pending_load = {};
   st.tier_current = false;
+  st.awaiting_rerun = false;
 }
 
 void executor::rethrow_move_errors() {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <deque>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -23,6 +24,7 @@
 #include "prefetch/layout.hpp"
 #include "prefetch/memory_sample.hpp"
 #include "prefetch/plan.hpp"
+#include "prefetch/recompute.hpp"
 #include "prefetch/tensor_backing.hpp"
 #include "prefetch/trace.hpp"
 #include "swap/move_handle.hpp"
@@ -79,12 +81,19 @@ class executor {
   /// packing to place the plan's allocations by (copied); else the executor packs the plan itself
   /// (make_layout without copy timings). Either is used only when it fits the budget.
   void follow(const trace* t, const plan* p, const device_layout* layout = nullptr);
+  /// Runs op `o` of the current iteration again (Note [Recomputation] in prefetch/plan.hpp): the
+  /// owner enqueues on compute_stream() the same work op o did, on device_ptr() of o's tensors,
+  /// and may take scratch(). Called from begin_op(k) for each entry of the plan's
+  /// steps[k].recomputes, with o's reads resident and loaded and its writes resident.
+  using rerun_fn = std::function<void(op_index o)>;
+  void set_rerun(rerun_fn f) { rerun_ = std::move(f); }
   /// Measure every op's duration in the coming iterations (for recording).
   void set_timing(bool on) noexcept { timing_ = on; }
 
   void begin_iteration();
-  /// Makes op k's tensors resident (fetching or allocating), issues the plan's prefetches for
-  /// k, and makes the compute stream wait for exactly these tensors.
+  /// Issues the plan's prefetches for k, runs its recomputations (set_rerun), makes op k's
+  /// tensors resident (fetching or allocating), and makes the compute stream wait for exactly
+  /// these tensors.
   void begin_op(op_index k, std::span<const tensor_id> reads, std::span<const tensor_id> writes,
                 const std::string& name);
   /// Records the op's completion, marks what it wrote, and issues the plan's evictions after k.
@@ -130,6 +139,15 @@ class executor {
   void free_device(tensor_state& st, stream s);  // gives st's device memory back, freed on s
   void synchronize_streams();                    // waits for compute, h2d and d2h
   void place_op_tensors(std::span<const tensor_id> reads, std::span<const tensor_id> writes);
+  void wait_pinned();                            // compute waits for the loads of pinned_ tensors
+  void free_scratch();                           // the open op's scratch, freed on compute
+  // Recomputation (executor_recompute.cpp, Note [Rerun checks]).
+  void run_recomputes(op_index k);
+  void rerun(op_index o, op_index k, std::vector<tensor_id>& made);
+  void note_op_inputs(op_index k, std::span<const tensor_id> reads);
+  void note_op_outputs(op_index k);
+  void free_rerun_temps();
+  [[noreturn]] void throw_awaiting_rerun(const tensor_state& st, const std::string& reader) const;
   void defragment();
   bool evict_one(std::uint64_t needed);
   void evict(tensor_id id, tier to, bool on_demand);
@@ -171,8 +189,17 @@ class executor {
   bool follow_pending_ = false;              // follow() since the last begin_iteration
   std::uint32_t alloc_slot_ = 0;             // layout_slot of the allocations being made now
   std::vector<std::int64_t> released_after_; // per transient: op after which release() came (last iteration)
+  rerun_fn rerun_;                           // set_rerun
+  rerun_index reruns_;                       // for plan_ (Note [Drops for recomputation])
+  struct op_values {                         // a recomputable op's tensors' versions when it ran
+    bool ran = false;
+    std::vector<std::pair<tensor_id, std::uint64_t>> reads, writes;
+  };
+  std::vector<op_values> ran_;               // per op of this iteration (recomputable ops only)
+  std::vector<tensor_id> rerun_temps_;       // released tensors the current step's reruns made
 
   op_index current_op_ = 0;
+  std::string current_name_;  // the op begun last (begin_op's name), for errors
   std::uint64_t clock_ = 0;  // op counter across iterations, for LRU while recording
   std::vector<tensor_id> pinned_;  // the current op's tensors: never evicted while it runs
   std::vector<tensor_id> writes_;  // the current op's written tensors

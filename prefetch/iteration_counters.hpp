@@ -20,6 +20,7 @@ struct iteration_counters {
   std::uint64_t fragmented_allocations = 0;  ///< allocations the allocator refused with budget left (fragments)
   bool layout = false;                       ///< device addresses came from a packed layout of the plan (prefetch/layout.hpp)
   std::uint64_t layout_misses = 0;           ///< allocations with no planned address, or with it taken (the run left the plan)
+  std::uint64_t recomputes = 0;              ///< ops run again before a later op (Note [Recomputation] in plan.hpp)
 };
 
 }  // namespace spillway

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "allocator/device_budget.hpp"
+#include "prefetch/recompute.hpp"
 
 namespace spillway {
 namespace {
@@ -50,7 +51,7 @@ class residency {
  public:
   residency(const trace& t, const plan& p, std::span<const std::int64_t> release_after, const plan_timing* timing)
       : t_(t), p_(p), timing_(timing), open_(t.tensors.size(), -1), tier_current_(t.tensors.size(), 0),
-        released_(t.tensors.size(), 0), releases_(t.ops.size()), uses_(t.tensors.size()) {
+        released_(t.tensors.size(), 0), releases_(t.ops.size()), uses_(t.tensors.size()), reruns_(t, p) {
     for (op_index k = 0; k < t.ops.size(); ++k) {
       for (auto x : t.ops[k].reads) uses_[x].push_back({k, true});
       for (auto x : t.ops[k].writes) uses_[x].push_back({k, false});
@@ -81,6 +82,21 @@ class residency {
         for (const auto& pf : p_.steps[k].prefetches)
           if (pf.tensor < open_.size() && open_[pf.tensor] < 0 && !released_[pf.tensor])
             open(pf.tensor, layout_slot::prefetch(k), layout_slot::prefetch(k), time_of(timing_ ? &timing_->load_start : nullptr, pf.tensor, k, op_start(k)));
+      // Recomputations (Note [Recomputation] in plan.hpp): their tensors are placed before the op's
+      // own, at its slot; an output the program released already lives until the op ends.
+      std::vector<tensor_id> temps;
+      if (k < p_.steps.size())
+        for (auto o : p_.steps[k].recomputes) {
+          if (o >= n) continue;
+          const double at = k == 0 ? 0.0 : op_end(k - 1);
+          for (auto x : t_.ops[o].reads)
+            if (open_[x] < 0) open(x, layout_slot::place(k), layout_slot::place(k), at);
+          for (auto x : t_.ops[o].writes) {
+            if (open_[x] >= 0) continue;
+            open(x, layout_slot::place(k), layout_slot::place(k), at);
+            if (released_[x]) temps.push_back(x);
+          }
+        }
       for (auto x : op.reads)
         if (open_[x] < 0) open(x, layout_slot::place(k), layout_slot::place(k), op_start(k));
       for (auto x : op.writes)
@@ -90,7 +106,8 @@ class residency {
         for (const auto& e : p_.steps[k].evictions) {
           const auto x = e.tensor;
           if (x >= open_.size() || open_[x] < 0) continue;
-          if (e.action == evict_action::drop && !is_persistent(t_.tensors[x].kind) && !tier_current_[x])
+          if (e.action == evict_action::drop && !is_persistent(t_.tensors[x].kind) && !tier_current_[x] &&
+              !reruns_.drop_awaits_rerun(x, k))
             continue;  // the executor keeps a transient until release() (Note [Transients live until release])
           const double freed = e.action == evict_action::drop ? op_end(k) : time_of(timing_ ? &timing_->save_end : nullptr, x, k, op_end(k));
           if (e.action != evict_action::drop) tier_current_[x] = 1;
@@ -101,6 +118,8 @@ class residency {
         released_[x] = 1;
         if (open_[x] >= 0) close(x, layout_slot::after(k), op_end(k));
       }
+      for (auto x : temps)
+        if (open_[x] >= 0) close(x, layout_slot::after(k), op_end(k));
     }
     for (tensor_id x = 0; x < t_.tensors.size(); ++x) {
       if (open_[x] < 0) continue;
@@ -176,6 +195,7 @@ class residency {
   std::vector<std::vector<tensor_id>> releases_;  // per op: transients released after it
   std::vector<std::vector<std::pair<op_index, bool>>> uses_;  // (op, reads) in op order, reads first
   std::vector<block> blocks_;
+  rerun_index reruns_;  // Note [Drops for recomputation]
 };
 
 }  // namespace

@@ -1,0 +1,155 @@
+// Recomputation in the executor: the plan's reruns before an op (Note [Recomputation] in
+// plan.hpp), the checks that a rerun gives the bits its op gave, and values dropped for a rerun.
+#include <algorithm>
+#include <limits>
+
+#include "device/error.hpp"
+#include "prefetch/executor.hpp"
+#include "prefetch/executor_state.hpp"
+
+namespace spillway {
+
+// Note [Rerun checks]
+// A rerun of op o before op k gives o's bits only when o's inputs hold the values they held when
+// o ran, and it must not put back an old value over a newer one in o's outputs. The planner and
+// the simulator never plan such a rerun, but the loop may not be what was recorded, so the
+// executor checks, cheaply: every tensor counts the values it has held (`version`, one more per
+// op that writes it and per upload), and for each recomputable op of the iteration the executor
+// notes the versions of its reads when it runs and of its writes when it ends. A rerun whose
+// read or write has another version now, or that was never run in this iteration, is a
+// usage_error naming both ops and the tensor, before any work of the rerun is enqueued. A rerun
+// writes the same bits, so it counts no new version and leaves tier copies current. An output
+// the program has already released (one only a later rerun of the same step reads) is made for
+// the step and freed after op k.
+
+namespace {
+std::string op_name(const trace* t, op_index o) {
+  std::string s = "op " + std::to_string(o);
+  if (t != nullptr && o < t->ops.size()) s += " (\"" + t->ops[o].name + "\")";
+  return s;
+}
+}  // namespace
+
+void executor::note_op_inputs(op_index k, std::span<const tensor_id> reads) {
+  if (plan_ == nullptr || trace_ == nullptr || k >= trace_->ops.size() || !trace_->ops[k].recomputable) return;
+  if (ran_.size() <= k) ran_.resize(trace_->ops.size());
+  auto& r = ran_[k];
+  r.ran = false;
+  r.reads.clear();
+  r.writes.clear();
+  for (auto id : reads) r.reads.emplace_back(id, state(id).version);
+}
+
+void executor::note_op_outputs(op_index k) {
+  if (k >= ran_.size() || plan_ == nullptr) return;
+  auto& r = ran_[k];
+  if (!trace_->ops[k].recomputable) return;
+  for (auto id : writes_) r.writes.emplace_back(id, state(id).version);
+  r.ran = true;
+}
+
+void executor::throw_awaiting_rerun(const tensor_state& st, const std::string& reader) const {
+  std::string by = "a recomputation";
+  if (trace_ != nullptr) {
+    const auto id = static_cast<tensor_id>(std::find_if(tensors_.begin(), tensors_.end(),
+                                                        [&](const auto& t) { return t.get() == &st; }) -
+                                           tensors_.begin());
+    const op_index w = reruns_.writer_before(id, current_op_);
+    if (w < trace_->ops.size()) by = "a rerun of " + op_name(trace_, w);
+  }
+  throw usage_error("executor: " + reader + " reads tensor \"" + st.desc.name +
+                    "\", whose value the plan dropped for " + by +
+                    " that has not run before it; the plan must recompute it before this read, or keep or save the value");
+}
+
+void executor::run_recomputes(op_index k) {
+  const auto keep = pinned_;
+  const auto keep_writes = writes_;
+  std::vector<tensor_id> made;  // outputs of this step's reruns so far: kept for later entries
+  try {
+    for (op_index o : plan_->steps[k].recomputes) rerun(o, k, made);
+  } catch (...) {
+    pinned_ = keep;
+    writes_ = keep_writes;
+    throw;
+  }
+  pinned_ = keep;
+  writes_ = keep_writes;
+}
+
+void executor::rerun(op_index o, op_index k, std::vector<tensor_id>& made) {
+  const std::string who = "executor: recomputation of " + op_name(trace_, o) + " before " + op_name(trace_, k);
+  SPILLWAY_EXPECTS_T(usage_error, static_cast<bool>(rerun_),
+                     who + ": no rerun callback is set (executor::set_rerun); the executor cannot run the op again");
+  SPILLWAY_EXPECTS_T(usage_error, o < ran_.size() && ran_[o].ran,
+                     who + ": the op has not run in this iteration, so there is nothing to recompute");
+  const auto& rec = ran_[o];
+  // Note [Rerun checks]: before any work is enqueued.
+  for (const auto& [id, v] : rec.reads) {
+    const auto& st = state(id);
+    SPILLWAY_EXPECTS_T(usage_error, !st.released || st.rerun_temp,
+                       who + ": its input \"" + st.desc.name + "\" was released by the program since the op ran");
+    SPILLWAY_EXPECTS_T(usage_error, st.version == v,
+                       who + ": its input \"" + st.desc.name +
+                           "\" was written again since the op ran, so the rerun would not give the same bits; "
+                           "recompute before that write, or keep the output");
+  }
+  for (const auto& [id, v] : rec.writes) {
+    const auto& st = state(id);
+    SPILLWAY_EXPECTS_T(usage_error, st.released || st.version == v,
+                       who + ": its output \"" + st.desc.name +
+                           "\" was written again since the op ran; the rerun would put back the older value");
+  }
+  std::vector<tensor_id> reads, writes;
+  for (const auto& r : rec.reads) reads.push_back(r.first);
+  for (const auto& w : rec.writes) writes.push_back(w.first);
+  pinned_ = reads;
+  pinned_.insert(pinned_.end(), writes.begin(), writes.end());
+  pinned_.insert(pinned_.end(), made.begin(), made.end());
+  writes_ = writes;
+  for (auto id : pinned_) state(id).last_used = clock_;
+  alloc_slot_ = layout_slot::place(k);
+  place_op_tensors(reads, writes);
+  check_loads(reads);
+  for (auto id : writes) {
+    auto& st = state(id);
+    if (st.released && !st.rerun_temp) {
+      st.rerun_temp = true;
+      rerun_temps_.push_back(id);
+    }
+    // A copy out of the old value may still be reading it; the same bits, but in order.
+    if (st.pending_save.valid() && !st.pending_save.ready()) st.pending_save.stream_wait(*device_, compute_);
+  }
+  wait_pinned();
+  timeline_item* item =
+      options_.timeline ? stamp_start(compute_, timeline_item::track::compute, "rerun: " + op_name(trace_, o)) : nullptr;
+  op_open_ = true;
+  try {
+    rerun_(o);
+  } catch (...) {
+    op_open_ = false;
+    free_scratch();
+    throw;
+  }
+  op_open_ = false;
+  stamp_end(compute_, item);
+  free_scratch();
+  op_done_current_ = false;  // the rerun's work is enqueued after the last op_done_
+  for (auto id : writes) {   // the same bits: tier copies stay current, no new version
+    auto& st = state(id);
+    st.dev_valid = true;
+    st.awaiting_rerun = false;
+  }
+  made.insert(made.end(), writes.begin(), writes.end());
+  ++stats_.recomputes;
+}
+
+void executor::free_rerun_temps() {
+  for (auto id : rerun_temps_) {
+    state(id).rerun_temp = false;
+    retire(id);  // its device memory, and a tier copy an on-demand eviction made
+  }
+  rerun_temps_.clear();
+}
+
+}  // namespace spillway
