@@ -2,6 +2,8 @@
 // MILP], solves it with GLPK under a time limit, turns the solution into a plan and simulates it.
 #include "bench/plan_optimal.hpp"
 
+#include "offload/planner.hpp"
+
 #include <glpk.h>
 
 #include <algorithm>
@@ -33,8 +35,10 @@ namespace spillway::bench {
 /// free (what is left at that stage waits, serial), and a prefetch over the stages between its
 /// issue and its use (issued right before its use: serial). The objective is sum T_j.
 /// Simplifications, so the program stays small: the smallest tensors (together at most 0.5% of
-/// the budget) and metrics always stay resident, evictions happen right after a use, the host
-/// tier is the only tier (no NVMe) and its capacity is left to the simulator.
+/// the budget) and metrics always stay resident, evictions happen right after a use, a rerun
+/// runs right before the use it serves, the host tier is the only tier (no NVMe) and its
+/// capacity is left to the simulator. So "optimal" is optimal for this program, and the gap is
+/// against its bound: a plan outside it (another planner's) may simulate faster.
 /// The model against the simulator: memory is counted at least as the simulator holds it (a
 /// copy out holds its memory until P says free), so the plan keeps the budget. Copies are a
 /// fluid in the model (any share of a stage's link time goes to any copy whose window covers
@@ -116,7 +120,7 @@ class builder {
   lin usable(tensor_id x, std::uint32_t j) const;
   void make_validity();
   void make_rows();
-  std::vector<double> heuristic() const;
+  std::vector<double> start_from(const plan* p) const;
   plan make_plan(const std::vector<double>& v) const;
 
   const trace& t_;
@@ -427,25 +431,58 @@ void builder::make_rows() {
   }
 }
 
-// A solution to start from: every gap off at once, a copy out that the next stage waits for,
-// and a prefetch right before the use; within the budget whenever the working sets are.
-std::vector<double> builder::heuristic() const {
+// A solution to start from. Without a plan: every gap off at once, a copy out that the next
+// stage waits for and a prefetch right before the use, within the budget whenever the working
+// sets are. With a plan (another planner's): the same for the gaps the plan leaves the device
+// in, coming back where the plan's prefetch or rerun brings it. Empty when it breaks a row.
+std::vector<double> builder::start_from(const plan* p) const {
   std::vector<double> v(lo_.size() + 1, 0);
+  auto evicted_in = [&](const gap_vars& g) {
+    if (g.wraps) return p->initial_tier[g.x] != tier::device;
+    for (std::uint32_t s = g.after; s < g.use; ++s)
+      for (const auto& e : p->steps[s].evictions)
+        if (e.tensor == g.x) return true;
+    return false;
+  };
   for (const auto& g : gaps_) {
+    if (p && !evicted_in(g)) continue;
     const int m = static_cast<int>(g.stage.size());
     for (int k = 0; k < m; ++k) v[g.P[k]] = 1;
     if (!g.needed) continue;
-    v[g.Q[m]] = 1;
+    const double out_ms = ms_of(t_.tensors[g.x].bytes, hw_.d2h_bytes_per_s);
+    const double in_ms = ms_of(t_.tensors[g.x].bytes, hw_.h2d_bytes_per_s);
+    if (p && g.Y) {
+      const auto& rc = p->steps[g.use].recomputes;
+      if (std::find(rc.begin(), rc.end(), g.writer) != rc.end()) {
+        v[g.Y] = 1;
+        continue;
+      }
+    }
     v[g.O] = 1;
     v[g.V] = 1;
-    const double out_ms = ms_of(t_.tensors[g.x].bytes, hw_.d2h_bytes_per_s);
     v[g.ds[0] ? g.ds[0] : g.d[0]] = out_ms;
+    int k = m;  // where the copy back is issued
+    if (p) {
+      const int first_q = g.wraps ? g.end_pos + 1 : 1;
+      for (int i = first_q; i < m && k == m; ++i)
+        for (const auto& pf : p->steps[g.stage[i]].prefetches)
+          if (pf.tensor == g.x && pf.use == g.use) k = i;
+      if (k < m) v[g.g[k]] = in_ms;
+    }
+    for (int i = k; i <= m; ++i) v[g.Q[i]] = 1;
   }
+  if (p)
+    for (const auto& [key, c] : rerun_) {
+      const auto& rc = p->steps[key.second].recomputes;
+      if (std::find(rc.begin(), rc.end(), key.first) != rc.end()) v[c] = 1;
+    }
   for (std::uint32_t j = 0; j <= n_; ++j) {
     double tj = lo_[T_[j] - 1];
     for (const auto& e : time_rows_[j]) tj = std::max(tj, e.value(v));
     v[T_[j]] = tj;
   }
+  for (const auto& r : rows_)
+    if (r.e.value(v) - r.e.c < r.lo - 1e-6) return {};  // e.g. a rerun chain deeper than the program's
   return v;
 }
 
@@ -496,7 +533,7 @@ plan builder::make_plan(const std::vector<double>& v) const {
 }
 
 struct search_state {
-  const std::vector<double>* start = nullptr;
+  const std::vector<std::vector<double>>* starts = nullptr;
   bool offered = false;
   double bound = -1e300;
   std::chrono::steady_clock::time_point deadline;
@@ -504,9 +541,9 @@ struct search_state {
 
 void on_search(glp_tree* tree, void* info) {
   auto* s = static_cast<search_state*>(info);
-  if (glp_ios_reason(tree) == GLP_IHEUR && !s->offered && s->start) {
+  if (glp_ios_reason(tree) == GLP_IHEUR && !s->offered) {
     s->offered = true;
-    glp_ios_heur_sol(tree, s->start->data());
+    for (const auto& x : *s->starts) glp_ios_heur_sol(tree, x.data());
   }
   if (const int best = glp_ios_best_node(tree); best != 0) s->bound = std::max(s->bound, glp_ios_node_bound(tree, best));
   // GLPK looks at tm_lim only between some steps; this stops the search on time wherever it asks.
@@ -529,7 +566,28 @@ std::optional<optimal_result> builder::run(double time_limit_s, std::string* why
   make_recompute_candidates();
   make_validity();
   make_rows();
-  std::vector<double> start = heuristic();
+  // Starting solutions: the least-memory one and the plans of the library's planners that the
+  // program can express (offered to the solver; it keeps the best).
+  std::vector<std::vector<double>> starts;
+  std::vector<double> start = start_from(nullptr);
+  if (!start.empty()) starts.push_back(start);
+  for (const auto& name : offload::planner_names()) {
+    if (name == "none") continue;
+    try {
+      const plan other = offload::make_planner(name)->make_plan(t_, r_, hw_, budget_);
+      if (auto v = start_from(&other); !v.empty()) starts.push_back(std::move(v));
+    } catch (const std::exception&) {
+      // a planner that cannot plan this case offers nothing
+    }
+  }
+  auto objective = [&](const std::vector<double>& v) {
+    double o = 0;
+    for (int c : T_) o += v[c];
+    return o;
+  };
+  for (const auto& v : starts)
+    if (start.empty() || objective(v) < objective(start)) start = v;
+  if (start.empty()) start.assign(lo_.size() + 1, 0);
 
   const int terminal_was = glp_term_out(GLP_OFF);  // GLPK prints nothing; the bench does
   glp_prob* lp = glp_create_prob();
@@ -580,7 +638,7 @@ std::optional<optimal_result> builder::run(double time_limit_s, std::string* why
   std::vector<double> best = start;
   bool have_mip = false;
   search_state st;
-  st.start = &start;
+  st.starts = &starts;
   st.deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(time_limit_s));
   if (lp_rc == 0 && glp_get_status(lp) == GLP_OPT) {
     glp_iocp ip;
@@ -591,8 +649,9 @@ std::optional<optimal_result> builder::run(double time_limit_s, std::string* why
     ip.mip_gap = 1e-4;
     ip.br_tech = GLP_BR_PCH;
     ip.bt_tech = GLP_BT_BLB;
-    // Tried on the bench's chains: the feasibility pump finds the better solutions; proximity
-    // search and Gomory cuts did not help within seconds.
+    // Tried on the bench's chains: the feasibility pump finds the better solutions (it is also
+    // where GLPK runs past the time limit: it does not ask the callback); proximity search,
+    // Gomory cuts and no cuts at all did no better within seconds.
     ip.mir_cuts = GLP_ON;
     ip.cov_cuts = GLP_ON;
     ip.fp_heur = GLP_ON;
@@ -616,7 +675,7 @@ std::optional<optimal_result> builder::run(double time_limit_s, std::string* why
     double obj = 0;
     for (int c : T_) obj += best[c];
     res.objective_s = obj / 1e3;
-    res.status += ", starting solution";
+    res.status += ", best starting solution";
   }
   res.bound_s = std::min(res.objective_s, std::max(st.bound, root_bound) / 1e3);
   res.gap = res.proven_optimal ? 0 : (res.objective_s > 0 ? (res.objective_s - res.bound_s) / res.objective_s : 1);

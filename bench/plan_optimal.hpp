@@ -31,8 +31,11 @@ struct optimal_result {
 
 /// Solves the keep / swap / recompute program for `t` at `budget` on `hw` within about
 /// `time_limit_s` seconds, turns the best solution into a plan and simulates it.
-/// nullopt when the trace has more than optimal_max_ops ops, when the budget is below the least
-/// any plan needs, or when the solver finds no solution in time; `why`, when given, says which.
+/// The solver starts from the least-memory solution and from the plans of the library's planners
+/// that the program can express; when it finds nothing better in time the best of those stands
+/// (status says so). GLPK's feasibility pump may run past the limit by some seconds.
+/// nullopt when the trace has no ops or more than optimal_max_ops, or when the budget is below
+/// the least any plan needs; `why`, when given, says which.
 std::optional<optimal_result> plan_optimal(const trace& t, const offload::lifetime_report& r, const offload::hw_profile& hw,
                                            std::uint64_t budget, double time_limit_s, std::string* why = nullptr);
 
