@@ -476,6 +476,33 @@ std::vector<double> builder::start_from(const plan* p) const {
       const auto& rc = p->steps[key.second].recomputes;
       if (std::find(rc.begin(), rc.end(), key.first) != rc.end()) v[c] = 1;
     }
+  // A copy out that the stage after its eviction would wait for instead overlaps the ops of the
+  // gap while the budget lets it keep its memory (stage by stage, gap by gap).
+  std::vector<double> mem(n_);
+  for (std::uint32_t j = 0; j < n_; ++j) mem[j] = mem_[j].value(v);
+  const double budget = mib(budget_);
+  for (const auto& g : gaps_) {
+    if (!g.O || v[g.O] < 0.5 || !g.ds[0]) continue;
+    const int p_last = g.wraps ? g.end_pos : static_cast<int>(g.stage.size()) - 1;
+    const double b = mib(t_.tensors[g.x].bytes);
+    double left = v[g.ds[0]];
+    int k = 0;
+    double overlap = 0;
+    while (overlap < left && k < p_last && mem[g.stage[k]] + b <= budget + 1e-9 && (!g.Q[k + 1] || v[g.Q[k + 1]] < 0.5))
+      overlap += hw_.op_seconds(t_.ops[g.stage[k++]]) * 1e3;
+    if (k == 0) continue;
+    // keep the memory over positions 0..k-1 and copy there; what is left waits at position k
+    v[g.ds[0]] = 0;
+    for (int i = 0; i < k; ++i) {
+      const double take = std::min(left, hw_.op_seconds(t_.ops[g.stage[i]]) * 1e3);
+      v[g.d[i]] = take;
+      left -= take;
+      v[g.P[i]] = 0;
+      mem[g.stage[i]] += b;
+    }
+    if (g.ds[k]) v[g.ds[k]] = left;
+    else v[g.d[k]] += left;  // the end stage
+  }
   for (std::uint32_t j = 0; j <= n_; ++j) {
     double tj = lo_[T_[j] - 1];
     for (const auto& e : time_rows_[j]) tj = std::max(tj, e.value(v));
