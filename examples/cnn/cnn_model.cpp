@@ -169,15 +169,16 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
   }
 
   // ---- forward ----
+  // Forward ops are recomputable (Session::recomputable_op): a plan may drop what they write and
+  // run them again before the backward pass reads it. Each body captures handles by value.
   auto x = s.add_transient("stem.out", out_bytes(stem_.shape));
   const op_workspace stem_ws(s, "stem.forward.workspace", stem_.workspace);
-  {
-    auto op = s.op("stem.forward", {images, stem_.w.value, stem_.b.value}, {x, stem_ws.handle()}, flops(stem_.shape));
+  s.recomputable_op("stem.forward", {images, stem_.w.value, stem_.b.value}, {x, stem_ws.handle()}, [=, this, &ctx](const Session::op_scope& op) {
     const auto bound = stem_ws.bind(op, ctx);
     k::conv2d_forward(ctx, op.stream(), stem_.shape, op.ptr<float>(images), op.ptr<float>(stem_.w.value),
                       op.ptr<float>(stem_.b.value), op.ptr<float>(x));
     k::relu_forward(ctx, op.stream(), op.ptr<float>(x), op.ptr<float>(x), out_bytes(stem_.shape) / f32);
-  }
+  }, flops(stem_.shape));
   stem_ws.release(s);
   const tensor_handle stem_out = x;
   std::vector<stage_acts> acts(stages_.size());
@@ -190,19 +191,16 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
       const std::uint64_t pooled_bytes = static_cast<std::uint64_t>(B) * st.pool.channels * st.pool.out_height() *
                                          st.pool.out_width() * f32;
       sa.pooled = s.add_transient(n + "pool.out", pooled_bytes);
-      {
-        auto op = s.op(n + "pool.forward", {x}, {sa.pooled}, static_cast<double>(pooled_bytes));
+      s.recomputable_op(n + "pool.forward", {x}, {sa.pooled}, [=, this, &ctx](const Session::op_scope& op) {
         k::max_pool2d_forward(ctx, op.stream(), st.pool, op.ptr<float>(x), op.ptr<float>(sa.pooled));
-      }
+      }, static_cast<double>(pooled_bytes));
       auto widened = s.add_transient(n + "widen.out", out_bytes(st.widen.shape));
       const op_workspace ws(s, n + "widen.forward.workspace", st.widen.workspace);
-      {
-        auto op = s.op(n + "widen.forward", {sa.pooled, st.widen.w.value, st.widen.b.value}, {widened, ws.handle()},
-                       flops(st.widen.shape));
+      s.recomputable_op(n + "widen.forward", {sa.pooled, st.widen.w.value, st.widen.b.value}, {widened, ws.handle()}, [=, this, &ctx](const Session::op_scope& op) {
         const auto bound = ws.bind(op, ctx);
         k::conv2d_forward(ctx, op.stream(), st.widen.shape, op.ptr<float>(sa.pooled), op.ptr<float>(st.widen.w.value),
                           op.ptr<float>(st.widen.b.value), op.ptr<float>(widened));
-      }
+      }, flops(st.widen.shape));
       ws.release(s);
       x = widened;
     }
@@ -214,26 +212,22 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
       const std::uint64_t bytes = out_bytes(blk.conv1.shape);
       ba.a1 = s.add_transient(bn + "conv1.out", bytes);
       const op_workspace ws1(s, bn + "conv1.forward.workspace", blk.conv1.workspace);
-      {
-        auto op = s.op(bn + "conv1.forward", {x, blk.conv1.w.value, blk.conv1.b.value}, {ba.a1, ws1.handle()},
-                       flops(blk.conv1.shape));
+      s.recomputable_op(bn + "conv1.forward", {x, blk.conv1.w.value, blk.conv1.b.value}, {ba.a1, ws1.handle()}, [=, this, &ctx](const Session::op_scope& op) {
         const auto bound = ws1.bind(op, ctx);
         k::conv2d_forward(ctx, op.stream(), blk.conv1.shape, op.ptr<float>(x), op.ptr<float>(blk.conv1.w.value),
                           op.ptr<float>(blk.conv1.b.value), op.ptr<float>(ba.a1));
         k::relu_forward(ctx, op.stream(), op.ptr<float>(ba.a1), op.ptr<float>(ba.a1), bytes / f32);
-      }
+      }, flops(blk.conv1.shape));
       ws1.release(s);
       ba.y = s.add_transient(bn + "out", bytes);
       const op_workspace ws2(s, bn + "conv2.forward.workspace", blk.conv2.workspace);
-      {
-        auto op = s.op(bn + "conv2.forward", {ba.a1, blk.conv2.w.value, blk.conv2.b.value, x}, {ba.y, ws2.handle()},
-                       flops(blk.conv2.shape));
+      s.recomputable_op(bn + "conv2.forward", {ba.a1, blk.conv2.w.value, blk.conv2.b.value, x}, {ba.y, ws2.handle()}, [=, this, &ctx](const Session::op_scope& op) {
         const auto bound = ws2.bind(op, ctx);
         k::conv2d_forward(ctx, op.stream(), blk.conv2.shape, op.ptr<float>(ba.a1), op.ptr<float>(blk.conv2.w.value),
                           op.ptr<float>(blk.conv2.b.value), op.ptr<float>(ba.y));
         k::add(ctx, op.stream(), op.ptr<float>(ba.y), op.ptr<float>(x), op.ptr<float>(ba.y), bytes / f32);
         k::relu_forward(ctx, op.stream(), op.ptr<float>(ba.y), op.ptr<float>(ba.y), bytes / f32);
-      }
+      }, flops(blk.conv2.shape));
       ws2.release(s);
       sa.blocks.push_back(ba);
       x = ba.y;
@@ -241,16 +235,14 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
   }
   const int C = final_channels_, Cl = sh_.classes;
   auto feat = s.add_transient("pool.features", static_cast<std::uint64_t>(B) * C * f32);
-  {
-    auto op = s.op("gap.forward", {x}, {feat}, static_cast<double>(B) * C * final_plane_);
+  s.recomputable_op("gap.forward", {x}, {feat}, [=, this, &ctx](const Session::op_scope& op) {
     k::global_avg_pool_forward(ctx, op.stream(), op.ptr<float>(x), op.ptr<float>(feat), B, C, final_plane_);
-  }
+  }, static_cast<double>(B) * C * final_plane_);
   auto logits = s.add_transient("fc.logits", static_cast<std::uint64_t>(B) * Cl * f32);
-  {
-    auto op = s.op("fc.forward", {feat, fc_w_.value, fc_b_.value}, {logits}, 2.0 * B * C * Cl);
+  s.recomputable_op("fc.forward", {feat, fc_w_.value, fc_b_.value}, {logits}, [=, this, &ctx](const Session::op_scope& op) {
     k::linear_forward(ctx, op.stream(), op.ptr<float>(feat), op.ptr<float>(fc_w_.value), op.ptr<float>(fc_b_.value),
                       op.ptr<float>(logits), B, C, Cl);
-  }
+  }, 2.0 * B * C * Cl);
   const tensor_handle loss = loss_.handle();
   const op_workspace loss_ws(s, "loss.workspace", k::softmax_cross_entropy_workspace_bytes(B));
   {

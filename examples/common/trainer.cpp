@@ -83,6 +83,7 @@ float training_run::step(const step_observer& on_step) {
   r_.d2h_bytes += rep.d2h_bytes;
   r_.nvme_read_bytes += rep.nvme_read_bytes;
   r_.nvme_write_bytes += rep.nvme_write_bytes;
+  r_.recomputes += rep.recomputes;
   if (rep.planned) {  // the recording step runs on demand by design
     r_.on_demand_fetches += rep.on_demand_fetches;
     r_.on_demand_evictions += rep.on_demand_evictions;

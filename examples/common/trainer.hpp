@@ -51,6 +51,7 @@ struct run_result {
   std::uint64_t d2h_bytes = 0;
   std::uint64_t nvme_read_bytes = 0;
   std::uint64_t nvme_write_bytes = 0;
+  std::uint64_t recomputes = 0;  ///< ops run again by the plan, over the steps (iteration_counters::recomputes)
   std::uint64_t on_demand_fetches = 0;       ///< after the recording step
   std::uint64_t on_demand_evictions = 0;     ///< after the recording step
   std::uint64_t prefetches_deferred = 0;     ///< after the recording step

@@ -154,13 +154,15 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
 
   // ---- forward ----
   auto x = s.add_transient("x0", act);
-  {
-    auto op = s.op("embed.forward", {wte_.value, wpe_.value, tokens, positions}, {x});
-    k::embedding_forward(ctx, op.stream(), op.ptr<std::int32_t>(tokens), op.ptr<float>(wte_.value), op.ptr<float>(x),
-                         BT, V, C);
-    k::embedding_forward(ctx, op.stream(), op.ptr<std::int32_t>(positions), op.ptr<float>(wpe_.value),
-                         op.ptr<float>(x), BT, T, C, /*accumulate=*/true);
-  }
+  // Forward ops are recomputable (Session::recomputable_op): a plan may drop what they write and
+  // run them again before the backward pass reads it. Each body captures handles by value.
+  s.recomputable_op("embed.forward", {wte_.value, wpe_.value, tokens, positions}, {x},
+                    [=, this, &ctx](const Session::op_scope& op) {
+                      k::embedding_forward(ctx, op.stream(), op.ptr<std::int32_t>(tokens), op.ptr<float>(wte_.value),
+                                           op.ptr<float>(x), BT, V, C);
+                      k::embedding_forward(ctx, op.stream(), op.ptr<std::int32_t>(positions), op.ptr<float>(wpe_.value),
+                                           op.ptr<float>(x), BT, T, C, /*accumulate=*/true);
+                    });
   std::vector<block_acts> acts(static_cast<std::size_t>(L));
   for (int l = 0; l < L; ++l) {
     const block_params& p = blocks_[static_cast<std::size_t>(l)];
@@ -170,73 +172,62 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
     a.ln1 = s.add_transient(n + "ln1.out", act);
     a.ln1_mean = s.add_transient(n + "ln1.mean", bt * f32);
     a.ln1_rstd = s.add_transient(n + "ln1.rstd", bt * f32);
-    {
-      auto op = s.op(n + "ln1.forward", {x, p.ln1_g.value, p.ln1_b.value}, {a.ln1, a.ln1_mean, a.ln1_rstd}, 8 * dbt * dc);
-      k::layer_norm_forward(ctx, op.stream(), op.ptr<float>(x), op.ptr<float>(p.ln1_g.value), op.ptr<float>(p.ln1_b.value),
-                            op.ptr<float>(a.ln1), op.ptr<float>(a.ln1_mean), op.ptr<float>(a.ln1_rstd), BT, C);
-    }
+    s.recomputable_op(n + "ln1.forward", {x, p.ln1_g.value, p.ln1_b.value}, {a.ln1, a.ln1_mean, a.ln1_rstd}, [=, this, &ctx](const Session::op_scope& op) {
+        k::layer_norm_forward(ctx, op.stream(), op.ptr<float>(x), op.ptr<float>(p.ln1_g.value), op.ptr<float>(p.ln1_b.value),
+                              op.ptr<float>(a.ln1), op.ptr<float>(a.ln1_mean), op.ptr<float>(a.ln1_rstd), BT, C);
+      }, 8 * dbt * dc);
     a.qkv = s.add_transient(n + "qkv.out", 3 * act);
-    {
-      auto op = s.op(n + "qkv.forward", {a.ln1, p.qkv_w.value, p.qkv_b.value}, {a.qkv}, 2 * dbt * dc * 3 * dc);
-      k::linear_forward(ctx, op.stream(), op.ptr<float>(a.ln1), op.ptr<float>(p.qkv_w.value), op.ptr<float>(p.qkv_b.value),
-                        op.ptr<float>(a.qkv), BT, C, 3 * C);
-    }
+    s.recomputable_op(n + "qkv.forward", {a.ln1, p.qkv_w.value, p.qkv_b.value}, {a.qkv}, [=, this, &ctx](const Session::op_scope& op) {
+        k::linear_forward(ctx, op.stream(), op.ptr<float>(a.ln1), op.ptr<float>(p.qkv_w.value), op.ptr<float>(p.qkv_b.value),
+                          op.ptr<float>(a.qkv), BT, C, 3 * C);
+      }, 2 * dbt * dc * 3 * dc);
     a.att = s.add_transient(n + "attn.out", act);
     a.probs = s.add_transient(n + "attn.probs", probs_bytes);
-    {
-      auto op = s.op(n + "attn.forward", {a.qkv}, {a.att, a.probs}, 4.0 * B * T * T * dc);
-      k::attention_forward(ctx, op.stream(), {B, T, C, H}, op.ptr<float>(a.qkv), op.ptr<float>(a.att),
-                           op.ptr<float>(a.probs));
-    }
+    s.recomputable_op(n + "attn.forward", {a.qkv}, {a.att, a.probs}, [=, this, &ctx](const Session::op_scope& op) {
+        k::attention_forward(ctx, op.stream(), {B, T, C, H}, op.ptr<float>(a.qkv), op.ptr<float>(a.att),
+                             op.ptr<float>(a.probs));
+      }, 4.0 * B * T * T * dc);
     a.x_mid = s.add_transient(n + "resid.mid", act);
-    {
-      auto op = s.op(n + "proj.forward", {a.att, p.proj_w.value, p.proj_b.value, x}, {a.x_mid}, 2 * dbt * dc * dc);
-      k::linear_forward(ctx, op.stream(), op.ptr<float>(a.att), op.ptr<float>(p.proj_w.value),
-                        op.ptr<float>(p.proj_b.value), op.ptr<float>(a.x_mid), BT, C, C);
-      k::add(ctx, op.stream(), op.ptr<float>(a.x_mid), op.ptr<float>(x), op.ptr<float>(a.x_mid), bt * C);
-    }
+    s.recomputable_op(n + "proj.forward", {a.att, p.proj_w.value, p.proj_b.value, x}, {a.x_mid}, [=, this, &ctx](const Session::op_scope& op) {
+        k::linear_forward(ctx, op.stream(), op.ptr<float>(a.att), op.ptr<float>(p.proj_w.value),
+                          op.ptr<float>(p.proj_b.value), op.ptr<float>(a.x_mid), BT, C, C);
+        k::add(ctx, op.stream(), op.ptr<float>(a.x_mid), op.ptr<float>(x), op.ptr<float>(a.x_mid), bt * C);
+      }, 2 * dbt * dc * dc);
     a.ln2 = s.add_transient(n + "ln2.out", act);
     a.ln2_mean = s.add_transient(n + "ln2.mean", bt * f32);
     a.ln2_rstd = s.add_transient(n + "ln2.rstd", bt * f32);
-    {
-      auto op = s.op(n + "ln2.forward", {a.x_mid, p.ln2_g.value, p.ln2_b.value}, {a.ln2, a.ln2_mean, a.ln2_rstd},
-                     8 * dbt * dc);
-      k::layer_norm_forward(ctx, op.stream(), op.ptr<float>(a.x_mid), op.ptr<float>(p.ln2_g.value),
-                            op.ptr<float>(p.ln2_b.value), op.ptr<float>(a.ln2), op.ptr<float>(a.ln2_mean),
-                            op.ptr<float>(a.ln2_rstd), BT, C);
-    }
+    s.recomputable_op(n + "ln2.forward", {a.x_mid, p.ln2_g.value, p.ln2_b.value}, {a.ln2, a.ln2_mean, a.ln2_rstd}, [=, this, &ctx](const Session::op_scope& op) {
+        k::layer_norm_forward(ctx, op.stream(), op.ptr<float>(a.x_mid), op.ptr<float>(p.ln2_g.value),
+                              op.ptr<float>(p.ln2_b.value), op.ptr<float>(a.ln2), op.ptr<float>(a.ln2_mean),
+                              op.ptr<float>(a.ln2_rstd), BT, C);
+      }, 8 * dbt * dc);
     a.fc_pre = s.add_transient(n + "fc.pre", 4 * act);
     a.fc_act = s.add_transient(n + "fc.gelu", 4 * act);
-    {
-      auto op = s.op(n + "fc.forward", {a.ln2, p.fc_w.value, p.fc_b.value}, {a.fc_pre, a.fc_act}, 8 * dbt * dc * dc);
-      k::linear_forward(ctx, op.stream(), op.ptr<float>(a.ln2), op.ptr<float>(p.fc_w.value), op.ptr<float>(p.fc_b.value),
-                        op.ptr<float>(a.fc_pre), BT, C, 4 * C);
-      k::gelu_forward(ctx, op.stream(), op.ptr<float>(a.fc_pre), op.ptr<float>(a.fc_act), 4 * bt * C);
-    }
+    s.recomputable_op(n + "fc.forward", {a.ln2, p.fc_w.value, p.fc_b.value}, {a.fc_pre, a.fc_act}, [=, this, &ctx](const Session::op_scope& op) {
+        k::linear_forward(ctx, op.stream(), op.ptr<float>(a.ln2), op.ptr<float>(p.fc_w.value), op.ptr<float>(p.fc_b.value),
+                          op.ptr<float>(a.fc_pre), BT, C, 4 * C);
+        k::gelu_forward(ctx, op.stream(), op.ptr<float>(a.fc_pre), op.ptr<float>(a.fc_act), 4 * bt * C);
+      }, 8 * dbt * dc * dc);
     auto x_next = s.add_transient(n + "resid.out", act);
-    {
-      auto op = s.op(n + "fcproj.forward", {a.fc_act, p.fcproj_w.value, p.fcproj_b.value, a.x_mid}, {x_next},
-                     8 * dbt * dc * dc);
-      k::linear_forward(ctx, op.stream(), op.ptr<float>(a.fc_act), op.ptr<float>(p.fcproj_w.value),
-                        op.ptr<float>(p.fcproj_b.value), op.ptr<float>(x_next), BT, 4 * C, C);
-      k::add(ctx, op.stream(), op.ptr<float>(x_next), op.ptr<float>(a.x_mid), op.ptr<float>(x_next), bt * C);
-    }
+    s.recomputable_op(n + "fcproj.forward", {a.fc_act, p.fcproj_w.value, p.fcproj_b.value, a.x_mid}, {x_next}, [=, this, &ctx](const Session::op_scope& op) {
+        k::linear_forward(ctx, op.stream(), op.ptr<float>(a.fc_act), op.ptr<float>(p.fcproj_w.value),
+                          op.ptr<float>(p.fcproj_b.value), op.ptr<float>(x_next), BT, 4 * C, C);
+        k::add(ctx, op.stream(), op.ptr<float>(x_next), op.ptr<float>(a.x_mid), op.ptr<float>(x_next), bt * C);
+      }, 8 * dbt * dc * dc);
     x = x_next;
   }
   auto lnf = s.add_transient("lnf.out", act);
   auto lnf_mean = s.add_transient("lnf.mean", bt * f32);
   auto lnf_rstd = s.add_transient("lnf.rstd", bt * f32);
-  {
-    auto op = s.op("lnf.forward", {x, lnf_g_.value, lnf_b_.value}, {lnf, lnf_mean, lnf_rstd}, 8 * dbt * dc);
-    k::layer_norm_forward(ctx, op.stream(), op.ptr<float>(x), op.ptr<float>(lnf_g_.value), op.ptr<float>(lnf_b_.value),
-                          op.ptr<float>(lnf), op.ptr<float>(lnf_mean), op.ptr<float>(lnf_rstd), BT, C);
-  }
+  s.recomputable_op("lnf.forward", {x, lnf_g_.value, lnf_b_.value}, {lnf, lnf_mean, lnf_rstd}, [=, this, &ctx](const Session::op_scope& op) {
+      k::layer_norm_forward(ctx, op.stream(), op.ptr<float>(x), op.ptr<float>(lnf_g_.value), op.ptr<float>(lnf_b_.value),
+                            op.ptr<float>(lnf), op.ptr<float>(lnf_mean), op.ptr<float>(lnf_rstd), BT, C);
+    }, 8 * dbt * dc);
   auto logits = s.add_transient("head.logits", bt * static_cast<std::uint64_t>(V) * f32);
-  {
-    auto op = s.op("head.forward", {lnf, wte_.value}, {logits}, 2 * dbt * dc * V);
-    k::linear_forward(ctx, op.stream(), op.ptr<float>(lnf), op.ptr<float>(wte_.value), nullptr, op.ptr<float>(logits),
-                      BT, C, V);
-  }
+  s.recomputable_op("head.forward", {lnf, wte_.value}, {logits}, [=, this, &ctx](const Session::op_scope& op) {
+      k::linear_forward(ctx, op.stream(), op.ptr<float>(lnf), op.ptr<float>(wte_.value), nullptr, op.ptr<float>(logits),
+                        BT, C, V);
+    }, 2 * dbt * dc * V);
   const tensor_handle loss = loss_.handle();
   const op_workspace loss_ws(s, "loss.workspace", k::softmax_cross_entropy_workspace_bytes(BT));
   {
