@@ -185,6 +185,7 @@ int run_optimal(const optimal_args& a) {
     if (r.opt->gap <= 0.02) ++solved;
     if (!r.opt->sim.feasible()) continue;
     ++feasible;
+    if (r.opt->gap > 0.02) continue;  // the targets count rows solved to a gap of 2% or less
     for (const auto& [p, s] : r.planners) {
       if (p != "auto") continue;
       const double q = s.feasible() ? s.step_seconds / r.opt->sim.step_seconds : INFINITY;
@@ -205,7 +206,7 @@ int run_optimal(const optimal_args& a) {
   std::snprintf(buf, sizeof buf, "optimal's plan feasible in the simulator: %zu/%zu rows", feasible, rows.size());
   verdict(feasible == rows.size(), buf);
   const double geo = compared ? std::exp(log_sum / static_cast<double>(compared)) : 0;
-  std::snprintf(buf, sizeof buf, "geometric mean of auto step / optimal step = %.4f over %zu rows (target <= 1.10)", geo, compared);
+  std::snprintf(buf, sizeof buf, "geometric mean of auto step / optimal step = %.4f over the %zu rows solved to a gap of 2%% or less (target <= 1.10)", geo, compared);
   verdict(compared > 0 && geo <= 1.10, buf);
   std::snprintf(buf, sizeof buf, "worst auto step / optimal step = %.4f (target <= 1.25): %s", worst, worst_case.c_str());
   verdict(compared > 0 && worst <= 1.25, buf);
