@@ -41,6 +41,10 @@ struct train_args {
 // Target: on the cpu backend, auto at 1/4 of the footprint within 1.15x of everything resident.
 constexpr double target_ratio = 0.25;
 constexpr double target_slowdown = 1.15;
+// Target: gpt at 1/8 of the footprint with recomputation (the best of checkpoint, capuchin and
+// auto among the settings run) within 1.25x of everything resident.
+constexpr double recompute_ratio = 0.125;
+constexpr double recompute_slowdown = 1.25;
 
 struct row {
   std::string policy;
@@ -113,6 +117,7 @@ nlohmann::json row_json(const std::string& example, const row& w, const run_resu
           {"stall_ms", r.stall_ms},
           {"on_demand_fetches", r.on_demand_fetches},
           {"on_demand_evictions", r.on_demand_evictions},
+          {"recomputes", r.recomputes},
           {"step_ms_all", r.step_ms()},
           {"skipped", false}};
 }
@@ -242,6 +247,33 @@ int run(const train_args& a) {
     if (!pass) exit_code = 1;
   }
 
+  // The recomputation target: the fastest setting at 1/8 of the footprint whose plan reran ops
+  // (a policy that chose to swap only does not count).
+  nlohmann::json recompute_target = {{"description", "gpt: checkpoint, capuchin or auto at budget 1/8 of the footprint "
+                                                     "within 1.25x of everything resident, identical losses"}};
+  const row* rt = nullptr;
+  for (const auto& w : rows) {
+    const bool recomputing = w.policy == "checkpoint" || w.policy == "capuchin" || w.policy == "auto";
+    if (recomputing && std::abs(w.budget_ratio - recompute_ratio) < 1e-9 && !w.skipped && w.result.recomputes > 0 &&
+        (rt == nullptr || w.ratio < rt->ratio))
+      rt = &w;
+  }
+  if (a.example != "gpt" || rt == nullptr) {
+    std::cout << "target (gpt, checkpoint/capuchin/auto at budget 0.125, with reruns): not measured by these settings\n";
+    recompute_target["result"] = "not measured";
+  } else {
+    const bool pass = rt->ratio <= recompute_slowdown && rt->losses_match;
+    const double planned_steps = std::max(1, a.steps - 1);
+    std::cout << fmt("target: gpt at budget 1/8 with recomputation (%s, %.0f reruns a step) runs at %.3fx of everything "
+                     "resident (<= %.2fx), losses %s: %s\n",
+                     rt->policy.c_str(), static_cast<double>(rt->result.recomputes) / planned_steps, rt->ratio,
+                     recompute_slowdown, rt->losses_match ? "identical" : "DIFFER", pass ? "PASS" : "MISS");
+    recompute_target["result"] = pass ? "PASS" : "MISS";
+    recompute_target["policy"] = rt->policy;
+    recompute_target["ratio"] = rt->ratio;
+    if (!pass) exit_code = 1;
+  }
+
   if (!a.json.empty()) {
     nlohmann::json j = {{"example", a.example},
                         {"model", resident.model},
@@ -252,7 +284,8 @@ int run(const train_args& a) {
                         {"footprint_bytes", resident.footprint_bytes},
                         {"min_budget_bytes", resident.min_budget_bytes},
                         {"resident_step_ms", resident.median_step_ms()},
-                        {"target", target}};
+                        {"target", target},
+                        {"recompute_target", recompute_target}};
     nlohmann::json rj = nlohmann::json::array();
     for (const auto& w : rows) rj.push_back(row_json(a.example, w, resident));
     j["rows"] = rj;
@@ -269,7 +302,7 @@ const command_registration registration{"train", [](CLI::App& app, int& exit_cod
   cmd->add_option("--example", args->example, "gpt, mlp or cnn")->capture_default_str();
   cmd->add_option("--budget-ratio", args->ratios, "device budget as a fraction of the footprint (repeatable)")
       ->capture_default_str();
-  cmd->add_option("--policy", args->policies, "none, lms, vdnn or auto (repeatable)")->capture_default_str();
+  cmd->add_option("--policy", args->policies, "none, lms, vdnn, auto, checkpoint or capuchin (repeatable)")->capture_default_str();
   cmd->add_option("--steps", args->steps, "training steps per run (the first records)")->capture_default_str();
   cmd->add_option("--preset", args->preset, "tiny, small, medium or large")->capture_default_str();
   examples::add_config_flags(*cmd, args->config,

@@ -1,0 +1,158 @@
+// The executor's reruns (Note [Recomputation] in prefetch/plan.hpp) under hand-written plans: a
+// value dropped without a copy is made again by its op's rerun before it is read, its memory is
+// back in the meantime, and make_layout places the rerun's allocation where the executor makes it.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "device/cpu_device.hpp"
+#include "device/error.hpp"
+#include "device/units.hpp"
+#include "prefetch/executor.hpp"
+#include "prefetch/executor_stack.hpp"
+#include "prefetch/layout.hpp"
+
+using namespace spillway;
+using namespace spillway::literals;
+
+namespace {
+
+constexpr std::uint64_t n = 64_KiB;
+
+struct rig {
+  explicit rig(std::uint64_t budget) {
+    device_options o;
+    o.cpu_device_memory = 16_MiB;
+    dev = std::make_unique<cpu_device>(o);
+    executor_stack_options so;
+    so.device_budget = budget;
+    stack = std::make_unique<executor_stack>(*dev, so);
+    exec = &stack->exec();
+  }
+  std::unique_ptr<cpu_device> dev;
+  std::unique_ptr<executor_stack> stack;
+  executor* exec = nullptr;
+};
+
+bool holds(const void* p, std::size_t bytes, unsigned char v) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < bytes; ++i)
+    if (b[i] != v) return false;
+  return true;
+}
+
+// op0 "gen.forward" (recomputable) reads p, writes a; op1 "mid" reads p, writes b; op2 "use"
+// reads a and b. The plan drops a after op0 and reruns op0 before op2.
+struct fixture {
+  trace t;
+  tensor_id p = 0, a = 0, b = 0;
+  plan pl;
+  fixture() {
+    p = t.add_tensor("p", n, tensor_kind::parameter);
+    a = t.add_tensor("a", n, tensor_kind::activation);
+    b = t.add_tensor("b", n, tensor_kind::activation);
+    t.add_op("gen.forward", {p}, {a});
+    t.add_op("mid", {p}, {b});
+    t.add_op("use", {a, b}, {});
+    t.ops[0].recomputable = true;
+    t.validate();
+    pl = plan::empty_for(t, "hand-made", 4 * n);
+    pl.steps[0].evictions.push_back({a, evict_action::drop});
+    pl.steps[2].recomputes.push_back(0);
+    pl.validate(t);
+  }
+};
+
+}  // namespace
+
+TEST(ExecutorRecompute, ADroppedValueIsMadeAgainBeforeItsReadAndItsMemoryIsBackMeanwhile) {
+  fixture f;
+  rig r(4 * n);
+  for (auto id : {f.p, f.a, f.b}) r.exec->define(id, f.t.tensors[id]);
+  std::vector<unsigned char> init(n, 9);
+  r.exec->upload(f.p, init.data());
+  auto bad = std::make_shared<std::atomic<int>>(0);
+  // op0's body: a = p + 1, checked and written on the compute stream.
+  auto gen = [&] {
+    void* pp = r.exec->device_ptr(f.p);
+    void* pa = r.exec->device_ptr(f.a);
+    r.dev->launch_kernel(r.exec->compute_stream(), [pp, pa, bad] {
+      if (!holds(pp, n, 9)) ++*bad;
+      std::memset(pa, 10, n);
+    });
+  };
+  int reruns = 0;
+  r.exec->set_rerun([&](op_index o) {
+    EXPECT_EQ(o, 0u);
+    ++reruns;
+    gen();
+  });
+  r.exec->follow(&f.t, &f.pl);
+  for (int it = 1; it <= 3; ++it) {
+    r.exec->begin_iteration();
+    const std::vector<tensor_id> p{f.p}, a{f.a}, b{f.b}, ab{f.a, f.b}, none;
+    r.exec->begin_op(0, p, a, "gen.forward");
+    gen();
+    const std::uint64_t with_a = r.exec->device_bytes_in_use();
+    r.exec->end_op(0);
+    EXPECT_EQ(r.exec->device_bytes_in_use(), with_a - n) << "the drop of a gave its memory back";
+    r.exec->begin_op(1, p, b, "mid");
+    void* pb = r.exec->device_ptr(f.b);
+    r.dev->launch_kernel(r.exec->compute_stream(), [pb] { std::memset(pb, 20, n); });
+    r.exec->end_op(1);
+    r.exec->begin_op(2, ab, none, "use");
+    void* pa = r.exec->device_ptr(f.a);
+    r.dev->launch_kernel(r.exec->compute_stream(), [pa, bad] {
+      if (!holds(pa, n, 10)) ++*bad;
+    });
+    r.exec->end_op(2);
+    r.exec->release(f.a);
+    r.exec->release(f.b);
+    const auto st = r.exec->end_iteration();
+    EXPECT_EQ(st.recomputes, 1u) << "iteration " << it;
+    EXPECT_EQ(st.on_demand_fetches, 0u) << "iteration " << it;
+    EXPECT_EQ(st.d2h_bytes, 0u) << "a was dropped, not saved";
+  }
+  EXPECT_EQ(bad->load(), 0) << "an op or a rerun saw the wrong bytes";
+  EXPECT_EQ(reruns, 3);
+}
+
+TEST(ExecutorRecompute, ARerunWithoutACallbackIsAUsageErrorNamingTheOps) {
+  fixture f;
+  rig r(4 * n);
+  for (auto id : {f.p, f.a, f.b}) r.exec->define(id, f.t.tensors[id]);
+  std::vector<unsigned char> init(n, 9);
+  r.exec->upload(f.p, init.data());
+  r.exec->follow(&f.t, &f.pl);
+  r.exec->begin_iteration();
+  const std::vector<tensor_id> p{f.p}, a{f.a}, b{f.b}, ab{f.a, f.b}, none;
+  r.exec->begin_op(0, p, a, "gen.forward");
+  r.exec->end_op(0);
+  r.exec->begin_op(1, p, b, "mid");
+  r.exec->end_op(1);
+  try {
+    r.exec->begin_op(2, ab, none, "use");
+    ADD_FAILURE() << "no error";
+  } catch (const usage_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("gen.forward"), std::string::npos) << m;
+    EXPECT_NE(m.find("\"use\""), std::string::npos) << m;
+    EXPECT_NE(m.find("set_rerun"), std::string::npos) << m;
+  }
+}
+
+TEST(ExecutorRecompute, TheLayoutPlacesTheRerunsAllocationAndFreesTheDroppedValue) {
+  fixture f;
+  const auto l = make_layout(f.t, f.pl, {});
+  EXPECT_TRUE(l.offset(f.a, layout_slot::place(0)).has_value());
+  EXPECT_TRUE(l.offset(f.a, layout_slot::place(2)).has_value()) << "the rerun before op 2 allocates a again";
+  // a is off the device between the drop and the rerun: p, b and a never need more than 3 blocks.
+  EXPECT_LE(l.peak_live, 3 * n);
+  std::size_t blocks_of_a = 0;
+  for (const auto& b : l.placed) blocks_of_a += b.id == f.a ? 1 : 0;
+  EXPECT_EQ(blocks_of_a, 2u);
+}
