@@ -170,7 +170,7 @@ const row rows[] = {
      read_as::count, place<std::uint64_t>{nullptr, &nv::rings}, 64},
     {{"nvme.io_timeout_ms", "MS", "NVMe tier: milliseconds an I/O may take before its move fails and it is cancelled (0: no limit)"},
      read_as::count, place<std::uint64_t>{nullptr, &nv::io_timeout_ms}, 86'400'000},
-    {{"policy", "none|lms|vdnn|auto", "swap policy"}, read_as::text, place<std::string>{&sc::policy}},
+    {{"policy", "none|lms|vdnn|checkpoint|capuchin|auto", "swap policy"}, read_as::text, place<std::string>{&sc::policy}},
     {{"lms_swapout_threshold", "N", "lms: ops a tensor must sit idle before it is swapped out (0: tuned)"},
      read_as::count, place<std::uint64_t>{&sc::lms_swapout_threshold}, u32_max},
     {{"lms_swapin_ahead", "N", "lms: ops ahead of use to start a swap-in (0: tuned)"},
