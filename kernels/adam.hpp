@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/context.hpp"
+#include "kernels/ops.hpp"
 
 namespace spillway::kernels {
 
@@ -21,5 +22,12 @@ struct adam_config {
 /// + eps) + wd p). `step` counts from 1. m and v start as zeros.
 void adam_step(kernel_context& ctx, stream s, float* params, const float* grads, float* m, float* v,
                std::size_t n, const adam_config& config, std::int64_t step);
+
+/// The per-step coefficients every Adam runs with (adam_step on both backends, cpu_adam_step):
+/// the config plus the bias corrections 1 - beta^step, worked out once on the host (in double,
+/// rounded to float), so every Adam sees the same bits. Checks the arguments as adam_step does
+/// (usage_error naming `kernel`): step counts from 1, betas in [0, 1), eps >= 0.
+[[nodiscard]] ops::adam_coeffs make_adam_coeffs(const adam_config& config, std::int64_t step,
+                                                const char* kernel = "make_adam_coeffs");
 
 }  // namespace spillway::kernels

@@ -4,6 +4,7 @@
 
 #include <math.h>  // tanhf, sqrtf, expf, logf in the global namespace for both g++ and nvcc
 
+#include "kernels/exact_math.hpp"
 #include "kernels/hd.hpp"
 
 namespace spillway::kernels::ops {
@@ -42,12 +43,18 @@ struct adam_coeffs {
 };
 
 /// One Adam step for one parameter: updates the moments m, v and the parameter p in place.
+/// Bit-exact on every backend (Note [Exact math] in kernels/exact_math.hpp): each operation is
+/// one correctly rounded step in this order, which kernels/cpu_adam_isa.cpp repeats in vectors.
 SPILLWAY_HD inline void adam_update(float& p, float g, float& m, float& v, const adam_coeffs& c) {
-  m = c.beta1 * m + (1.0f - c.beta1) * g;
-  v = c.beta2 * v + (1.0f - c.beta2) * g * g;
-  const float m_hat = m / c.bias_correction1;
-  const float v_hat = v / c.bias_correction2;
-  p -= c.lr * (m_hat / (sqrtf(v_hat) + c.eps) + c.weight_decay * p);
+  namespace x = exact;
+  // m = b1 m + (1 - b1) g;  v = b2 v + ((1 - b2) g) g
+  m = x::add(x::mul(c.beta1, m), x::mul(x::sub(1.0f, c.beta1), g));
+  v = x::add(x::mul(c.beta2, v), x::mul(x::mul(x::sub(1.0f, c.beta2), g), g));
+  const float m_hat = x::div(m, c.bias_correction1);
+  const float v_hat = x::div(v, c.bias_correction2);
+  // p = p - lr (m_hat / (sqrt(v_hat) + eps) + wd p)
+  const float step = x::add(x::div(m_hat, x::add(x::sqrt(v_hat), c.eps)), x::mul(c.weight_decay, p));
+  p = x::sub(p, x::mul(c.lr, step));
 }
 
 /// Softmax backward for one element: dx = p * (dp - sum_j p_j dp_j).
