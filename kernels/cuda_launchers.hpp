@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/bf16.hpp"
 #include "kernels/context.hpp"
 #include "kernels/conv2d.hpp"
 #include "kernels/ops.hpp"
@@ -32,8 +33,14 @@ void cuda_map(const char* kernel, stream s, std::size_t n, const F& f);
 
 // softmax_cross_entropy.cu, layer_norm.cu, embedding.cu, attention.cu
 decltype(kernels::softmax_cross_entropy) cuda_softmax_cross_entropy;
-decltype(kernels::layer_norm_forward) cuda_layer_norm_forward;
-decltype(kernels::layer_norm_backward) cuda_layer_norm_backward;
+// layer_norm.cu: T is float or bf16 (the storage of the kernels' overloads).
+template <class T>
+void cuda_layer_norm_forward(kernel_context& ctx, stream s, const T* x, const T* gamma, const T* beta, T* y,
+                             float* mean, float* rstd, int rows, int cols, float eps);
+template <class T>
+void cuda_layer_norm_backward(kernel_context& ctx, stream s, const T* x, const T* gamma, const float* mean,
+                              const float* rstd, const T* dy, T* dx, T* dgamma, T* dbeta, int rows, int cols,
+                              bool accumulate);
 decltype(kernels::embedding_forward) cuda_embedding_forward;
 decltype(kernels::embedding_backward) cuda_embedding_backward;
 decltype(kernels::causal_softmax_forward) cuda_causal_softmax_forward;

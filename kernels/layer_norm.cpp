@@ -1,5 +1,6 @@
 // Dispatch and cpu launchers of layer norm: rows in parallel, each row reduced serially; the
-// gamma/beta gradients in parallel over column blocks, each summed over rows in order.
+// gamma/beta gradients in parallel over column blocks, each summed over rows in order. One body
+// per kernel serves float32 and bf16 storage (widen on load, narrow once on store).
 #include "kernels/layer_norm.hpp"
 
 #include <math.h>
@@ -9,10 +10,11 @@
 #include "kernels/ops.hpp"
 
 namespace spillway::kernels {
+namespace {
 
-void layer_norm_forward(kernel_context& ctx, stream s, const float* x, const float* gamma,
-                        const float* beta, float* y, float* mean, float* rstd, int rows, int cols,
-                        float eps) {
+template <class T>
+void forward(kernel_context& ctx, stream s, const T* x, const T* gamma, const T* beta, T* y, float* mean,
+             float* rstd, int rows, int cols, float eps) {
   SPILLWAY_KERNEL_EXPECTS(rows >= 0 && cols > 0 && eps >= 0.0f, "layer_norm_forward");
   if (rows == 0) return;
   SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_layer_norm_forward(ctx, s, x, gamma, beta, y, mean, rstd, rows, cols, eps),
@@ -20,28 +22,29 @@ void layer_norm_forward(kernel_context& ctx, stream s, const float* x, const flo
     const auto c = static_cast<std::size_t>(cols);
     detail::parallel_for(static_cast<std::size_t>(rows), detail::grain_for(c), [&](std::size_t b, std::size_t e) {
       for (std::size_t r = b; r < e; ++r) {
-        const float* xr = x + r * c;
+        const T* xr = x + r * c;
         float sum = 0.0f;
-        for (std::size_t j = 0; j < c; ++j) sum += xr[j];
+        for (std::size_t j = 0; j < c; ++j) sum += load(xr[j]);
         const float mu = sum / static_cast<float>(cols);
         float sq = 0.0f;
         for (std::size_t j = 0; j < c; ++j) {
-          const float d = xr[j] - mu;
+          const float d = load(xr[j]) - mu;
           sq += d * d;
         }
         const float rs = 1.0f / sqrtf(sq / static_cast<float>(cols) + eps);
         mean[r] = mu;
         rstd[r] = rs;
-        float* yr = y + r * c;
-        for (std::size_t j = 0; j < c; ++j) yr[j] = (xr[j] - mu) * rs * gamma[j] + beta[j];
+        T* yr = y + r * c;
+        for (std::size_t j = 0; j < c; ++j)
+          yr[j] = store_as<T>((load(xr[j]) - mu) * rs * load(gamma[j]) + load(beta[j]));
       }
     });
   });
 }
 
-void layer_norm_backward(kernel_context& ctx, stream s, const float* x, const float* gamma,
-                         const float* mean, const float* rstd, const float* dy, float* dx,
-                         float* dgamma, float* dbeta, int rows, int cols, bool accumulate) {
+template <class T>
+void backward(kernel_context& ctx, stream s, const T* x, const T* gamma, const float* mean, const float* rstd,
+              const T* dy, T* dx, T* dgamma, T* dbeta, int rows, int cols, bool accumulate) {
   SPILLWAY_KERNEL_EXPECTS(rows >= 0 && cols > 0, "layer_norm_backward");
   SPILLWAY_KERNEL_LAUNCH(ctx, s,
                          detail::cuda_layer_norm_backward(ctx, s, x, gamma, mean, rstd, dy, dx, dgamma, dbeta,
@@ -52,34 +55,75 @@ void layer_norm_backward(kernel_context& ctx, stream s, const float* x, const fl
     const auto n = static_cast<float>(cols);
     detail::parallel_for(nr, detail::grain_for(c), [&](std::size_t b, std::size_t e) {
       for (std::size_t r = b; r < e; ++r) {
-        const float* xr = x + r * c;
-        const float* dyr = dy + r * c;
+        const T* xr = x + r * c;
+        const T* dyr = dy + r * c;
         float sum_dyg = 0.0f;
         float sum_dyg_xhat = 0.0f;
         for (std::size_t j = 0; j < c; ++j) {
-          const float xhat = (xr[j] - mean[r]) * rstd[r];
-          const float dyg = dyr[j] * gamma[j];
+          const float xhat = (load(xr[j]) - mean[r]) * rstd[r];
+          const float dyg = load(dyr[j]) * load(gamma[j]);
           sum_dyg += dyg;
           sum_dyg_xhat += dyg * xhat;
         }
-        float* dxr = dx + r * c;
+        T* dxr = dx + r * c;
         for (std::size_t j = 0; j < c; ++j) {
-          const float xhat = (xr[j] - mean[r]) * rstd[r];
-          dxr[j] = ops::layer_norm_dx(dyr[j] * gamma[j], xhat, rstd[r], sum_dyg, sum_dyg_xhat, n);
+          const float xhat = (load(xr[j]) - mean[r]) * rstd[r];
+          dxr[j] = store_as<T>(
+              ops::layer_norm_dx(load(dyr[j]) * load(gamma[j]), xhat, rstd[r], sum_dyg, sum_dyg_xhat, n));
         }
       }
     });
-    detail::parallel_for(c, 64, [&](std::size_t b, std::size_t e) {
-      if (!accumulate)
-        for (std::size_t j = b; j < e; ++j) dgamma[j] = dbeta[j] = 0.0f;
-      for (std::size_t r = 0; r < nr; ++r)
-        for (std::size_t j = b; j < e; ++j) {
-          const float xhat = (x[r * c + j] - mean[r]) * rstd[r];
-          dgamma[j] += dy[r * c + j] * xhat;
-          dbeta[j] += dy[r * c + j];
+    // Column blocks of at most `block`; each block sums its columns over the rows in order, in
+    // float32 locals, and stores each sum once.
+    constexpr std::size_t block = 64;
+    detail::parallel_for((c + block - 1) / block, 1, [&](std::size_t bb, std::size_t be) {
+      for (std::size_t blk = bb; blk < be; ++blk) {
+        const std::size_t j0 = blk * block;
+        const std::size_t j1 = j0 + block < c ? j0 + block : c;
+        float g[block];
+        float bsum[block];
+        for (std::size_t j = j0; j < j1; ++j) {
+          g[j - j0] = accumulate ? load(dgamma[j]) : 0.0f;
+          bsum[j - j0] = accumulate ? load(dbeta[j]) : 0.0f;
         }
+        for (std::size_t r = 0; r < nr; ++r)
+          for (std::size_t j = j0; j < j1; ++j) {
+            const float xhat = (load(x[r * c + j]) - mean[r]) * rstd[r];
+            g[j - j0] += load(dy[r * c + j]) * xhat;
+            bsum[j - j0] += load(dy[r * c + j]);
+          }
+        for (std::size_t j = j0; j < j1; ++j) {
+          dgamma[j] = store_as<T>(g[j - j0]);
+          dbeta[j] = store_as<T>(bsum[j - j0]);
+        }
+      }
     });
   });
+}
+
+}  // namespace
+
+void layer_norm_forward(kernel_context& ctx, stream s, const float* x, const float* gamma,
+                        const float* beta, float* y, float* mean, float* rstd, int rows, int cols,
+                        float eps) {
+  forward(ctx, s, x, gamma, beta, y, mean, rstd, rows, cols, eps);
+}
+
+void layer_norm_forward(kernel_context& ctx, stream s, const bf16* x, const bf16* gamma, const bf16* beta,
+                        bf16* y, float* mean, float* rstd, int rows, int cols, float eps) {
+  forward(ctx, s, x, gamma, beta, y, mean, rstd, rows, cols, eps);
+}
+
+void layer_norm_backward(kernel_context& ctx, stream s, const float* x, const float* gamma,
+                         const float* mean, const float* rstd, const float* dy, float* dx,
+                         float* dgamma, float* dbeta, int rows, int cols, bool accumulate) {
+  backward(ctx, s, x, gamma, mean, rstd, dy, dx, dgamma, dbeta, rows, cols, accumulate);
+}
+
+void layer_norm_backward(kernel_context& ctx, stream s, const bf16* x, const bf16* gamma, const float* mean,
+                         const float* rstd, const bf16* dy, bf16* dx, bf16* dgamma, bf16* dbeta, int rows,
+                         int cols, bool accumulate) {
+  backward(ctx, s, x, gamma, mean, rstd, dy, dx, dgamma, dbeta, rows, cols, accumulate);
 }
 
 }  // namespace spillway::kernels
