@@ -11,7 +11,13 @@
 
 namespace spillway::kernels {
 
-void causal_softmax_forward(kernel_context& ctx, stream s, float* scores, int batch, int seq) {
+namespace {
+
+// The causal softmax, one body for float32 and bf16 storage. The forward takes each exponential
+// twice (for the sum, then for the output) rather than keeping it in the scores, so a bf16 row
+// is rounded once, at its final value.
+template <class T>
+void causal_forward(kernel_context& ctx, stream s, T* scores, int batch, int seq) {
   SPILLWAY_KERNEL_EXPECTS(batch >= 0 && seq > 0, "causal_softmax_forward");
   if (batch == 0) return;
   SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_causal_softmax_forward(ctx, s, scores, batch, seq), [=] {
@@ -19,24 +25,21 @@ void causal_softmax_forward(kernel_context& ctx, stream s, float* scores, int ba
     detail::parallel_for(static_cast<std::size_t>(batch) * t, detail::grain_for(t), [&](std::size_t b, std::size_t e) {
       for (std::size_t row = b; row < e; ++row) {
         const std::size_t i = row % t;  // query position: columns 0..i are visible
-        float* x = scores + row * t;
-        float mx = x[0];
-        for (std::size_t j = 1; j <= i; ++j) mx = x[j] > mx ? x[j] : mx;
+        T* x = scores + row * t;
+        float mx = load(x[0]);
+        for (std::size_t j = 1; j <= i; ++j) mx = load(x[j]) > mx ? load(x[j]) : mx;
         float sum = 0.0f;
-        for (std::size_t j = 0; j <= i; ++j) {
-          x[j] = expf(x[j] - mx);
-          sum += x[j];
-        }
+        for (std::size_t j = 0; j <= i; ++j) sum += expf(load(x[j]) - mx);
         const float inv = 1.0f / sum;
-        for (std::size_t j = 0; j <= i; ++j) x[j] *= inv;
-        for (std::size_t j = i + 1; j < t; ++j) x[j] = 0.0f;
+        for (std::size_t j = 0; j <= i; ++j) x[j] = store_as<T>(expf(load(x[j]) - mx) * inv);
+        for (std::size_t j = i + 1; j < t; ++j) x[j] = store_as<T>(0.0f);
       }
     });
   });
 }
 
-void causal_softmax_backward(kernel_context& ctx, stream s, const float* probs, float* dprobs,
-                             int batch, int seq, float scale) {
+template <class T>
+void causal_backward(kernel_context& ctx, stream s, const T* probs, T* dprobs, int batch, int seq, float scale) {
   SPILLWAY_KERNEL_EXPECTS(batch >= 0 && seq > 0, "causal_softmax_backward");
   if (batch == 0) return;
   SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_causal_softmax_backward(ctx, s, probs, dprobs, batch, seq, scale),
@@ -45,15 +48,35 @@ void causal_softmax_backward(kernel_context& ctx, stream s, const float* probs, 
     detail::parallel_for(static_cast<std::size_t>(batch) * t, detail::grain_for(t), [&](std::size_t b, std::size_t e) {
       for (std::size_t row = b; row < e; ++row) {
         const std::size_t i = row % t;
-        const float* p = probs + row * t;
-        float* d = dprobs + row * t;
+        const T* p = probs + row * t;
+        T* d = dprobs + row * t;
         float dot = 0.0f;
-        for (std::size_t j = 0; j <= i; ++j) dot += p[j] * d[j];
-        for (std::size_t j = 0; j <= i; ++j) d[j] = scale * ops::softmax_grad(p[j], d[j], dot);
-        for (std::size_t j = i + 1; j < t; ++j) d[j] = 0.0f;
+        for (std::size_t j = 0; j <= i; ++j) dot += load(p[j]) * load(d[j]);
+        for (std::size_t j = 0; j <= i; ++j) d[j] = store_as<T>(scale * ops::softmax_grad(load(p[j]), load(d[j]), dot));
+        for (std::size_t j = i + 1; j < t; ++j) d[j] = store_as<T>(0.0f);
       }
     });
   });
+}
+
+}  // namespace
+
+void causal_softmax_forward(kernel_context& ctx, stream s, float* scores, int batch, int seq) {
+  causal_forward(ctx, s, scores, batch, seq);
+}
+
+void causal_softmax_forward(kernel_context& ctx, stream s, bf16* scores, int batch, int seq) {
+  causal_forward(ctx, s, scores, batch, seq);
+}
+
+void causal_softmax_backward(kernel_context& ctx, stream s, const float* probs, float* dprobs,
+                             int batch, int seq, float scale) {
+  causal_backward(ctx, s, probs, dprobs, batch, seq, scale);
+}
+
+void causal_softmax_backward(kernel_context& ctx, stream s, const bf16* probs, bf16* dprobs, int batch, int seq,
+                             float scale) {
+  causal_backward(ctx, s, probs, dprobs, batch, seq, scale);
 }
 
 namespace {

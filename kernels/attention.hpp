@@ -2,6 +2,7 @@
 // and a masked (causal) softmax, so both backends share one composition.
 #pragma once
 
+#include "kernels/bf16.hpp"
 #include "kernels/context.hpp"
 
 namespace spillway::kernels {
@@ -14,6 +15,13 @@ void causal_softmax_forward(kernel_context& ctx, stream s, float* scores, int ba
 /// scale * p_ij (dp_ij - sum_k p_ik dp_ik) for j <= i, 0 above the diagonal.
 void causal_softmax_backward(kernel_context& ctx, stream s, const float* probs, float* dprobs,
                              int batch, int seq, float scale);
+
+/// The same on bf16 scores, probabilities and gradients, with the arithmetic in float32 in the
+/// same order as the float32 kernels and each result narrowed once: every output is to_bf16 of
+/// the float32 kernel's on the widened inputs.
+void causal_softmax_forward(kernel_context& ctx, stream s, bf16* scores, int batch, int seq);
+void causal_softmax_backward(kernel_context& ctx, stream s, const bf16* probs, bf16* dprobs, int batch, int seq,
+                             float scale);
 
 /// Shapes of a causal self-attention. head_size = channels / heads.
 struct attention_shape {

@@ -31,8 +31,11 @@ decltype(kernels::bias_backward) cuda_bias_backward;
 template <class F>
 void cuda_map(const char* kernel, stream s, std::size_t n, const F& f);
 
-// softmax_cross_entropy.cu, layer_norm.cu, embedding.cu, attention.cu
-decltype(kernels::softmax_cross_entropy) cuda_softmax_cross_entropy;
+// softmax_cross_entropy.cu, layer_norm.cu, embedding.cu, attention.cu: T is float or bf16 (the
+// storage of the kernels' overloads), instantiated for both there.
+template <class T>
+void cuda_softmax_cross_entropy(kernel_context& ctx, stream s, const T* logits, const std::int32_t* targets,
+                                float* losses, float* mean_loss, T* dlogits, int rows, int cols, float grad_scale);
 // layer_norm.cu: T is float or bf16 (the storage of the kernels' overloads).
 template <class T>
 void cuda_layer_norm_forward(kernel_context& ctx, stream s, const T* x, const T* gamma, const T* beta, T* y,
@@ -41,10 +44,17 @@ template <class T>
 void cuda_layer_norm_backward(kernel_context& ctx, stream s, const T* x, const T* gamma, const float* mean,
                               const float* rstd, const T* dy, T* dx, T* dgamma, T* dbeta, int rows, int cols,
                               bool accumulate);
-decltype(kernels::embedding_forward) cuda_embedding_forward;
-decltype(kernels::embedding_backward) cuda_embedding_backward;
-decltype(kernels::causal_softmax_forward) cuda_causal_softmax_forward;
-decltype(kernels::causal_softmax_backward) cuda_causal_softmax_backward;
+template <class T>
+void cuda_embedding_forward(kernel_context& ctx, stream s, const std::int32_t* ids, const T* table, T* out,
+                            int tokens, int vocab, int dim, bool accumulate);
+template <class T>
+void cuda_embedding_backward(kernel_context& ctx, stream s, const std::int32_t* ids, const T* dout, T* dtable,
+                             int tokens, int vocab, int dim, bool accumulate);
+template <class T>
+void cuda_causal_softmax_forward(kernel_context& ctx, stream s, T* scores, int batch, int seq);
+template <class T>
+void cuda_causal_softmax_backward(kernel_context& ctx, stream s, const T* probs, T* dprobs, int batch, int seq,
+                                  float scale);
 
 // conv_cuda.cpp (cuDNN)
 decltype(kernels::conv2d_workspace_bytes) cuda_conv2d_workspace_bytes;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/bf16.hpp"
 #include "kernels/context.hpp"
 
 namespace spillway::kernels {
@@ -15,9 +16,18 @@ namespace spillway::kernels {
 void embedding_forward(kernel_context& ctx, stream s, const std::int32_t* ids, const float* table,
                        float* out, int tokens, int vocab, int dim, bool accumulate = false);
 
-/// dtable[v, :] (+)= sum over t with ids[t] == v of dout[t, :], in token order.
-/// Without accumulate the whole dtable [vocab, dim] is overwritten (rows no token uses get 0).
+/// dtable[v, :] (+)= sum over t with ids[t] == v of dout[t, :], in token order, summed in
+/// float32 and stored once per element. Without accumulate the whole dtable [vocab, dim] is
+/// overwritten (rows no token uses get 0); with it, rows no token uses are left as they are.
 void embedding_backward(kernel_context& ctx, stream s, const std::int32_t* ids, const float* dout,
                         float* dtable, int tokens, int vocab, int dim, bool accumulate);
+
+/// bf16 table, out, dout and dtable: the same arithmetic in float32 (a lookup copies the bits;
+/// an accumulating lookup and each gradient sum are narrowed once), so every output is to_bf16
+/// of the float32 kernel's on the widened inputs.
+void embedding_forward(kernel_context& ctx, stream s, const std::int32_t* ids, const bf16* table, bf16* out,
+                       int tokens, int vocab, int dim, bool accumulate = false);
+void embedding_backward(kernel_context& ctx, stream s, const std::int32_t* ids, const bf16* dout, bf16* dtable,
+                        int tokens, int vocab, int dim, bool accumulate);
 
 }  // namespace spillway::kernels

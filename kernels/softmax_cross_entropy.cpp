@@ -1,5 +1,6 @@
 // Dispatch and cpu launcher of softmax with cross-entropy: one row per task, each row's max and
-// sum taken serially in column order, the mean over rows taken serially in row order.
+// sum taken serially in column order, the mean over rows taken serially in row order. One body
+// serves float32 and bf16 logits (widen on load, narrow each gradient once).
 #include "kernels/softmax_cross_entropy.hpp"
 
 #include <math.h>
@@ -10,10 +11,11 @@
 #include "kernels/launch.hpp"
 
 namespace spillway::kernels {
+namespace {
 
-void softmax_cross_entropy(kernel_context& ctx, stream s, const float* logits, const std::int32_t* targets,
-                           float* losses, float* mean_loss, float* dlogits, int rows, int cols,
-                           float grad_scale) {
+template <class T>
+void softmax_xent(kernel_context& ctx, stream s, const T* logits, const std::int32_t* targets, float* losses,
+                  float* mean_loss, T* dlogits, int rows, int cols, float grad_scale) {
   SPILLWAY_KERNEL_EXPECTS(rows > 0 && cols > 0, "softmax_cross_entropy");
 #if SPILLWAY_HAVE_CUDA
   if (ctx.is_cuda())
@@ -34,24 +36,24 @@ void softmax_cross_entropy(kernel_context& ctx, stream s, const float* logits, c
                              std::to_string(r) + " is past the " + std::to_string(cols) + " classes");
     detail::parallel_for(nr, detail::grain_for(c, 1u << 13), [&](std::size_t b, std::size_t e) {
       for (std::size_t r = b; r < e; ++r) {
-        const float* x = logits + r * c;
+        const T* x = logits + r * c;
         const std::int32_t t = targets[r];
-        float mx = x[0];
-        for (std::size_t j = 1; j < c; ++j) mx = x[j] > mx ? x[j] : mx;
+        float mx = load(x[0]);
+        for (std::size_t j = 1; j < c; ++j) mx = load(x[j]) > mx ? load(x[j]) : mx;
         float sum = 0.0f;
-        for (std::size_t j = 0; j < c; ++j) sum += expf(x[j] - mx);
+        for (std::size_t j = 0; j < c; ++j) sum += expf(load(x[j]) - mx);
         const float log_sum = logf(sum);
-        row_loss[r] = t < 0 ? 0.0f : log_sum - (x[t] - mx);
+        row_loss[r] = t < 0 ? 0.0f : log_sum - (load(x[t]) - mx);
         if (dlogits == nullptr) continue;
-        float* g = dlogits + r * c;
+        T* g = dlogits + r * c;
         const float inv = 1.0f / sum;
         for (std::size_t j = 0; j < c; ++j) {
           if (t < 0) {
-            g[j] = 0.0f;
+            g[j] = store_as<T>(0.0f);
             continue;
           }
-          const float p = expf(x[j] - mx) * inv;
-          g[j] = grad_scale * (p - (static_cast<std::int32_t>(j) == t ? 1.0f : 0.0f));
+          const float p = expf(load(x[j]) - mx) * inv;
+          g[j] = store_as<T>(grad_scale * (p - (static_cast<std::int32_t>(j) == t ? 1.0f : 0.0f)));
         }
       }
     });
@@ -61,6 +63,19 @@ void softmax_cross_entropy(kernel_context& ctx, stream s, const float* logits, c
       *mean_loss = total / static_cast<float>(rows);
     }
   });
+}
+
+}  // namespace
+
+void softmax_cross_entropy(kernel_context& ctx, stream s, const float* logits, const std::int32_t* targets,
+                           float* losses, float* mean_loss, float* dlogits, int rows, int cols,
+                           float grad_scale) {
+  softmax_xent(ctx, s, logits, targets, losses, mean_loss, dlogits, rows, cols, grad_scale);
+}
+
+void softmax_cross_entropy(kernel_context& ctx, stream s, const bf16* logits, const std::int32_t* targets,
+                           float* losses, float* mean_loss, bf16* dlogits, int rows, int cols, float grad_scale) {
+  softmax_xent(ctx, s, logits, targets, losses, mean_loss, dlogits, rows, cols, grad_scale);
 }
 
 }  // namespace spillway::kernels

@@ -1,5 +1,7 @@
 // The cuda backend's softmax with cross-entropy: one block per row (fixed-tree reductions for
-// max and sum), then one block that sums the row losses in a fixed order for the mean.
+// max and sum), then one block that sums the row losses in a fixed order for the mean. The row
+// kernel is a template over the logits' storage type (float or bf16).
+#include "kernels/bf16.hpp"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launchers.hpp"
 #include "kernels/softmax_cross_entropy.hpp"
@@ -7,27 +9,28 @@
 namespace spillway::kernels::detail {
 namespace {
 
-__global__ void softmax_xent_kernel(const float* logits, const std::int32_t* targets, float* losses,
-                                    float* dlogits, int cols, float grad_scale) {
+template <class T>
+__global__ void softmax_xent_kernel(const T* logits, const std::int32_t* targets, float* losses, T* dlogits,
+                                    int cols, float grad_scale) {
   __shared__ float shm[threads_per_block];
   const std::size_t row = blockIdx.x;
-  const float* x = logits + row * cols;
+  const T* x = logits + row * cols;
   const std::int32_t t = targets[row];
   float mx = -INFINITY;
-  for (int j = threadIdx.x; j < cols; j += blockDim.x) mx = fmaxf(mx, x[j]);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) mx = fmaxf(mx, load(x[j]));
   mx = block_max(mx, shm);
   float sum = 0.0f;
-  for (int j = threadIdx.x; j < cols; j += blockDim.x) sum += expf(x[j] - mx);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) sum += expf(load(x[j]) - mx);
   sum = block_sum(sum, shm);
   const bool ignored = t < 0 || t >= cols;
-  if (threadIdx.x == 0) losses[row] = ignored ? 0.0f : logf(sum) - (x[t] - mx);
+  if (threadIdx.x == 0) losses[row] = ignored ? 0.0f : logf(sum) - (load(x[t]) - mx);
   if (dlogits == nullptr) return;
   __syncthreads();  // dlogits may alias logits: everyone has read x[t] before anyone writes
-  float* g = dlogits + row * cols;
+  T* g = dlogits + row * cols;
   const float inv = 1.0f / sum;
   for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-    const float p = expf(x[j] - mx) * inv;
-    g[j] = ignored ? 0.0f : grad_scale * (p - (j == t ? 1.0f : 0.0f));
+    const float p = expf(load(x[j]) - mx) * inv;
+    g[j] = store_as<T>(ignored ? 0.0f : grad_scale * (p - (j == t ? 1.0f : 0.0f)));
   }
 }
 
@@ -41,14 +44,14 @@ __global__ void mean_kernel(const float* losses, int rows, float* mean) {
 
 }  // namespace
 
-void cuda_softmax_cross_entropy(kernel_context& ctx, stream s, const float* logits, const std::int32_t* targets,
-                                float* losses, float* mean_loss, float* dlogits, int rows, int cols,
-                                float grad_scale) {
+template <class T>
+void cuda_softmax_cross_entropy(kernel_context& ctx, stream s, const T* logits, const std::int32_t* targets,
+                                float* losses, float* mean_loss, T* dlogits, int rows, int cols, float grad_scale) {
   float* row_loss = losses;
   if (row_loss == nullptr)
     row_loss = static_cast<float*>(ctx.workspace(softmax_cross_entropy_workspace_bytes(rows), "softmax_cross_entropy"));
   SPILLWAY_CUDA_LAUNCH("softmax_xent_kernel",
-                       softmax_xent_kernel<<<rows, threads_per_block, 0, native(s)>>>(
+                       softmax_xent_kernel<T><<<rows, threads_per_block, 0, native(s)>>>(
                            logits, targets, row_loss, dlogits, cols, grad_scale));
   if (mean_loss != nullptr) {
     SPILLWAY_CUDA_LAUNCH("mean_kernel",
@@ -56,5 +59,10 @@ void cuda_softmax_cross_entropy(kernel_context& ctx, stream s, const float* logi
                              row_loss, rows, mean_loss));
   }
 }
+
+template void cuda_softmax_cross_entropy<float>(kernel_context&, stream, const float*, const std::int32_t*, float*,
+                                                float*, float*, int, int, float);
+template void cuda_softmax_cross_entropy<bf16>(kernel_context&, stream, const bf16*, const std::int32_t*, float*,
+                                               float*, bf16*, int, int, float);
 
 }  // namespace spillway::kernels::detail

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/bf16.hpp"
 #include "kernels/context.hpp"
 
 namespace spillway::kernels {
@@ -18,6 +19,12 @@ namespace spillway::kernels {
 void softmax_cross_entropy(kernel_context& ctx, stream s, const float* logits, const std::int32_t* targets,
                            float* losses, float* mean_loss, float* dlogits, int rows, int cols,
                            float grad_scale);
+
+/// bf16 logits and dlogits (which may alias); losses and mean_loss stay float32. The same
+/// arithmetic in float32 as the float32 kernel on the widened logits, each dlogits element
+/// narrowed once: the losses are the float32 kernel's, dlogits to_bf16 of its gradient.
+void softmax_cross_entropy(kernel_context& ctx, stream s, const bf16* logits, const std::int32_t* targets,
+                           float* losses, float* mean_loss, bf16* dlogits, int rows, int cols, float grad_scale);
 
 /// Workspace softmax_cross_entropy needs when `losses` is nullptr, on both backends: the row
 /// losses, rounded up to 256 bytes.
