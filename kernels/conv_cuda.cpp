@@ -1,6 +1,6 @@
-// The cuda backend's convolution and max pooling over cuDNN (legacy API). Algorithms are fixed
-// to deterministic ones, FMA math only (no TF32), so results repeat bit for bit; the bias and
-// its gradient are Spillway's own kernels (pooling.cu).
+// The cuda backend's convolution over cuDNN (legacy API). Algorithms are fixed to deterministic
+// ones, FMA math only (no TF32), so results repeat bit for bit; the bias and its gradient are
+// Spillway's own kernels (pooling.cu, as is max pooling).
 #include <cudnn.h>
 
 #include "kernels/cuda_launchers.hpp"
@@ -26,14 +26,13 @@ class descriptor {
 using tensor_desc = descriptor<cudnnTensorDescriptor_t, cudnnDestroyTensorDescriptor>;
 using filter_desc = descriptor<cudnnFilterDescriptor_t, cudnnDestroyFilterDescriptor>;
 using conv_desc = descriptor<cudnnConvolutionDescriptor_t, cudnnDestroyConvolutionDescriptor>;
-using pool_desc = descriptor<cudnnPoolingDescriptor_t, cudnnDestroyPoolingDescriptor>;
 
 void set_nchw(cudnnTensorDescriptor_t d, int n, int c, int h, int w) {
   SPILLWAY_CUDNN_TRY(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
 }
 
 /// The input and output descriptors of an image kernel: x [batch, in_c, height, width] and
-/// y [batch, out_c, out_height(), out_width()] of a conv2d_shape or a pool2d_shape.
+/// y [batch, out_c, out_height(), out_width()] of a conv2d_shape.
 struct image_descs {
   tensor_desc x{cudnnCreateTensorDescriptor};
   tensor_desc y{cudnnCreateTensorDescriptor};
@@ -140,38 +139,6 @@ void cuda_conv2d_backward(kernel_context& ctx, stream s, const conv2d_shape& sha
   if (dbias != nullptr)
     cuda_channel_bias_backward(ctx, s, dy, dbias, shape.batch, shape.out_channels,
                                shape.out_height() * shape.out_width(), accumulate);
-}
-
-namespace {
-
-/// The descriptors of one max pooling.
-struct pool_setup : image_descs {
-  pool_desc pool{cudnnCreatePoolingDescriptor};
-
-  explicit pool_setup(const pool2d_shape& sh) : image_descs(sh, sh.channels, sh.channels) {
-    const window2d& w = sh.window;
-    SPILLWAY_CUDNN_TRY(cudnnSetPooling2dDescriptor(pool, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_NOT_PROPAGATE_NAN,
-                                                   w.size, w.size, w.pad, w.pad, w.stride, w.stride));
-  }
-};
-
-}  // namespace
-
-void cuda_max_pool2d_forward(kernel_context& ctx, stream s, const pool2d_shape& shape, const float* x, float* y) {
-  cudnnHandle_t h = handle_on(ctx, s);
-  const pool_setup d(shape);
-  const float one = 1.0f;
-  const float zero = 0.0f;
-  SPILLWAY_CUDNN_TRY(cudnnPoolingForward(h, d.pool, &one, d.x, x, &zero, d.y, y));
-}
-
-void cuda_max_pool2d_backward(kernel_context& ctx, stream s, const pool2d_shape& shape, const float* x,
-                              const float* y, const float* dy, float* dx) {
-  cudnnHandle_t h = handle_on(ctx, s);
-  const pool_setup d(shape);
-  const float one = 1.0f;
-  const float zero = 0.0f;
-  SPILLWAY_CUDNN_TRY(cudnnPoolingBackward(h, d.pool, &one, d.y, y, d.y, dy, d.x, x, &zero, d.x, dx));
 }
 
 }  // namespace spillway::kernels::detail

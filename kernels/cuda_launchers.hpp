@@ -60,16 +60,24 @@ void cuda_causal_softmax_backward(kernel_context& ctx, stream s, const T* probs,
 decltype(kernels::conv2d_workspace_bytes) cuda_conv2d_workspace_bytes;
 decltype(kernels::conv2d_forward) cuda_conv2d_forward;
 decltype(kernels::conv2d_backward) cuda_conv2d_backward;
-decltype(kernels::max_pool2d_forward) cuda_max_pool2d_forward;
-decltype(kernels::max_pool2d_backward) cuda_max_pool2d_backward;
 
-// pooling.cu; the per-channel bias pair serves conv2d (its launchers only)
-decltype(kernels::global_avg_pool_forward) cuda_global_avg_pool_forward;
-decltype(kernels::global_avg_pool_backward) cuda_global_avg_pool_backward;
-void cuda_channel_bias_add(kernel_context& ctx, stream s, float* y, const float* bias, int batch,
-                           int channels, int plane);
-void cuda_channel_bias_backward(kernel_context& ctx, stream s, const float* dy, float* dbias, int batch,
-                                int channels, int plane, bool accumulate);
+// pooling.cu, T = float or bf16; the per-channel bias pair serves conv2d (its launchers only)
+template <class T>
+void cuda_max_pool2d_forward(kernel_context& ctx, stream s, const pool2d_shape& shape, const T* x, T* y);
+template <class T>
+void cuda_max_pool2d_backward(kernel_context& ctx, stream s, const pool2d_shape& shape, const T* x, const T* y,
+                              const T* dy, T* dx);
+template <class T>
+void cuda_global_avg_pool_forward(kernel_context& ctx, stream s, const T* x, T* y, int batch, int channels,
+                                  int plane);
+template <class T>
+void cuda_global_avg_pool_backward(kernel_context& ctx, stream s, const T* dy, T* dx, int batch, int channels,
+                                   int plane);
+template <class T>
+void cuda_channel_bias_add(kernel_context& ctx, stream s, T* y, const T* bias, int batch, int channels, int plane);
+template <class T>
+void cuda_channel_bias_backward(kernel_context& ctx, stream s, const T* dy, T* dbias, int batch, int channels,
+                                int plane, bool accumulate);
 
 // adam.cu
 void cuda_adam_step(kernel_context& ctx, stream s, float* params, const float* grads, float* m, float* v,

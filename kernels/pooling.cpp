@@ -1,12 +1,13 @@
 // Dispatch and cpu launchers of max pooling and global average pooling: planes in parallel,
-// each plane handled in a fixed order by one thread.
+// each plane handled in a fixed order by one thread; one body per kernel for float32 and bf16.
 #include "kernels/pooling.hpp"
 
 #include <cstring>
-#include <limits>
+#include <vector>
 
 #include "kernels/cuda_launchers.hpp"
 #include "kernels/launch.hpp"
+#include "kernels/pool_window.hpp"
 
 namespace spillway::kernels {
 namespace {
@@ -32,78 +33,55 @@ std::size_t planes_of(int batch, int channels) {
   return static_cast<std::size_t>(batch) * static_cast<std::size_t>(channels);
 }
 
-/// A max pool's plane in floats (`in`) and its output's rows and columns.
-struct pool_sizes {
-  std::size_t in;
-  long ph;
-  long qw;
-  [[nodiscard]] std::size_t out() const { return static_cast<std::size_t>(ph * qw); }
-};
-
-pool_sizes sizes_of(const pool2d_shape& sh) {
-  return {static_cast<std::size_t>(sh.height) * static_cast<std::size_t>(sh.width), sh.out_height(), sh.out_width()};
+detail::pool_plane plane_of(const pool2d_shape& sh) {
+  return {sh.height, sh.width, sh.out_height(), sh.out_width(), sh.window.size, sh.window.stride, sh.window.pad};
 }
 
-/// Index in the plane of the maximum of window (p, q): the first in row-major window order.
-std::size_t argmax(const pool2d_shape& sh, const float* plane, long p, long q) {
-  const window2d& w = sh.window;
-  float best = -std::numeric_limits<float>::infinity();
-  std::size_t where = 0;
-  bool found = false;
-  for (long i = 0; i < w.size; ++i) {
-    const long y = p * w.stride - w.pad + i;
-    if (y < 0 || y >= sh.height) continue;
-    for (long j = 0; j < w.size; ++j) {
-      const long x = q * w.stride - w.pad + j;
-      if (x < 0 || x >= sh.width) continue;
-      const std::size_t at = static_cast<std::size_t>(y * sh.width + x);
-      if (!found || plane[at] > best) {
-        best = plane[at];
-        where = at;
-        found = true;
-      }
-    }
-  }
-  return where;
-}
-
-}  // namespace
-
-void max_pool2d_forward(kernel_context& ctx, stream s, const pool2d_shape& shape, const float* x, float* y) {
+template <class T>
+void max_forward(kernel_context& ctx, stream s, const pool2d_shape& shape, const T* x, T* y) {
   check(shape, "max_pool2d_forward");
   if (shape.batch == 0) return;
-  const pool_sizes z = sizes_of(shape);
+  const detail::pool_plane z = plane_of(shape);
+  const auto in = static_cast<std::size_t>(z.height * z.width);
+  const auto out = static_cast<std::size_t>(z.out_height * z.out_width);
   SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_max_pool2d_forward(ctx, s, shape, x, y),
                          each_plane(planes_of(shape.batch, shape.channels), 1, [=](std::size_t pl) {
-                           const float* in = x + pl * z.in;
-                           float* out = y + pl * z.out();
-                           for (long p = 0; p < z.ph; ++p)
-                             for (long q = 0; q < z.qw; ++q) out[p * z.qw + q] = in[argmax(shape, in, p, q)];
+                           const T* src = x + pl * in;
+                           T* dst = y + pl * out;
+                           for (long p = 0; p < z.out_height; ++p)
+                             for (long q = 0; q < z.out_width; ++q)
+                               dst[p * z.out_width + q] = src[detail::pool_argmax(z, src, p, q)];
                          }));
 }
 
-void max_pool2d_backward(kernel_context& ctx, stream s, const pool2d_shape& shape, const float* x,
-                         const float* y, const float* dy, float* dx) {
+template <class T>
+void max_backward(kernel_context& ctx, stream s, const pool2d_shape& shape, const T* x, const T* y, const T* dy,
+                  T* dx) {
   check(shape, "max_pool2d_backward");
   if (shape.batch == 0) return;
-  (void)y;  // the cpu backend finds each window's maximum again from x
-  const pool_sizes z = sizes_of(shape);
+  (void)y;  // both backends find each window's maximum again from x
+  const detail::pool_plane z = plane_of(shape);
+  const auto in = static_cast<std::size_t>(z.height * z.width);
+  const auto out = static_cast<std::size_t>(z.out_height * z.out_width);
+  // Each plane's sums in float32, walking the windows in row-major order, then stored once.
   SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_max_pool2d_backward(ctx, s, shape, x, y, dy, dx),
                          each_plane(planes_of(shape.batch, shape.channels), 1, [=](std::size_t pl) {
-                           const float* in = x + pl * z.in;
-                           const float* g = dy + pl * z.out();
-                           float* out = dx + pl * z.in;
-                           std::memset(out, 0, z.in * sizeof(float));
-                           for (long p = 0; p < z.ph; ++p)
-                             for (long q = 0; q < z.qw; ++q) out[argmax(shape, in, p, q)] += g[p * z.qw + q];
+                           const T* src = x + pl * in;
+                           const T* g = dy + pl * out;
+                           std::vector<float> acc(in, 0.0f);
+                           for (long p = 0; p < z.out_height; ++p)
+                             for (long q = 0; q < z.out_width; ++q)
+                               acc[static_cast<std::size_t>(detail::pool_argmax(z, src, p, q))] +=
+                                   load(g[p * z.out_width + q]);
+                           T* dst = dx + pl * in;
+                           for (std::size_t i = 0; i < in; ++i) dst[i] = store_as<T>(acc[i]);
                          }));
 }
-
-namespace {
 
 /// Both global average pool kernels: one check, one dispatch each way. forward: out[pl] = mean
 /// of in's plane pl; backward: every element of out's plane pl = in[pl] / plane.
-void avg_pool(kernel_context& ctx, stream s, bool backward, const float* in, float* out, int batch, int channels,
+template <class T>
+void avg_pool(kernel_context& ctx, stream s, bool backward, const T* in, T* out, int batch, int channels,
               int plane) {
   SPILLWAY_KERNEL_EXPECTS(batch >= 0 && channels > 0 && plane > 0,
                           backward ? "global_avg_pool_backward" : "global_avg_pool_forward");
@@ -114,25 +92,53 @@ void avg_pool(kernel_context& ctx, stream s, bool backward, const float* in, flo
     return SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_global_avg_pool_forward(ctx, s, in, out, batch, channels, plane),
                                   each_plane(planes, detail::grain_for(n), [=](std::size_t pl) {
                                     float sum = 0.0f;
-                                    for (std::size_t i = 0; i < n; ++i) sum += in[pl * n + i];
-                                    out[pl] = sum / static_cast<float>(plane);
+                                    for (std::size_t i = 0; i < n; ++i) sum += load(in[pl * n + i]);
+                                    out[pl] = store_as<T>(sum / static_cast<float>(plane));
                                   }));
   SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_global_avg_pool_backward(ctx, s, in, out, batch, channels, plane),
                          each_plane(planes, detail::grain_for(n), [=](std::size_t pl) {
-                           const float g = in[pl] / static_cast<float>(plane);
+                           const T g = store_as<T>(load(in[pl]) / static_cast<float>(plane));
                            for (std::size_t i = 0; i < n; ++i) out[pl * n + i] = g;
                          }));
 }
 
 }  // namespace
 
+void max_pool2d_forward(kernel_context& ctx, stream s, const pool2d_shape& shape, const float* x, float* y) {
+  max_forward(ctx, s, shape, x, y);
+}
+
+void max_pool2d_forward(kernel_context& ctx, stream s, const pool2d_shape& shape, const bf16* x, bf16* y) {
+  max_forward(ctx, s, shape, x, y);
+}
+
+void max_pool2d_backward(kernel_context& ctx, stream s, const pool2d_shape& shape, const float* x,
+                         const float* y, const float* dy, float* dx) {
+  max_backward(ctx, s, shape, x, y, dy, dx);
+}
+
+void max_pool2d_backward(kernel_context& ctx, stream s, const pool2d_shape& shape, const bf16* x, const bf16* y,
+                         const bf16* dy, bf16* dx) {
+  max_backward(ctx, s, shape, x, y, dy, dx);
+}
+
 void global_avg_pool_forward(kernel_context& ctx, stream s, const float* x, float* y, int batch,
                              int channels, int plane) {
   avg_pool(ctx, s, false, x, y, batch, channels, plane);
 }
 
+void global_avg_pool_forward(kernel_context& ctx, stream s, const bf16* x, bf16* y, int batch, int channels,
+                             int plane) {
+  avg_pool(ctx, s, false, x, y, batch, channels, plane);
+}
+
 void global_avg_pool_backward(kernel_context& ctx, stream s, const float* dy, float* dx, int batch,
                               int channels, int plane) {
+  avg_pool(ctx, s, true, dy, dx, batch, channels, plane);
+}
+
+void global_avg_pool_backward(kernel_context& ctx, stream s, const bf16* dy, bf16* dx, int batch, int channels,
+                              int plane) {
   avg_pool(ctx, s, true, dy, dx, batch, channels, plane);
 }
 

@@ -1,7 +1,8 @@
-// Pooling on NCHW float32 images: max pooling (cuDNN on the cuda backend) and global average
-// pooling (the head of a ResNet), forward and backward.
+// Pooling on NCHW images, float32 or bf16: max pooling and global average pooling (the head of
+// a ResNet), forward and backward.
 #pragma once
 
+#include "kernels/bf16.hpp"
 #include "kernels/context.hpp"
 #include "kernels/window2d.hpp"
 
@@ -20,7 +21,8 @@ struct pool2d_shape {
 void max_pool2d_forward(kernel_context& ctx, stream s, const pool2d_shape& shape, const float* x, float* y);
 
 /// dx (overwritten) gets each dy at the position of its window's maximum (the first one in
-/// row-major window order on ties, on the cpu backend). Needs the forward's x and y.
+/// row-major window order on ties); where windows overlap, an element sums its windows' dy in
+/// row-major window order, in float32, on both backends. Needs the forward's x (y is unused).
 void max_pool2d_backward(kernel_context& ctx, stream s, const pool2d_shape& shape, const float* x,
                          const float* y, const float* dy, float* dx);
 
@@ -31,5 +33,16 @@ void global_avg_pool_forward(kernel_context& ctx, stream s, const float* x, floa
 /// dx[n, c, i] = dy[n, c] / plane (overwritten).
 void global_avg_pool_backward(kernel_context& ctx, stream s, const float* dy, float* dx, int batch,
                               int channels, int plane);
+
+/// bf16 images and gradients: the same arithmetic in float32 (a maximum is copied bit for bit,
+/// sums are narrowed once), so every output is to_bf16 of the float32 kernel's on the widened
+/// inputs.
+void max_pool2d_forward(kernel_context& ctx, stream s, const pool2d_shape& shape, const bf16* x, bf16* y);
+void max_pool2d_backward(kernel_context& ctx, stream s, const pool2d_shape& shape, const bf16* x, const bf16* y,
+                         const bf16* dy, bf16* dx);
+void global_avg_pool_forward(kernel_context& ctx, stream s, const bf16* x, bf16* y, int batch, int channels,
+                             int plane);
+void global_avg_pool_backward(kernel_context& ctx, stream s, const bf16* dy, bf16* dx, int batch, int channels,
+                              int plane);
 
 }  // namespace spillway::kernels

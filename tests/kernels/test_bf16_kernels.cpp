@@ -15,6 +15,8 @@
 #include "kernels/attention.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/layer_norm.hpp"
+#include "kernels/pool_window.hpp"
+#include "kernels/pooling.hpp"
 #include "kernels/softmax_cross_entropy.hpp"
 
 using namespace spillway;
@@ -424,4 +426,118 @@ TEST(Bf16CausalSoftmaxCuda, MatchesCpu) {
   const auto got = run_causal<bf16>(gpu, k, probs);
   expect_near_bf16(got.probs, want.probs, 1e-9, 1, "probs");
   expect_near_bf16(got.dscores, want.dscores, 1e-6, 1, "dscores");
+}
+
+// ---- pooling ----
+
+namespace {
+
+struct pool_case {
+  pool2d_shape sh;
+  std::size_t nx, ny, planes;
+  std::vector<bf16> x, dy, gdy;
+
+  explicit pool_case(const pool2d_shape& shape) : sh(shape) {
+    planes = static_cast<std::size_t>(sh.batch) * sh.channels;
+    nx = planes * sh.height * sh.width;
+    ny = planes * sh.out_height() * sh.out_width();
+    x = random_bf16(nx, 51, -2.0f, 2.0f);
+    x[3] = x[2];  // a tie inside the first window: the first in row-major order wins
+    dy = random_bf16(ny, 52);
+    gdy = random_bf16(planes, 53);
+  }
+};
+
+template <class T>
+struct pool_out {
+  std::vector<T> y, dx, avg, avg_dx;
+};
+
+template <class T>
+pool_out<T> run_pool(rig& r, const pool_case& k, std::size_t offset = 0) {
+  const int plane = k.sh.height * k.sh.width;
+  pool_out<T> o;
+  const T* x = r.up(as<T>(k.x), offset);
+  T* y = r.alloc<T>(k.ny, offset);
+  max_pool2d_forward(r.ctx(), r.s(), k.sh, x, y);
+  o.y = r.down(y, k.ny);
+  T* dx = r.up(as<T>(k.x), offset);  // overwritten
+  max_pool2d_backward(r.ctx(), r.s(), k.sh, x, y, r.up(as<T>(k.dy), offset), dx);
+  o.dx = r.down(dx, k.nx);
+  T* avg = r.alloc<T>(k.planes, offset);
+  global_avg_pool_forward(r.ctx(), r.s(), x, avg, k.sh.batch, k.sh.channels, plane);
+  o.avg = r.down(avg, k.planes);
+  T* avg_dx = r.alloc<T>(k.nx, offset);
+  global_avg_pool_backward(r.ctx(), r.s(), r.up(as<T>(k.gdy), offset), avg_dx, k.sh.batch, k.sh.channels, plane);
+  o.avg_dx = r.down(avg_dx, k.nx);
+  return o;
+}
+
+class Bf16PoolShapes : public ::testing::TestWithParam<pool2d_shape> {};
+
+}  // namespace
+
+TEST_P(Bf16PoolShapes, EveryOutputIsTheRoundedFloat32Result) {
+  const pool_case k(GetParam());
+  rig r;
+  const auto want = run_pool<float>(r, k);
+  const auto got = run_pool<bf16>(r, k);
+  expect_same_bits(got.y, round_bf16(want.y), "max pool y");
+  expect_same_bits(got.dx, round_bf16(want.dx), "max pool dx");
+  expect_same_bits(got.avg, round_bf16(want.avg), "average pool y");
+  expect_same_bits(got.avg_dx, round_bf16(want.avg_dx), "average pool dx");
+}
+
+TEST_P(Bf16PoolShapes, CudaGatherAddsTheSameTermsInTheCpuOrder) {
+  // The cuda max pool backward gathers each element's windows (pool_gather_grad); run here on
+  // the host, it gives the cpu kernel's float32 dx bit for bit.
+  const pool_case k(GetParam());
+  rig r;
+  const auto cpu = run_pool<float>(r, k);
+  const auto x = widen_bf16(k.x);
+  const auto dy = widen_bf16(k.dy);
+  const pool2d_shape& sh = k.sh;
+  const kernels::detail::pool_plane z{sh.height, sh.width, sh.out_height(), sh.out_width(),
+                             sh.window.size, sh.window.stride, sh.window.pad};
+  const std::size_t in = static_cast<std::size_t>(sh.height) * sh.width;
+  const std::size_t out = static_cast<std::size_t>(sh.out_height()) * sh.out_width();
+  std::vector<float> gathered(k.nx);
+  for (std::size_t pl = 0; pl < k.planes; ++pl)
+    for (long y = 0; y < sh.height; ++y)
+      for (long xx = 0; xx < sh.width; ++xx)
+        gathered[pl * in + static_cast<std::size_t>(y * sh.width + xx)] =
+            kernels::detail::pool_gather_grad(z, x.data() + pl * in, dy.data() + pl * out, y, xx);
+  expect_same_bits(gathered, cpu.dx, "gathered dx");
+}
+
+TEST_P(Bf16PoolShapes, RepeatsBitForBitAtOtherAddresses) {
+  const pool_case k(GetParam());
+  rig r;
+  const auto a = run_pool<bf16>(r, k);
+  const auto b = run_pool<bf16>(r, k, 11);
+  expect_same_bits(b.y, a.y, "max pool y");
+  expect_same_bits(b.dx, a.dx, "max pool dx");
+  expect_same_bits(b.avg, a.avg, "average pool y");
+}
+
+INSTANTIATE_TEST_SUITE_P(Windows, Bf16PoolShapes,
+                         ::testing::Values(pool2d_shape{2, 3, 8, 8, {2, 2, 0}},     // 2x2 stride 2
+                                           pool2d_shape{2, 3, 9, 7, {3, 2, 1}},     // ResNet stem: 3x3/2 pad 1
+                                           pool2d_shape{1, 2, 6, 5, {3, 1, 1}}));  // stride 1: every pixel in 9 windows
+
+TEST(Bf16PoolingCuda, MatchesCpuBitForBit) {
+  SPILLWAY_NEEDS_CUDA();
+  // Max pooling picks the same element and sums in the same order on both backends; average
+  // pooling sums each plane serially on both.
+  const pool_case k(pool2d_shape{4, 16, 32, 32, {3, 2, 1}});
+  rig cpu("cpu"), gpu("cuda");
+  const auto want = run_pool<bf16>(cpu, k);
+  const auto got = run_pool<bf16>(gpu, k);
+  expect_same_bits(got.y, want.y, "max pool y");
+  expect_same_bits(got.dx, want.dx, "max pool dx");
+  expect_same_bits(got.avg, want.avg, "average pool y");
+  expect_same_bits(got.avg_dx, want.avg_dx, "average pool dx");
+  const auto want32 = run_pool<float>(cpu, k);
+  const auto got32 = run_pool<float>(gpu, k);
+  expect_same_bits(got32.dx, want32.dx, "float32 max pool dx");
 }
