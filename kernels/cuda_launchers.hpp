@@ -23,11 +23,18 @@ namespace spillway::kernels::detail {
 void cuda_gemm(kernel_context& ctx, stream s, bool ta, bool tb, int m, int n, int k, float alpha,
                const float* a, int lda, long long stride_a, const float* b, int ldb, long long stride_b,
                float beta, float* c, int ldc, long long stride_c, int batch);
+// The same over bf16 A and B with float32 accumulation; C is float (TC = float) or bf16.
+template <class TC>
+void cuda_gemm_bf16(kernel_context& ctx, stream s, bool ta, bool tb, int m, int n, int k, float alpha,
+                    const bf16* a, int lda, long long stride_a, const bf16* b, int ldb, long long stride_b,
+                    float beta, TC* c, int ldc, long long stride_c, int batch);
 
 // elementwise.cu. cuda_map runs f(i) for every i < n on s, for each functor of
 // kernels/elementwise_ops.hpp (SPILLWAY_ELEMENTWISE_FUNCTORS); `kernel` names it in errors.
-decltype(kernels::bias_add) cuda_bias_add;
-decltype(kernels::bias_backward) cuda_bias_backward;
+// Bias add runs as a map functor; bias backward for T = float or bf16.
+template <class T>
+void cuda_bias_backward(kernel_context& ctx, stream s, const T* dy, T* dbias, int rows, int cols,
+                        bool accumulate);
 template <class F>
 void cuda_map(const char* kernel, stream s, std::size_t n, const F& f);
 

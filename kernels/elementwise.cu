@@ -1,6 +1,6 @@
 // The cuda backend's elementwise kernels: the map kernel over the functors of
-// kernels/elementwise_ops.hpp (the cpu launchers run the same), bias add, and bias backward as
-// one thread per column summing rows in order.
+// kernels/elementwise_ops.hpp (the cpu launchers run the same, bias add included), and bias
+// backward as one thread per column summing rows in order. Both storage types (float, bf16).
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launchers.hpp"
 #include "kernels/elementwise_ops.hpp"
@@ -9,35 +9,26 @@
 namespace spillway::kernels::detail {
 namespace {
 
-struct bias_add_f {
-  float* y;
-  const float* bias;
-  std::size_t cols;
-  __device__ void operator()(std::size_t i) const { y[i] += bias[i % cols]; }
-};
-
-__global__ void bias_backward_kernel(const float* dy, float* dbias, int rows, int cols, bool accumulate) {
+template <class T>
+__global__ void bias_backward_kernel(const T* dy, T* dbias, int rows, int cols, bool accumulate) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= cols) return;
-  float sum = accumulate ? dbias[j] : 0.0f;
-  for (int r = 0; r < rows; ++r) sum += dy[static_cast<std::size_t>(r) * cols + j];
-  dbias[j] = sum;
+  float sum = accumulate ? load(dbias[j]) : 0.0f;
+  for (int r = 0; r < rows; ++r) sum += load(dy[static_cast<std::size_t>(r) * cols + j]);
+  dbias[j] = store_as<T>(sum);
 }
 
 }  // namespace
 
-void cuda_bias_add(kernel_context&, stream s, float* y, const float* bias, int rows, int cols) {
-  const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
-  SPILLWAY_CUDA_MAP("bias_add", s, n, (bias_add_f{y, bias, static_cast<std::size_t>(cols)}));
-}
-
-void cuda_bias_backward(kernel_context&, stream s, const float* dy, float* dbias, int rows, int cols,
-                        bool accumulate) {
+template <class T>
+void cuda_bias_backward(kernel_context&, stream s, const T* dy, T* dbias, int rows, int cols, bool accumulate) {
   const unsigned grid = blocks_for(static_cast<std::size_t>(cols));
   SPILLWAY_CUDA_LAUNCH("bias_backward_kernel",
-                       bias_backward_kernel<<<grid, threads_per_block, 0, native(s)>>>(
+                       bias_backward_kernel<T><<<grid, threads_per_block, 0, native(s)>>>(
                            dy, dbias, rows, cols, accumulate));
 }
+template void cuda_bias_backward<float>(kernel_context&, stream, const float*, float*, int, int, bool);
+template void cuda_bias_backward<bf16>(kernel_context&, stream, const bf16*, bf16*, int, int, bool);
 
 template <class F>
 void cuda_map(const char* kernel, stream s, std::size_t n, const F& f) {
