@@ -1,9 +1,10 @@
-// 2-D convolution on NCHW float32 images (cross-correlation, as every framework computes it),
-// forward and backward: cuDNN on the cuda backend, im2col + OpenBLAS on the cpu backend.
+// 2-D convolution on NCHW float32 or bf16 images (cross-correlation, as every framework computes
+// it), forward and backward: cuDNN on the cuda backend, im2col + OpenBLAS on the cpu backend.
 #pragma once
 
 #include <cstddef>
 
+#include "kernels/bf16.hpp"
 #include "kernels/context.hpp"
 #include "kernels/window2d.hpp"
 
@@ -36,5 +37,20 @@ void conv2d_forward(kernel_context& ctx, stream s, const conv2d_shape& shape, co
 void conv2d_backward(kernel_context& ctx, stream s, const conv2d_shape& shape, const float* x,
                      const float* w, const float* dy, float* dx, float* dw, float* dbias,
                      bool accumulate);
+
+/// Workspace the bf16 conv2d_forward and conv2d_backward of `shape` need bound on ctx's backend:
+/// cuDNN's scratch for its bf16 algorithms on the cuda backend; on the cpu backend the float32
+/// copies the launchers widen into and narrow from (w and dw whole, one image of y or dy, one
+/// image of dx), since OpenBLAS multiplies float32 only (Note [Workspace]).
+[[nodiscard]] std::size_t conv2d_bf16_workspace_bytes(kernel_context& ctx, const conv2d_shape& shape);
+
+/// bf16 x, w, bias, y, dy, dx, dw and dbias, products summed in float32. cpu backend: the
+/// float32 kernel's arithmetic on the widened values, each output narrowed once (bias added
+/// before), so every output is to_bf16 of the float32 kernel's. cuda backend: cuDNN with bf16
+/// data and float32 compute, then the bias added to the bf16 y (a second rounding).
+void conv2d_forward(kernel_context& ctx, stream s, const conv2d_shape& shape, const bf16* x, const bf16* w,
+                    const bf16* bias, bf16* y);
+void conv2d_backward(kernel_context& ctx, stream s, const conv2d_shape& shape, const bf16* x, const bf16* w,
+                     const bf16* dy, bf16* dx, bf16* dw, bf16* dbias, bool accumulate);
 
 }  // namespace spillway::kernels

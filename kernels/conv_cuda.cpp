@@ -3,6 +3,8 @@
 // Spillway's own kernels (pooling.cu, as is max pooling).
 #include <cudnn.h>
 
+#include <type_traits>
+
 #include "kernels/cuda_launchers.hpp"
 #include "kernels/cuda_library_check.hpp"
 
@@ -27,8 +29,12 @@ using tensor_desc = descriptor<cudnnTensorDescriptor_t, cudnnDestroyTensorDescri
 using filter_desc = descriptor<cudnnFilterDescriptor_t, cudnnDestroyFilterDescriptor>;
 using conv_desc = descriptor<cudnnConvolutionDescriptor_t, cudnnDestroyConvolutionDescriptor>;
 
-void set_nchw(cudnnTensorDescriptor_t d, int n, int c, int h, int w) {
-  SPILLWAY_CUDNN_TRY(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
+/// cuDNN's name for the storage type T (float or bf16); the arithmetic is float32 for both.
+template <class T>
+constexpr cudnnDataType_t data_type = std::is_same_v<T, bf16> ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+
+void set_nchw(cudnnTensorDescriptor_t d, cudnnDataType_t type, int n, int c, int h, int w) {
+  SPILLWAY_CUDNN_TRY(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, type, n, c, h, w));
 }
 
 /// The input and output descriptors of an image kernel: x [batch, in_c, height, width] and
@@ -38,24 +44,27 @@ struct image_descs {
   tensor_desc y{cudnnCreateTensorDescriptor};
 
   template <class Shape>
-  image_descs(const Shape& sh, int in_c, int out_c) {
-    set_nchw(x, sh.batch, in_c, sh.height, sh.width);
-    set_nchw(y, sh.batch, out_c, sh.out_height(), sh.out_width());
+  image_descs(const Shape& sh, cudnnDataType_t type, int in_c, int out_c) {
+    set_nchw(x, type, sh.batch, in_c, sh.height, sh.width);
+    set_nchw(y, type, sh.batch, out_c, sh.out_height(), sh.out_width());
   }
 };
 
-/// The descriptors of one convolution.
+/// The descriptors of one convolution on data of `type` (float or bf16), computing in float32.
 struct conv_setup : image_descs {
   filter_desc w{cudnnCreateFilterDescriptor};
   conv_desc conv{cudnnCreateConvolutionDescriptor};
 
-  explicit conv_setup(const conv2d_shape& sh) : image_descs(sh, sh.in_channels, sh.out_channels) {
+  conv_setup(const conv2d_shape& sh, cudnnDataType_t type) : image_descs(sh, type, sh.in_channels, sh.out_channels) {
     const window2d& k = sh.kernel;
-    SPILLWAY_CUDNN_TRY(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, sh.out_channels,
+    SPILLWAY_CUDNN_TRY(cudnnSetFilter4dDescriptor(w, type, CUDNN_TENSOR_NCHW, sh.out_channels,
                                                   sh.in_channels, k.size, k.size));
     SPILLWAY_CUDNN_TRY(cudnnSetConvolution2dDescriptor(conv, k.pad, k.pad, k.stride, k.stride, 1, 1,
                                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    SPILLWAY_CUDNN_TRY(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
+    // float32: FMA math, no TF32 (inputs keep their precision). bf16: tensor-core math, whose
+    // products of bf16 values are exact and summed in float32; the algorithms stay fixed.
+    SPILLWAY_CUDNN_TRY(
+        cudnnSetConvolutionMathType(conv, type == CUDNN_DATA_BFLOAT16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
   }
 };
 
@@ -95,9 +104,10 @@ std::size_t filter_workspace(cudnnHandle_t h, const conv_setup& d) {
 
 }  // namespace
 
+template <class T>
 std::size_t cuda_conv2d_workspace_bytes(kernel_context& ctx, const conv2d_shape& shape) {
   auto* h = static_cast<cudnnHandle_t>(ctx.cudnn_handle());
-  const conv_setup d(shape);
+  const conv_setup d(shape, data_type<T>);
   std::size_t fwd = 0;
   (void)forward_algo(h, d, fwd);
   std::size_t bytes = fwd;
@@ -105,10 +115,11 @@ std::size_t cuda_conv2d_workspace_bytes(kernel_context& ctx, const conv2d_shape&
   return (bytes + 255) / 256 * 256;
 }
 
-void cuda_conv2d_forward(kernel_context& ctx, stream s, const conv2d_shape& shape, const float* x,
-                         const float* w, const float* bias, float* y) {
+template <class T>
+void cuda_conv2d_forward(kernel_context& ctx, stream s, const conv2d_shape& shape, const T* x, const T* w,
+                         const T* bias, T* y) {
   cudnnHandle_t h = handle_on(ctx, s);
-  const conv_setup d(shape);
+  const conv_setup d(shape, data_type<T>);
   std::size_t bytes = 0;
   const cudnnConvolutionFwdAlgo_t algo = forward_algo(h, d, bytes);
   void* ws = bytes > 0 ? ctx.workspace(bytes, "conv2d_forward") : nullptr;
@@ -119,11 +130,11 @@ void cuda_conv2d_forward(kernel_context& ctx, stream s, const conv2d_shape& shap
     cuda_channel_bias_add(ctx, s, y, bias, shape.batch, shape.out_channels, shape.out_height() * shape.out_width());
 }
 
-void cuda_conv2d_backward(kernel_context& ctx, stream s, const conv2d_shape& shape, const float* x,
-                          const float* w, const float* dy, float* dx, float* dw, float* dbias,
-                          bool accumulate) {
+template <class T>
+void cuda_conv2d_backward(kernel_context& ctx, stream s, const conv2d_shape& shape, const T* x, const T* w,
+                          const T* dy, T* dx, T* dw, T* dbias, bool accumulate) {
   cudnnHandle_t h = handle_on(ctx, s);
-  const conv_setup d(shape);
+  const conv_setup d(shape, data_type<T>);
   const std::size_t data_bytes = dx != nullptr ? data_workspace(h, d) : 0;
   const std::size_t filter_bytes = filter_workspace(h, d);
   const std::size_t bytes = data_bytes > filter_bytes ? data_bytes : filter_bytes;
@@ -140,5 +151,15 @@ void cuda_conv2d_backward(kernel_context& ctx, stream s, const conv2d_shape& sha
     cuda_channel_bias_backward(ctx, s, dy, dbias, shape.batch, shape.out_channels,
                                shape.out_height() * shape.out_width(), accumulate);
 }
+
+#define SPILLWAY_CONV2D_LAUNCHERS(T)                                                                            \
+  template std::size_t cuda_conv2d_workspace_bytes<T>(kernel_context&, const conv2d_shape&);                    \
+  template void cuda_conv2d_forward<T>(kernel_context&, stream, const conv2d_shape&, const T*, const T*, const T*, \
+                                       T*);                                                                     \
+  template void cuda_conv2d_backward<T>(kernel_context&, stream, const conv2d_shape&, const T*, const T*,       \
+                                        const T*, T*, T*, T*, bool);
+SPILLWAY_CONV2D_LAUNCHERS(float)
+SPILLWAY_CONV2D_LAUNCHERS(bf16)
+#undef SPILLWAY_CONV2D_LAUNCHERS
 
 }  // namespace spillway::kernels::detail

@@ -64,9 +64,14 @@ void cuda_causal_softmax_backward(kernel_context& ctx, stream s, const T* probs,
                                   float scale);
 
 // conv_cuda.cpp (cuDNN)
-decltype(kernels::conv2d_workspace_bytes) cuda_conv2d_workspace_bytes;
-decltype(kernels::conv2d_forward) cuda_conv2d_forward;
-decltype(kernels::conv2d_backward) cuda_conv2d_backward;
+template <class T>
+std::size_t cuda_conv2d_workspace_bytes(kernel_context& ctx, const conv2d_shape& shape);
+template <class T>
+void cuda_conv2d_forward(kernel_context& ctx, stream s, const conv2d_shape& shape, const T* x, const T* w,
+                         const T* bias, T* y);
+template <class T>
+void cuda_conv2d_backward(kernel_context& ctx, stream s, const conv2d_shape& shape, const T* x, const T* w,
+                          const T* dy, T* dx, T* dw, T* dbias, bool accumulate);
 
 // pooling.cu, T = float or bf16; the per-channel bias pair serves conv2d (its launchers only)
 template <class T>

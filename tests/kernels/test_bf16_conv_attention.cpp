@@ -1,0 +1,145 @@
+// bf16 variants of conv2d and causal attention: on the cpu backend each against its float32
+// composition on the widened inputs (bit for bit where the arithmetic is the same), workspace
+// sizing, repeated runs giving the same bits, and cuda against cpu where a GPU is present.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "bf16_rig.hpp"
+#include "kernels/conv2d.hpp"
+
+using namespace spillway;
+using namespace spillway::kernels;
+using namespace spillway::kernels::testing;
+
+namespace {
+
+template <class T>
+std::vector<T> as(const std::vector<bf16>& v) {
+  if constexpr (std::is_same_v<T, bf16>)
+    return v;
+  else
+    return widen_bf16(v);
+}
+
+// ---- conv2d ----
+
+struct conv_case {
+  conv2d_shape sh;
+  std::size_t nx, nw, ny;
+  std::vector<bf16> x, w, b, dy, dw0, db0;
+
+  explicit conv_case(const conv2d_shape& shape) : sh(shape) {
+    const auto kk = static_cast<std::size_t>(sh.kernel.size) * sh.kernel.size;
+    nx = static_cast<std::size_t>(sh.batch) * sh.in_channels * sh.height * sh.width;
+    nw = static_cast<std::size_t>(sh.out_channels) * sh.in_channels * kk;
+    ny = static_cast<std::size_t>(sh.batch) * sh.out_channels * sh.out_height() * sh.out_width();
+    x = random_bf16(nx, 61);
+    w = random_bf16(nw, 62);
+    b = random_bf16(sh.out_channels, 63);
+    dy = random_bf16(ny, 64);
+    dw0 = random_bf16(nw, 65);
+    db0 = random_bf16(sh.out_channels, 66);
+  }
+};
+
+template <class T>
+struct conv_out {
+  std::vector<T> y, dx, dw, db, dw_acc, db_acc;
+};
+
+template <class T>
+conv_out<T> run_conv(rig& r, const conv_case& k, std::size_t offset = 0) {
+  const T* x = r.up(as<T>(k.x), offset);
+  const T* w = r.up(as<T>(k.w), offset);
+  const T* dy = r.up(as<T>(k.dy), offset);
+  conv_out<T> o;
+  T* y = r.alloc<T>(k.ny, offset);
+  conv2d_forward(r.ctx(), r.s(), k.sh, x, w, r.up(as<T>(k.b), offset), y);
+  o.y = r.down(y, k.ny);
+  T* dx = r.alloc<T>(k.nx, offset);
+  T* dw = r.alloc<T>(k.nw, offset);
+  T* db = r.alloc<T>(k.sh.out_channels, offset);
+  conv2d_backward(r.ctx(), r.s(), k.sh, x, w, dy, dx, dw, db, false);
+  o.dx = r.down(dx, k.nx);
+  o.dw = r.down(dw, k.nw);
+  o.db = r.down(db, k.sh.out_channels);
+  T* dwa = r.up(as<T>(k.dw0), offset);
+  T* dba = r.up(as<T>(k.db0), offset);
+  conv2d_backward(r.ctx(), r.s(), k.sh, x, w, dy, static_cast<T*>(nullptr), dwa, dba, true);
+  o.dw_acc = r.down(dwa, k.nw);
+  o.db_acc = r.down(dba, k.sh.out_channels);
+  return o;
+}
+
+class Bf16ConvShapes : public ::testing::TestWithParam<conv2d_shape> {};
+
+}  // namespace
+
+TEST_P(Bf16ConvShapes, EveryOutputIsTheRoundedFloat32Result) {
+  const conv_case k(GetParam());
+  rig r;
+  const auto want = run_conv<float>(r, k);
+  const auto got = run_conv<bf16>(r, k);
+  expect_same_bits(got.y, round_bf16(want.y), "y");
+  expect_same_bits(got.dx, round_bf16(want.dx), "dx");
+  expect_same_bits(got.dw, round_bf16(want.dw), "dw");
+  expect_same_bits(got.db, round_bf16(want.db), "dbias");
+  expect_same_bits(got.dw_acc, round_bf16(want.dw_acc), "dw, accumulated");
+  expect_same_bits(got.db_acc, round_bf16(want.db_acc), "dbias, accumulated");
+}
+
+TEST_P(Bf16ConvShapes, RepeatsBitForBitAtOtherAddresses) {
+  const conv_case k(GetParam());
+  rig r;
+  const auto a = run_conv<bf16>(r, k);
+  const auto b = run_conv<bf16>(r, k, 13);
+  expect_same_bits(b.y, a.y, "y");
+  expect_same_bits(b.dx, a.dx, "dx");
+  expect_same_bits(b.dw_acc, a.dw_acc, "dw, accumulated");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Bf16ConvShapes,
+                         ::testing::Values(conv2d_shape{2, 3, 9, 8, 4, {3, 2, 1}},    // strided, padded
+                                           conv2d_shape{3, 5, 6, 6, 2, {1, 1, 0}}));  // 1x1
+
+TEST(Bf16Conv, CpuWidensThroughTheBoundWorkspaceAndSaysHowMuch) {
+  const conv_case k(conv2d_shape{2, 3, 9, 8, 4, {3, 2, 1}});
+  rig r;
+  // float32 w and dw (4 * 27 floats each), one image of y (4 * 5 * 4) and of x (3 * 9 * 8), each
+  // rounded up to 256 bytes.
+  EXPECT_EQ(conv2d_bf16_workspace_bytes(r.ctx(), k.sh), 2 * 512u + 512u + 1024u);
+  EXPECT_EQ(conv2d_workspace_bytes(r.ctx(), k.sh), 0u);  // float32 needs none
+  const bf16* x = r.up(k.x);
+  const bf16* w = r.up(k.w);
+  bf16* y = r.alloc<bf16>(k.ny);
+  void* small = r.alloc<char>(256);
+  const workspace_scope too_small(r.ctx(), small, 256);
+  try {
+    conv2d_forward(r.ctx(), r.s(), k.sh, x, w, nullptr, y);
+    FAIL() << "a bf16 convolution ran with a workspace too small for its float32 copies";
+  } catch (const usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("conv2d_forward needs a workspace of 2560 bytes"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Bf16ConvCuda, MatchesCpu) {
+  SPILLWAY_NEEDS_CUDA();
+  const conv_case k(conv2d_shape{4, 16, 16, 16, 32, {3, 1, 1}});
+  rig cpu("cpu"), gpu("cuda");
+  const auto want = run_conv<bf16>(cpu, k);
+  // The rig's workspace must hold cuDNN's scratch for the bf16 algorithms.
+  ASSERT_LE(conv2d_bf16_workspace_bytes(gpu.ctx(), k.sh), rig_workspace_bytes);
+  const auto got = run_conv<bf16>(gpu, k);
+  // cuDNN sums in its own order, and adds the bias to an already rounded y (a second rounding):
+  // two bf16 steps, plus an absolute slack for sums that cancel (terms up to 1, 144 of them).
+  expect_near_bf16(got.y, want.y, 2e-2, 2, "y");
+  expect_near_bf16(got.dx, want.dx, 2e-2, 1, "dx");
+  expect_near_bf16(got.dw, want.dw, 5e-2, 1, "dw");
+  expect_near_bf16(got.db, want.db, 5e-2, 1, "dbias");
+  expect_near_bf16(got.dw_acc, want.dw_acc, 5e-2, 2, "dw, accumulated");
+}
