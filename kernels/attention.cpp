@@ -103,22 +103,23 @@ attention_dims dims_of(const attention_shape& sh) {
   return d;
 }
 
-}  // namespace
-
-void attention_forward(kernel_context& ctx, stream s, const attention_shape& shape, const float* qkv,
-                       float* out, float* probs) {
+// The compositions, one body for float32 and bf16 storage: each GEMM and the softmax are the
+// storage type's overloads, so a bf16 attention rounds once per stage (scores, probabilities,
+// output; in backward dprobs, dscores, dq, dk, dv).
+template <class T>
+void forward(kernel_context& ctx, stream s, const attention_shape& shape, const T* qkv, T* out, T* probs) {
   const attention_dims d = dims_of(shape);
   const int ld = static_cast<int>(d.qkv_ld);
   const float scale = 1.0f / sqrtf(static_cast<float>(d.hs));
   for (int b = 0; b < shape.batch; ++b) {
-    const float* q = qkv + b * d.batch_qkv;
+    const T* q = qkv + b * d.batch_qkv;
     // scores[h] = scale * q_h k_h^T, one [t, t] matrix per head.
     gemm_strided_batched(ctx, s, transpose::no, transpose::yes, d.t, d.t, d.hs, scale, q, ld, d.hs,
                          q + d.c, ld, d.hs, 0.0f, probs + b * d.batch_probs, d.t, d.tt, d.h);
   }
   causal_softmax_forward(ctx, s, probs, shape.batch * d.h, d.t);
   for (int b = 0; b < shape.batch; ++b) {
-    const float* v = qkv + b * d.batch_qkv + 2 * d.c;
+    const T* v = qkv + b * d.batch_qkv + 2 * d.c;
     // out_h = probs_h v_h, written into the head's columns of out.
     gemm_strided_batched(ctx, s, transpose::no, transpose::no, d.t, d.hs, d.t, 1.0f,
                          probs + b * d.batch_probs, d.t, d.tt, v, ld, d.hs, 0.0f,
@@ -126,16 +127,17 @@ void attention_forward(kernel_context& ctx, stream s, const attention_shape& sha
   }
 }
 
-void attention_backward(kernel_context& ctx, stream s, const attention_shape& shape, const float* qkv,
-                        const float* probs, const float* dout, float* dqkv, float* scratch) {
+template <class T>
+void backward(kernel_context& ctx, stream s, const attention_shape& shape, const T* qkv, const T* probs,
+              const T* dout, T* dqkv, T* scratch) {
   const attention_dims d = dims_of(shape);
   const int ld = static_cast<int>(d.qkv_ld);
   const float scale = 1.0f / sqrtf(static_cast<float>(d.hs));
   for (int b = 0; b < shape.batch; ++b) {
-    const float* q = qkv + b * d.batch_qkv;
-    const float* dy = dout + b * d.batch_out;
-    const float* p = probs + b * d.batch_probs;
-    float* dq = dqkv + b * d.batch_qkv;
+    const T* q = qkv + b * d.batch_qkv;
+    const T* dy = dout + b * d.batch_out;
+    const T* p = probs + b * d.batch_probs;
+    T* dq = dqkv + b * d.batch_qkv;
     // dprobs_h = dy_h v_h^T
     gemm_strided_batched(ctx, s, transpose::no, transpose::yes, d.t, d.t, d.hs, 1.0f, dy, d.c, d.hs,
                          q + 2 * d.c, ld, d.hs, 0.0f, scratch + b * d.batch_probs, d.t, d.tt, d.h);
@@ -146,15 +148,46 @@ void attention_backward(kernel_context& ctx, stream s, const attention_shape& sh
   // dscores (with the 1/sqrt(hs) of the forward folded in), in place of dprobs.
   causal_softmax_backward(ctx, s, probs, scratch, shape.batch * d.h, d.t, scale);
   for (int b = 0; b < shape.batch; ++b) {
-    const float* q = qkv + b * d.batch_qkv;
-    const float* ds = scratch + b * d.batch_probs;
-    float* dq = dqkv + b * d.batch_qkv;
+    const T* q = qkv + b * d.batch_qkv;
+    const T* ds = scratch + b * d.batch_probs;
+    T* dq = dqkv + b * d.batch_qkv;
     // dq_h = dscores_h k_h ; dk_h = dscores_h^T q_h
     gemm_strided_batched(ctx, s, transpose::no, transpose::no, d.t, d.hs, d.t, 1.0f, ds, d.t, d.tt,
                          q + d.c, ld, d.hs, 0.0f, dq, ld, d.hs, d.h);
     gemm_strided_batched(ctx, s, transpose::yes, transpose::no, d.t, d.hs, d.t, 1.0f, ds, d.t, d.tt,
                          q, ld, d.hs, 0.0f, dq + d.c, ld, d.hs, d.h);
   }
+}
+
+}  // namespace
+
+void attention_forward(kernel_context& ctx, stream s, const attention_shape& shape, const float* qkv,
+                       float* out, float* probs) {
+  forward(ctx, s, shape, qkv, out, probs);
+}
+
+void attention_forward(kernel_context& ctx, stream s, const attention_shape& shape, const bf16* qkv, bf16* out,
+                       bf16* probs) {
+  forward(ctx, s, shape, qkv, out, probs);
+}
+
+void attention_backward(kernel_context& ctx, stream s, const attention_shape& shape, const float* qkv,
+                        const float* probs, const float* dout, float* dqkv, float* scratch) {
+  backward(ctx, s, shape, qkv, probs, dout, dqkv, scratch);
+}
+
+void attention_backward(kernel_context& ctx, stream s, const attention_shape& shape, const bf16* qkv,
+                        const bf16* probs, const bf16* dout, bf16* dqkv, bf16* scratch) {
+  backward(ctx, s, shape, qkv, probs, dout, dqkv, scratch);
+}
+
+std::size_t attention_bf16_workspace_bytes(const kernel_context& ctx, const attention_shape& shape) {
+  const attention_dims d = dims_of(shape);
+  // Every GEMM of both passes multiplies a [t, t] and a [t, hs] matrix, or a [t, hs] and an
+  // [hs, t] one: two shapes (m, n, k).
+  const std::size_t a = gemm_bf16_workspace_bytes(ctx, d.t, d.t, d.hs);
+  const std::size_t b = gemm_bf16_workspace_bytes(ctx, d.t, d.hs, d.t);
+  return a > b ? a : b;
 }
 
 }  // namespace spillway::kernels

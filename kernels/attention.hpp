@@ -2,6 +2,8 @@
 // and a masked (causal) softmax, so both backends share one composition.
 #pragma once
 
+#include <cstddef>
+
 #include "kernels/bf16.hpp"
 #include "kernels/context.hpp"
 
@@ -43,5 +45,19 @@ void attention_forward(kernel_context& ctx, stream s, const attention_shape& sha
 /// of probs and is clobbered.
 void attention_backward(kernel_context& ctx, stream s, const attention_shape& shape, const float* qkv,
                         const float* probs, const float* dout, float* dqkv, float* scratch);
+
+/// Workspace the bf16 attention_forward and attention_backward of `shape` need bound: their
+/// bf16 GEMMs' (gemm_bf16_workspace_bytes; on the cpu backend the float32 copies of one head's
+/// operands and result, on the cuda backend none of their own) (Note [Workspace]).
+[[nodiscard]] std::size_t attention_bf16_workspace_bytes(const kernel_context& ctx, const attention_shape& shape);
+
+/// bf16 qkv, out, probs, dout, dqkv and scratch: the same composition of bf16 GEMMs (float32
+/// sums) and the bf16 causal softmax, each stage's result rounded to bf16 once. On the cpu
+/// backend that is bit for bit the float32 kernels run stage by stage on widened inputs with
+/// each stage's result rounded to bf16.
+void attention_forward(kernel_context& ctx, stream s, const attention_shape& shape, const bf16* qkv, bf16* out,
+                       bf16* probs);
+void attention_backward(kernel_context& ctx, stream s, const attention_shape& shape, const bf16* qkv,
+                        const bf16* probs, const bf16* dout, bf16* dqkv, bf16* scratch);
 
 }  // namespace spillway::kernels

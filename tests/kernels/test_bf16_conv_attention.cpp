@@ -3,13 +3,17 @@
 // sizing, repeated runs giving the same bits, and cuda against cpu where a GPU is present.
 #include <gtest/gtest.h>
 
+#include <math.h>
+
 #include <cstdint>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "bf16_rig.hpp"
+#include "kernels/attention.hpp"
 #include "kernels/conv2d.hpp"
+#include "kernels/gemm.hpp"
 
 using namespace spillway;
 using namespace spillway::kernels;
@@ -142,4 +146,147 @@ TEST(Bf16ConvCuda, MatchesCpu) {
   expect_near_bf16(got.dw, want.dw, 5e-2, 1, "dw");
   expect_near_bf16(got.db, want.db, 5e-2, 1, "dbias");
   expect_near_bf16(got.dw_acc, want.dw_acc, 5e-2, 2, "dw, accumulated");
+}
+
+// ---- causal attention ----
+
+namespace {
+
+struct attn_case {
+  attention_shape sh{2, 13, 24, 3};  // head size 8
+  std::size_t nqkv, nout, nprobs;
+  std::vector<bf16> qkv, dout;
+
+  attn_case() {
+    nqkv = static_cast<std::size_t>(sh.batch) * sh.seq * 3 * sh.channels;
+    nout = static_cast<std::size_t>(sh.batch) * sh.seq * sh.channels;
+    nprobs = static_cast<std::size_t>(sh.batch) * sh.heads * sh.seq * sh.seq;
+    qkv = random_bf16(nqkv, 71, -2.0f, 2.0f);
+    dout = random_bf16(nout, 72);
+  }
+};
+
+struct attn_out {
+  std::vector<bf16> out, probs, dqkv;
+};
+
+attn_out run_attn(rig& r, const attn_case& k, std::size_t offset = 0) {
+  const bf16* qkv = r.up(k.qkv, offset);
+  bf16* out = r.alloc<bf16>(k.nout, offset);
+  bf16* probs = r.alloc<bf16>(k.nprobs, offset);
+  attention_forward(r.ctx(), r.s(), k.sh, qkv, out, probs);
+  bf16* dqkv = r.alloc<bf16>(k.nqkv, offset);
+  bf16* scratch = r.alloc<bf16>(k.nprobs, offset);
+  attention_backward(r.ctx(), r.s(), k.sh, qkv, probs, r.up(k.dout, offset), dqkv, scratch);
+  return {r.down(out, k.nout), r.down(probs, k.nprobs), r.down(dqkv, k.nqkv)};
+}
+
+/// Rounds n float32 values of device memory to bf16 values in place (a stage's result).
+void round_stage(rig& r, float* d, std::size_t n) {
+  const auto h = widen_bf16(round_bf16(r.down(d, n)));
+  r.dev().copy_async(d, h.data(), n * sizeof(float), copy_kind::host_to_device, r.s());
+  r.sync();
+}
+
+/// The attention composition run with the float32 kernels on widened inputs, each stage's
+/// result rounded to bf16 before the next stage reads it: what the bf16 kernels promise.
+attn_out staged_float32(rig& r, const attn_case& k) {
+  const attention_shape& sh = k.sh;
+  const int t = sh.seq, c = sh.channels, h = sh.heads, hs = c / h, ld = 3 * c;
+  const long long tt = static_cast<long long>(t) * t, bq = static_cast<long long>(t) * ld,
+                  bo = static_cast<long long>(t) * c, bp = h * tt;
+  const float scale = 1.0f / sqrtf(static_cast<float>(hs));
+  const float* qkv = r.up(widen_bf16(k.qkv));
+  const float* dy = r.up(widen_bf16(k.dout));
+  float* probs = r.alloc<float>(k.nprobs);
+  float* out = r.alloc<float>(k.nout);
+  float* dqkv = r.alloc<float>(k.nqkv);
+  float* ds = r.alloc<float>(k.nprobs);
+  auto& x = r.ctx();
+  for (int b = 0; b < sh.batch; ++b)
+    gemm_strided_batched(x, r.s(), transpose::no, transpose::yes, t, t, hs, scale, qkv + b * bq, ld, hs,
+                         qkv + b * bq + c, ld, hs, 0.0f, probs + b * bp, t, tt, h);
+  round_stage(r, probs, k.nprobs);
+  causal_softmax_forward(x, r.s(), probs, sh.batch * h, t);
+  round_stage(r, probs, k.nprobs);
+  for (int b = 0; b < sh.batch; ++b)
+    gemm_strided_batched(x, r.s(), transpose::no, transpose::no, t, hs, t, 1.0f, probs + b * bp, t, tt,
+                         qkv + b * bq + 2 * c, ld, hs, 0.0f, out + b * bo, c, hs, h);
+  round_stage(r, out, k.nout);
+  for (int b = 0; b < sh.batch; ++b) {
+    gemm_strided_batched(x, r.s(), transpose::no, transpose::yes, t, t, hs, 1.0f, dy + b * bo, c, hs,
+                         qkv + b * bq + 2 * c, ld, hs, 0.0f, ds + b * bp, t, tt, h);
+    gemm_strided_batched(x, r.s(), transpose::yes, transpose::no, t, hs, t, 1.0f, probs + b * bp, t, tt,
+                         dy + b * bo, c, hs, 0.0f, dqkv + b * bq + 2 * c, ld, hs, h);
+  }
+  round_stage(r, ds, k.nprobs);
+  causal_softmax_backward(x, r.s(), probs, ds, sh.batch * h, t, scale);
+  round_stage(r, ds, k.nprobs);
+  for (int b = 0; b < sh.batch; ++b) {
+    gemm_strided_batched(x, r.s(), transpose::no, transpose::no, t, hs, t, 1.0f, ds + b * bp, t, tt,
+                         qkv + b * bq + c, ld, hs, 0.0f, dqkv + b * bq, ld, hs, h);
+    gemm_strided_batched(x, r.s(), transpose::yes, transpose::no, t, hs, t, 1.0f, ds + b * bp, t, tt,
+                         qkv + b * bq, ld, hs, 0.0f, dqkv + b * bq + c, ld, hs, h);
+  }
+  return {round_bf16(r.down(out, k.nout)), round_bf16(r.down(probs, k.nprobs)), round_bf16(r.down(dqkv, k.nqkv))};
+}
+
+}  // namespace
+
+TEST(Bf16Attention, IsTheFloat32CompositionRoundedAtEachStage) {
+  const attn_case k;
+  rig r;
+  ASSERT_GT(attention_bf16_workspace_bytes(r.ctx(), k.sh), 0u);  // the cpu GEMMs widen into it
+  ASSERT_LE(attention_bf16_workspace_bytes(r.ctx(), k.sh), rig_workspace_bytes);
+  const auto want = staged_float32(r, k);
+  const auto got = run_attn(r, k);
+  expect_same_bits(got.probs, want.probs, "probs");
+  expect_same_bits(got.out, want.out, "out");
+  expect_same_bits(got.dqkv, want.dqkv, "dqkv");
+}
+
+TEST(Bf16Attention, StaysCloseToFloat32) {
+  // Rounding at each stage moves the result by a few bf16 steps from the float32 attention on
+  // the same (widened) inputs, not more: a check that the stages are wired as in float32.
+  const attn_case k;
+  rig r;
+  const auto got = run_attn(r, k);
+  const float* qkv = r.up(widen_bf16(k.qkv));
+  float* out = r.alloc<float>(k.nout);
+  float* probs = r.alloc<float>(k.nprobs);
+  attention_forward(r.ctx(), r.s(), k.sh, qkv, out, probs);
+  float* dqkv = r.alloc<float>(k.nqkv);
+  float* scratch = r.alloc<float>(k.nprobs);
+  attention_backward(r.ctx(), r.s(), k.sh, qkv, probs, r.up(widen_bf16(k.dout)), dqkv, scratch);
+  expect_near_all(widen_bf16(got.probs), r.down(probs, k.nprobs), 2e-2, 3.0 / 128, "probs");
+  expect_near_all(widen_bf16(got.out), r.down(out, k.nout), 3e-2, 3.0 / 128, "out");
+  expect_near_all(widen_bf16(got.dqkv), r.down(dqkv, k.nqkv), 5e-2, 4.0 / 128, "dqkv");
+}
+
+TEST(Bf16Attention, RepeatsBitForBitAtOtherAddresses) {
+  const attn_case k;
+  rig r;
+  const auto a = run_attn(r, k);
+  const auto b = run_attn(r, k, 17);
+  expect_same_bits(b.out, a.out, "out");
+  expect_same_bits(b.dqkv, a.dqkv, "dqkv");
+}
+
+TEST(Bf16AttentionCuda, MatchesCpu) {
+  SPILLWAY_NEEDS_CUDA();
+  attn_case k;
+  k.sh = attention_shape{2, 64, 128, 4};
+  k.nqkv = static_cast<std::size_t>(2) * 64 * 3 * 128;
+  k.nout = static_cast<std::size_t>(2) * 64 * 128;
+  k.nprobs = static_cast<std::size_t>(2) * 4 * 64 * 64;
+  k.qkv = random_bf16(k.nqkv, 73, -2.0f, 2.0f);
+  k.dout = random_bf16(k.nout, 74);
+  rig cpu("cpu"), gpu("cuda");
+  const auto want = run_attn(cpu, k);
+  const auto got = run_attn(gpu, k);
+  // cuBLAS and OpenBLAS sum in different orders, and a one-step difference at one stage can
+  // carry into the next: a few bf16 steps, plus absolute slack for sums that cancel.
+  expect_near_bf16(got.probs, want.probs, 1e-2, 4, "probs");
+  expect_near_bf16(got.out, want.out, 3e-2, 4, "out");
+  expect_near_bf16(got.dqkv, want.dqkv, 5e-2, 6, "dqkv");
 }
