@@ -9,7 +9,8 @@
 //    for parallel loops inside. Errors found there are sticky and rethrown by the next
 //    synchronize of the stream. cuda backend: the kernel is launched on (cudaStream_t)s.handle.
 //  * Layouts are row-major: a matrix [rows, cols] has element (r, c) at r * cols + c. Images are
-//    NCHW. Everything is float32; token ids and class targets are int32.
+//    NCHW. Tensors are float32, or bf16 for the kernels' bf16 overloads (kernels/bf16.hpp:
+//    stored in bf16, computed in float32); token ids and class targets are int32.
 //  * Determinism: see Note [Deterministic kernels] below.
 //  * A context is used from one host thread at a time (cuBLAS and cuDNN handles are not
 //    thread-safe); make one context per thread that launches. Kernels launch on the thread's
@@ -38,7 +39,8 @@
 // Note [Workspace]
 // Some kernels need device scratch: cuDNN convolutions (their algorithm's workspace),
 // softmax_cross_entropy when the caller wants only the mean (the per-row losses, on both
-// backends), and cuBLAS (its own workspace, used by some GEMM kernels). That scratch is
+// backends), the bf16 GEMM on the cpu backend (its operands widened to float32 for
+// cblas_sgemm), and cuBLAS (its own workspace, used by some GEMM kernels). That scratch is
 // device memory like any tensor, so it must sit inside the budget: the context never allocates
 // it. The caller binds memory it owns and budgets (bind_workspace, or a workspace_scope for
 // one op; the examples take it from the Session as a tensor of kind workspace, so the planner

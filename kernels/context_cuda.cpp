@@ -30,6 +30,9 @@ kernel_context::kernel_context(Device& device) : device_(&device), backend_(devi
   SPILLWAY_CUBLAS_TRY(cublasCreate(&h->cublas));
   // Note [Deterministic kernels]: no atomics inside cuBLAS either.
   SPILLWAY_CUBLAS_TRY(cublasSetAtomicsMode(h->cublas, CUBLAS_ATOMICS_NOT_ALLOWED));
+  // Default math (no TF32), and a bf16 GEMM with a bf16 C keeps every partial sum in float32,
+  // split-k reductions included: by default cuBLAS may reduce those in the output type.
+  SPILLWAY_CUBLAS_TRY(cublasSetMathMode(h->cublas, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
   // Note [Workspace]: cuBLAS works only in the workspace the caller binds, never in a default
   // pool of its own outside the budget. Each GEMM sets it again (cublasSetStream resets it).
   SPILLWAY_CUBLAS_TRY(cublasSetWorkspace(h->cublas, nullptr, 0));
