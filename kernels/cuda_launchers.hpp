@@ -13,6 +13,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
+#include "kernels/grad_norm.hpp"
 #include "kernels/layer_norm.hpp"
 #include "kernels/pooling.hpp"
 #include "kernels/softmax_cross_entropy.hpp"
@@ -94,5 +95,9 @@ void cuda_channel_bias_backward(kernel_context& ctx, stream s, const T* dy, T* d
 // adam.cu
 void cuda_adam_step(kernel_context& ctx, stream s, float* params, const float* grads, float* m, float* v,
                     std::size_t n, const ops::adam_coeffs& c);
+
+// grad_norm.cu
+decltype(kernels::sum_of_squares) cuda_sum_of_squares;
+decltype(kernels::clip_by_norm) cuda_clip_by_norm;
 
 }  // namespace spillway::kernels::detail

@@ -9,6 +9,7 @@
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/grad_norm.hpp"
 #include "kernels/layer_norm.hpp"
 #include "kernels/pooling.hpp"
 #include "kernels/softmax_cross_entropy.hpp"
