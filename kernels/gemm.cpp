@@ -42,20 +42,26 @@ bf16_scratch bf16_scratch_for(int m, int n, int k) {
 }
 
 /// dst[r * cols + c] = float(src[r * ld + c]) for a rows x cols block (packs it, exactly).
-void widen_block(const bf16* src, long long ld, int rows, int cols, float* dst) {
-  const auto nc = static_cast<std::size_t>(cols);
+void widen_block(const bf16* src, int ld, int rows, int cols, float* dst) {
+  const auto nc = static_cast<std::size_t>(cols), nld = static_cast<std::size_t>(ld);
   detail::parallel_for(static_cast<std::size_t>(rows), detail::grain_for(nc), [&](std::size_t b, std::size_t e) {
-    for (std::size_t r = b; r < e; ++r)
-      for (std::size_t j = 0; j < nc; ++j) dst[r * nc + j] = to_float(src[static_cast<long long>(r) * ld + static_cast<long long>(j)]);
+    for (std::size_t r = b; r < e; ++r) {
+      const bf16* in = src + r * nld;
+      float* out = dst + r * nc;
+      for (std::size_t j = 0; j < nc; ++j) out[j] = to_float(in[j]);
+    }
   });
 }
 
 /// dst[r * ld + c] = to_bf16(src[r * cols + c]): rounds a packed float32 block into C.
-void narrow_block(const float* src, int rows, int cols, bf16* dst, long long ld) {
-  const auto nc = static_cast<std::size_t>(cols);
+void narrow_block(const float* src, int rows, int cols, bf16* dst, int ld) {
+  const auto nc = static_cast<std::size_t>(cols), nld = static_cast<std::size_t>(ld);
   detail::parallel_for(static_cast<std::size_t>(rows), detail::grain_for(nc), [&](std::size_t b, std::size_t e) {
-    for (std::size_t r = b; r < e; ++r)
-      for (std::size_t j = 0; j < nc; ++j) dst[static_cast<long long>(r) * ld + static_cast<long long>(j)] = to_bf16(src[r * nc + j]);
+    for (std::size_t r = b; r < e; ++r) {
+      const float* in = src + r * nc;
+      bf16* out = dst + r * nld;
+      for (std::size_t j = 0; j < nc; ++j) out[j] = to_bf16(in[j]);
+    }
   });
 }
 

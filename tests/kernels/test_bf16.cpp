@@ -161,7 +161,8 @@ TEST(Bf16Convert, NaNStaysNaNQuietWithItsSign) {
 
 TEST(Bf16ConvertKernels, CpuEqualsTheScalarFunctionsBitForBit) {
   auto xs = boundary_floats();  // several parallel chunks
-  for (const std::uint32_t u : {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff80ffffu, 0x7fa00000u}) xs.push_back(from_bits(u));
+  for (const std::uint32_t u : {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff80ffffu, 0x7fa00000u})
+    xs.push_back(from_bits(u));
   const std::size_t n = xs.size();
   rig r;
   bf16* narrow = r.alloc<bf16>(n);

@@ -63,8 +63,8 @@ TEST_P(GemmBf16Transpose, CpuEqualsFloat32GemmOnWidenedInputs) {
   for (const float beta : {0.5f, 0.0f}) {
     const std::string what = "beta " + std::to_string(beta);
     // float32 C: the float32 GEMM's bits exactly.
-    expect_same_bits(gemm_bf16(r, g, 0.75f, a, b, beta, c32), gemm_f32(r, g, 0.75f, widen_bf16(a), widen_bf16(b), beta, c32),
-                     what + ", float C");
+    expect_same_bits(gemm_bf16(r, g, 0.75f, a, b, beta, c32),
+                     gemm_f32(r, g, 0.75f, widen_bf16(a), widen_bf16(b), beta, c32), what + ", float C");
     // bf16 C: the float32 GEMM over the widened C, rounded once (padding columns stay as they were,
     // which rounding their unchanged widened values reproduces).
     expect_same_bits(gemm_bf16(r, g, 0.75f, a, b, beta, c16),
@@ -131,6 +131,24 @@ TEST(GemmBf16, StridedBatchedEqualsOneGemmPerBatch) {
     expect_same_bits(std::vector<bf16>(got.begin() + i * m * n, got.begin() + (i + 1) * m * n), round_bf16(want), what);
     expect_same_bits(std::vector<float>(got32.begin() + i * m * n, got32.begin() + (i + 1) * m * n), want, what);
   }
+}
+
+TEST(GemmBf16, RepeatsBitForBitAtOtherAddresses) {
+  const gemm_shape g = padded(true, false, 33, 21, 47);
+  const auto a = random_bf16(g.a_size(), 17);
+  const auto b = random_bf16(g.b_size(), 18);
+  const auto c = random_bf16(g.c_size(), 19);
+  rig r;
+  auto run = [&](std::size_t offset) {
+    bf16* dc = r.up(c, offset);
+    gemm(r.ctx(), r.s(), transpose::yes, transpose::no, g.m, g.n, g.k, 1.25f, r.up(a, offset), g.lda,
+         r.up(b, offset), g.ldb, -0.5f, dc, g.ldc);
+    return r.down(dc, c.size());
+  };
+  const auto first = run(0);
+  expect_same_bits(run(0), first, "again");
+  expect_same_bits(run(3), first, "3 elements further on");
+  expect_same_bits(run(129), first, "129 elements further on");
 }
 
 TEST(GemmBf16, NeedsTheWorkspaceItsSizeFunctionNames) {
