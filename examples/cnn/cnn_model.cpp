@@ -350,6 +350,7 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
   stem_bwd_ws.release(s);
   for (auto t : {stem_out, images, dres}) s.release(t);
 
+  params_.clip_grad_norm(s, ctx, sh_.clip_grad_norm);
   params_.adam_step(s, ctx, k::adam_config{sh_.lr, 0.9f, 0.999f, 1e-8f, 0.0f}, step + 1);
 
   return loss_.read(s);
@@ -361,7 +362,11 @@ std::unique_ptr<model> make_cnn(const cnn_shape& shape, std::uint64_t seed) {
   return std::make_unique<cnn_model>(shape, seed);
 }
 
-std::unique_ptr<model> make_cnn(const example_options& o) { return make_cnn(cnn_preset(o.size), o.seed); }
+std::unique_ptr<model> make_cnn(const example_options& o) {
+  cnn_shape shape = cnn_preset(o.size);
+  shape.clip_grad_norm = static_cast<float>(o.clip_grad_norm);
+  return make_cnn(shape, o.seed);
+}
 
 run_result run_cnn(const example_options& o, const step_observer& on_step) {
   return train(o, [&] { return make_cnn(o); }, on_step);

@@ -18,6 +18,7 @@ struct cnn_shape {
   int blocks_per_stage = 3;
   int classes = 8;
   float lr = 3e-4f;  ///< Adam learning rate
+  float clip_grad_norm = 0;  ///< > 0: global-norm gradient clipping before Adam (example_options)
 };
 
 [[nodiscard]] cnn_shape cnn_preset(preset p);

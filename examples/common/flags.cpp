@@ -81,6 +81,11 @@ void add_common_flags(CLI::App& app, flag_values& v, bool with_data) {
   app.add_option("--resume", v.resume, "continue the training from the checkpoint in this folder (--steps counts from "
                                        "the start of the training)")
       ->type_name("DIR");
+  app.add_option("--clip-grad-norm", v.clip_grad_norm,
+                 "before each Adam step, scale all gradients together so that their global norm is at most X "
+                 "(0: no clipping)")
+      ->type_name("X")
+      ->capture_default_str();
   if (with_data) app.add_option("--data", v.data, "text file to train on (bytes are the tokens)")->capture_default_str();
 }
 
@@ -95,6 +100,7 @@ example_options to_options(const flag_values& v) {
   o.save = v.save;
   o.save_every = v.save_every;
   o.resume = v.resume;
+  o.clip_grad_norm = v.clip_grad_norm;
   o.validate();
   return o;
 }

@@ -91,10 +91,11 @@ struct flag_values {
   std::string save;
   int save_every = 0;
   std::string resume;
+  double clip_grad_norm = 0;
 };
 
 /// Adds every session_config flag (add_config_flags), --budget-ratio, --steps, --seed, --preset,
-/// --report, --save, --save-every, --resume, and --data when `with_data`.
+/// --report, --save, --save-every, --resume, --clip-grad-norm, and --data when `with_data`.
 void add_common_flags(CLI::App& app, flag_values& v, bool with_data);
 
 /// The example_options of these flags (load_config, then the example's own), validated:

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -77,6 +78,19 @@ void check_checkpoint_folders(const example_options& o) {
   }
 }
 
+/// --clip-grad-norm: 0 (off) or a positive norm that a float holds (the kernels take a float).
+void check_clip_grad_norm(double v) {
+  char text[40];
+  std::snprintf(text, sizeof text, "%g", v);
+  if (!(v >= 0) || !std::isfinite(v))
+    throw config_error(std::string("--clip-grad-norm: ") + text +
+                       " is not a norm; give a positive number, or 0 for no clipping");
+  const auto f = static_cast<float>(v);
+  if (v > 0 && !(f > 0 && std::isfinite(f)))
+    throw config_error(std::string("--clip-grad-norm: ") + text +
+                       " is beyond what a float holds; give a number from 1e-38 to 3e38, or 0 for no clipping");
+}
+
 }  // namespace
 
 std::string to_meta(const resume_point& p) {
@@ -114,6 +128,7 @@ void example_options::validate() const {
     throw config_error("--budget-ratio and " + source_of("device_budget") + " both set the device budget; give one");
   if (budget_ratio > 0 && device_budget_ratio > 0)
     throw config_error("--budget-ratio and " + source_of("device_budget_ratio") + " both set the device budget; give one");
+  check_clip_grad_norm(clip_grad_norm);
   check_checkpoint_folders(*this);
 }
 

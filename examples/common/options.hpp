@@ -30,6 +30,9 @@ struct example_options : session_config {
   std::string save;                      ///< folder to save a checkpoint into at the end (empty: none)
   int save_every = 0;                    ///< > 0: also save every this many steps
   std::string resume;                    ///< folder of a checkpoint to continue from (empty: start afresh)
+  /// > 0: before each Adam step, scale all gradients together so that their global norm is at
+  /// most this (parameter_set::clip_grad_norm); 0: no clipping.
+  double clip_grad_norm = 0;
 
   /// session_config::validate, then the example's own settings; config_error naming the first
   /// bad one (by its flag or variable) and quoting its value. Checks the checkpoint folders

@@ -1,8 +1,13 @@
-// Parameter registration (value, gradient, Adam moments in chunks) and the Adam ops, one per
-// moment chunk, which read the gradient and update the value and both moments in place.
+// Parameter registration (value, gradient, Adam moments in chunks), the global-norm clipping
+// ops, and the Adam ops, one per moment chunk, which update the value and both moments in place.
 #include "examples/common/parameters.hpp"
 
 #include <algorithm>
+#include <cmath>
+
+#include "device/error.hpp"
+#include "examples/common/device_io.hpp"
+#include "kernels/grad_norm.hpp"
 
 namespace spillway::examples {
 
@@ -39,6 +44,34 @@ void parameter_set::adam_step(Session& s, kernels::kernel_context& ctx, const ke
                          op.ptr<float>(p.m[c]), op.ptr<float>(p.v[c]), n, warmed, step);
     }
   }
+}
+
+void parameter_set::clip_grad_norm(Session& s, kernels::kernel_context& ctx, float max_norm) const {
+  SPILLWAY_EXPECTS_T(usage_error, max_norm >= 0.0f && std::isfinite(max_norm),
+                     "clip_grad_norm: the max norm " + std::to_string(max_norm) +
+                         " is not 0 (off) or a positive number");
+  if (max_norm == 0.0f || params_.empty()) return;
+  std::size_t largest = 0;
+  for (const auto& p : params_) largest = std::max(largest, p.count);
+  // One workspace for every norm op (the partial sums of the largest gradient fit it), and the
+  // sum itself; both live from the first norm op to the last op that reads them.
+  const op_workspace ws(s, "grad_norm.workspace", kernels::sum_of_squares_workspace_bytes(largest));
+  const tensor_handle sum_sq = s.add_transient("grad_norm.sum_sq", sizeof(float));
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const parameter& p = params_[i];
+    const bool first = i == 0;
+    auto op = first ? s.op(p.name + ".optim.norm", {p.grad}, {sum_sq, ws.handle()}, 2.0 * static_cast<double>(p.count))
+                    : s.op(p.name + ".optim.norm", {p.grad, sum_sq}, {sum_sq, ws.handle()},
+                           2.0 * static_cast<double>(p.count));
+    const auto bound = ws.bind(op, ctx);
+    kernels::sum_of_squares(ctx, op.stream(), op.ptr<float>(p.grad), p.count, op.ptr<float>(sum_sq), !first);
+  }
+  ws.release(s);
+  for (const auto& p : params_) {
+    auto op = s.op(p.name + ".optim.clip", {p.grad, sum_sq}, {p.grad}, static_cast<double>(p.count));
+    kernels::clip_by_norm(ctx, op.stream(), op.ptr<float>(p.grad), p.count, op.ptr<float>(sum_sq), max_norm);
+  }
+  s.release(sum_sq);
 }
 
 }  // namespace spillway::examples

@@ -42,6 +42,14 @@ inline constexpr std::int64_t warmup_steps = 20;
   return step >= warmup_steps ? lr : lr * static_cast<float>(step < 1 ? 1 : step) / static_cast<float>(warmup_steps);
 }
 
+// Note [Clipping order]
+// The global norm must be the same bits under every policy and budget (Invariant 1), so it is
+// summed in one fixed order: each gradient's sum of squares in the fixed order of the kernel
+// (Note [Sum of squares order] in kernels/grad_norm.hpp), added into one float gradient by
+// gradient in registration order, one op each. The planner may move that float and the
+// gradients between ops; it never changes their bytes or the order of the ops. The clip ops
+// read the float on the device, so nothing waits for the host in the middle of the step.
+
 /// Elements per chunk of the Adam moments (4 MiB of floats).
 inline constexpr std::size_t moment_chunk = std::size_t{1} << 20;
 
@@ -57,6 +65,15 @@ class parameter_set {
   /// learning rate warms up linearly over the first warmup_steps steps (see warmup_lr).
   void adam_step(Session& s, kernels::kernel_context& ctx, const kernels::adam_config& config,
                  std::int64_t step) const;
+
+  /// Global-norm gradient clipping (Note [Clipping order]): when max_norm > 0, scales every
+  /// gradient by min(1, max_norm / (norm + 1e-6)), the norm taken over all the gradients
+  /// together in float32. Call it after the backward pass and before adam_step. Ops, in
+  /// registration order: "<name>.optim.norm" (reads the gradient, adds its sum of squares into
+  /// the transient "grad_norm.sum_sq"; the first op sets it), then "<name>.optim.clip" (scales
+  /// the gradient in place by the factor read from that sum on the device). max_norm 0 adds no
+  /// op; a negative or non-finite one is a usage_error.
+  void clip_grad_norm(Session& s, kernels::kernel_context& ctx, float max_norm) const;
 
   [[nodiscard]] std::uint64_t count() const noexcept { return total_; }
   [[nodiscard]] const std::vector<parameter>& all() const noexcept { return params_; }

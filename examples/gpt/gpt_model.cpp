@@ -331,6 +331,7 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
   for (auto t : {tokens, positions, dres}) s.release(t);
 
   // ---- optimizer ----
+  params_.clip_grad_norm(s, ctx, sh_.clip_grad_norm);
   params_.adam_step(s, ctx, k::adam_config{1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f}, step + 1);
 
   return loss_.read(s);
@@ -343,7 +344,8 @@ std::unique_ptr<model> make_gpt(const gpt_shape& shape, std::uint64_t seed, std:
 }
 
 std::unique_ptr<model> make_gpt(const example_options& o) {
-  const gpt_shape shape = gpt_preset(o.size);
+  gpt_shape shape = gpt_preset(o.size);
+  shape.clip_grad_norm = static_cast<float>(o.clip_grad_norm);
   auto corpus = std::make_shared<const std::string>(
       o.data.empty() ? generate_corpus(o.seed, 64 * 1024) : load_corpus(o.data, static_cast<std::size_t>(shape.seq) + 2));
   return make_gpt(shape, o.seed, std::move(corpus));

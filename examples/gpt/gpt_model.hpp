@@ -18,6 +18,7 @@ struct gpt_shape {
   int heads = 8;
   int layers = 8;
   int batch = 8;
+  float clip_grad_norm = 0;  ///< > 0: global-norm gradient clipping before Adam (example_options)
 };
 
 /// The shape of each preset.

@@ -207,6 +207,7 @@ float mlp_model::train_step(Session& s, std::int64_t step) {
   }
   s.release(x);
 
+  params_.clip_grad_norm(s, ctx, sh_.clip_grad_norm);
   params_.adam_step(s, ctx, k::adam_config{sh_.lr, 0.9f, 0.999f, 1e-8f, 0.0f}, step + 1);
 
   return loss_.read(s);
@@ -218,7 +219,11 @@ std::unique_ptr<model> make_mlp(const mlp_shape& shape, std::uint64_t seed) {
   return std::make_unique<mlp_model>(shape, seed);
 }
 
-std::unique_ptr<model> make_mlp(const example_options& o) { return make_mlp(mlp_preset(o.size), o.seed); }
+std::unique_ptr<model> make_mlp(const example_options& o) {
+  mlp_shape shape = mlp_preset(o.size);
+  shape.clip_grad_norm = static_cast<float>(o.clip_grad_norm);
+  return make_mlp(shape, o.seed);
+}
 
 run_result run_mlp(const example_options& o, const step_observer& on_step) {
   return train(o, [&] { return make_mlp(o); }, on_step);

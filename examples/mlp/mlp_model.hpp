@@ -17,6 +17,7 @@ struct mlp_shape {
   int batch = 256;
   int teacher_hidden = 64;
   float lr = 3e-4f;     ///< Adam learning rate
+  float clip_grad_norm = 0;  ///< > 0: global-norm gradient clipping before Adam (example_options)
 };
 
 [[nodiscard]] mlp_shape mlp_preset(preset p);
