@@ -41,11 +41,11 @@ SPILLWAY_HD inline long pool_argmax(const pool_plane& z, const T* plane, long p,
 /// The window positions whose window covers coordinate c of an axis with `out` positions:
 /// [*first, *last] (empty when *first > *last).
 SPILLWAY_HD inline void covering(long c, long out, long size, long stride, long pad, long* first, long* last) {
-  const long hi = (c + pad) / stride;  // the last position starting at or before c
-  const long lo_num = c + pad - size + 1;  // positions p with p * stride >= lo_num
-  long lo = lo_num <= 0 ? 0 : (lo_num + stride - 1) / stride;
-  *first = lo;
-  *last = hi < out - 1 ? hi : out - 1;
+  // Window p spans [p * stride - pad, p * stride - pad + size - 1] of the axis.
+  const long last_start = (c + pad) / stride;  // the last window starting at or before c
+  const long reach = c + pad - size + 1;       // window p reaches c when p * stride >= reach
+  *first = reach <= 0 ? 0 : (reach + stride - 1) / stride;
+  *last = last_start < out - 1 ? last_start : out - 1;
 }
 
 /// dx of element (y, x) of a plane: the sum, in row-major window order, of dy over the windows
