@@ -15,6 +15,7 @@
 
 #include "device/error.hpp"
 #include "device/units.hpp"
+#include "examples/cnn/cnn_model.hpp"
 #include "examples/common/flags.hpp"
 #include "examples/common/report.hpp"
 #include "examples/gpt/gpt_model.hpp"
@@ -30,12 +31,14 @@ constexpr int steps = 3;
 constexpr double small_norm = 0.05;
 
 run_result run(const std::string& example, const example_options& o) {
-  return example == "gpt" ? run_gpt(o) : run_mlp(o);
+  if (example == "gpt") return run_gpt(o);
+  return example == "mlp" ? run_mlp(o) : run_cnn(o);
 }
 
 model_factory factory(const std::string& example, const example_options& o) {
   if (example == "gpt") return [o] { return make_gpt(o); };
-  return [o] { return make_mlp(o); };
+  if (example == "mlp") return [o] { return make_mlp(o); };
+  return [o] { return make_cnn(o); };
 }
 
 example_options tiny_options(const std::string& policy, std::uint64_t budget, double clip) {
@@ -138,7 +141,7 @@ TEST_P(clip_examples, norm_ops_then_clip_ops_in_registration_order_before_any_ad
   EXPECT_GT(gradient_norm(plain), 4 * small_norm);
 }
 
-INSTANTIATE_TEST_SUITE_P(examples, clip_examples, ::testing::Values("gpt", "mlp"));
+INSTANTIATE_TEST_SUITE_P(examples, clip_examples, ::testing::Values("gpt", "mlp", "cnn"));
 
 class clip_invariant : public ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};
 
@@ -161,6 +164,12 @@ TEST_P(clip_invariant, losses_match_everything_resident) {
 INSTANTIATE_TEST_SUITE_P(examples, clip_invariant,
                          ::testing::Combine(::testing::Values("gpt", "mlp"), ::testing::Values("lms", "vdnn", "auto"),
                                             ::testing::Values("half", "least")),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
+                         });
+// cnn at two settings only, to keep the suite short.
+INSTANTIATE_TEST_SUITE_P(cnn, clip_invariant,
+                         ::testing::Values(std::make_tuple("cnn", "lms", "half"), std::make_tuple("cnn", "auto", "least")),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
                          });
