@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernel_rig.hpp"
@@ -31,6 +32,15 @@ inline std::vector<float> widen_bf16(const std::vector<bf16>& v) {
 /// n random bf16 values in [lo, hi).
 inline std::vector<bf16> random_bf16(std::size_t n, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
   return round_bf16(random_floats(n, seed, lo, hi));
+}
+
+/// bf16 values as a kernel of storage type T takes them: themselves, or widened for float.
+template <class T>
+std::vector<T> in_storage(const std::vector<bf16>& v) {
+  if constexpr (std::is_same_v<T, bf16>)
+    return v;
+  else
+    return widen_bf16(v);
 }
 
 /// Expects got to hold exactly the bits of want; reports the first element that differs.

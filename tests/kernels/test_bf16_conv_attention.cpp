@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "bf16_rig.hpp"
@@ -20,14 +19,6 @@ using namespace spillway::kernels;
 using namespace spillway::kernels::testing;
 
 namespace {
-
-template <class T>
-std::vector<T> as(const std::vector<bf16>& v) {
-  if constexpr (std::is_same_v<T, bf16>)
-    return v;
-  else
-    return widen_bf16(v);
-}
 
 // ---- conv2d ----
 
@@ -57,12 +48,12 @@ struct conv_out {
 
 template <class T>
 conv_out<T> run_conv(rig& r, const conv_case& k, std::size_t offset = 0) {
-  const T* x = r.up(as<T>(k.x), offset);
-  const T* w = r.up(as<T>(k.w), offset);
-  const T* dy = r.up(as<T>(k.dy), offset);
+  const T* x = r.up(in_storage<T>(k.x), offset);
+  const T* w = r.up(in_storage<T>(k.w), offset);
+  const T* dy = r.up(in_storage<T>(k.dy), offset);
   conv_out<T> o;
   T* y = r.alloc<T>(k.ny, offset);
-  conv2d_forward(r.ctx(), r.s(), k.sh, x, w, r.up(as<T>(k.b), offset), y);
+  conv2d_forward(r.ctx(), r.s(), k.sh, x, w, r.up(in_storage<T>(k.b), offset), y);
   o.y = r.down(y, k.ny);
   T* dx = r.alloc<T>(k.nx, offset);
   T* dw = r.alloc<T>(k.nw, offset);
@@ -71,8 +62,8 @@ conv_out<T> run_conv(rig& r, const conv_case& k, std::size_t offset = 0) {
   o.dx = r.down(dx, k.nx);
   o.dw = r.down(dw, k.nw);
   o.db = r.down(db, k.sh.out_channels);
-  T* dwa = r.up(as<T>(k.dw0), offset);
-  T* dba = r.up(as<T>(k.db0), offset);
+  T* dwa = r.up(in_storage<T>(k.dw0), offset);
+  T* dba = r.up(in_storage<T>(k.db0), offset);
   conv2d_backward(r.ctx(), r.s(), k.sh, x, w, dy, static_cast<T*>(nullptr), dwa, dba, true);
   o.dw_acc = r.down(dwa, k.nw);
   o.db_acc = r.down(dba, k.sh.out_channels);

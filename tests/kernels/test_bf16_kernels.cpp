@@ -8,7 +8,6 @@
 
 #include <cstdint>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "bf16_rig.hpp"
@@ -42,29 +41,22 @@ struct ln_case {
 };
 
 /// Outputs of a layer norm forward and two backwards (overwrite, then accumulate onto dg0/db0),
-/// in storage type T; `offset` shifts every buffer to vary addresses between runs.
+/// in storage type T.
 template <class T>
 struct ln_out {
   std::vector<T> y, dx, dg, db, dg_acc, db_acc;
   std::vector<float> mean, rstd;
 };
 
-template <class T>
-std::vector<T> as(const std::vector<bf16>& v) {
-  if constexpr (std::is_same_v<T, bf16>)
-    return v;
-  else
-    return widen_bf16(v);
-}
-
+/// `offset` shifts every buffer, to vary the addresses between runs.
 template <class T>
 ln_out<T> run_ln(rig& r, const ln_case& k, std::size_t offset = 0) {
   const std::size_t n = static_cast<std::size_t>(k.rows) * k.cols;
   const auto c = static_cast<std::size_t>(k.cols);
-  const T* x = r.up(as<T>(k.x), offset);
-  const T* g = r.up(as<T>(k.g), offset);
-  const T* b = r.up(as<T>(k.b), offset);
-  const T* dy = r.up(as<T>(k.dy), offset);
+  const T* x = r.up(in_storage<T>(k.x), offset);
+  const T* g = r.up(in_storage<T>(k.g), offset);
+  const T* b = r.up(in_storage<T>(k.b), offset);
+  const T* dy = r.up(in_storage<T>(k.dy), offset);
   T* y = r.alloc<T>(n, offset);
   float* mean = r.alloc<float>(k.rows, offset);
   float* rstd = r.alloc<float>(k.rows, offset);
@@ -80,8 +72,8 @@ ln_out<T> run_ln(rig& r, const ln_case& k, std::size_t offset = 0) {
   o.dx = r.down(dx, n);
   o.dg = r.down(dg, c);
   o.db = r.down(db, c);
-  T* dga = r.up(as<T>(k.dg0), offset);
-  T* dba = r.up(as<T>(k.db0), offset);
+  T* dga = r.up(in_storage<T>(k.dg0), offset);
+  T* dba = r.up(in_storage<T>(k.db0), offset);
   layer_norm_backward(r.ctx(), r.s(), x, g, mean, rstd, dy, dx, dga, dba, k.rows, k.cols, true);
   o.dg_acc = r.down(dga, c);
   o.db_acc = r.down(dba, c);
@@ -161,7 +153,7 @@ template <class T>
 xent_out<T> run_xent(rig& r, const xent_case& k, std::size_t offset = 0) {
   const std::size_t n = static_cast<std::size_t>(k.rows) * k.cols;
   const float scale = 1.0f / static_cast<float>(k.rows);
-  const T* logits = r.up(as<T>(k.logits), offset);
+  const T* logits = r.up(in_storage<T>(k.logits), offset);
   const std::int32_t* targets = r.up(k.targets, offset);
   float* losses = r.alloc<float>(k.rows, offset);
   float* mean = r.alloc<float>(1, offset);
@@ -176,7 +168,7 @@ xent_out<T> run_xent(rig& r, const xent_case& k, std::size_t offset = 0) {
   softmax_cross_entropy(r.ctx(), r.s(), logits, targets, static_cast<float*>(nullptr), mean_only,
                         static_cast<T*>(nullptr), k.rows, k.cols, scale);
   o.mean_only = r.down(mean_only, 1);
-  T* both = r.up(as<T>(k.logits), offset);
+  T* both = r.up(in_storage<T>(k.logits), offset);
   softmax_cross_entropy(r.ctx(), r.s(), both, targets, losses, mean, both, k.rows, k.cols, scale);
   o.in_place = r.down(both, n);
   return o;
@@ -249,19 +241,19 @@ emb_out<T> run_emb(rig& r, const emb_case& k, std::size_t offset = 0) {
   const std::size_t n = static_cast<std::size_t>(k.tokens) * k.dim;
   const std::size_t nv = static_cast<std::size_t>(k.vocab) * k.dim;
   const std::int32_t* ids = r.up(k.ids, offset);
-  const T* table = r.up(as<T>(k.table), offset);
+  const T* table = r.up(in_storage<T>(k.table), offset);
   emb_out<T> o;
   T* out = r.alloc<T>(n, offset);
   embedding_forward(r.ctx(), r.s(), ids, table, out, k.tokens, k.vocab, k.dim);
   o.lookup = r.down(out, n);
-  T* summed = r.up(as<T>(k.pos), offset);
+  T* summed = r.up(in_storage<T>(k.pos), offset);
   embedding_forward(r.ctx(), r.s(), ids, table, summed, k.tokens, k.vocab, k.dim, true);
   o.summed = r.down(summed, n);
-  const T* dout = r.up(as<T>(k.dout), offset);
-  T* dtable = r.up(as<T>(k.dtable0), offset);  // overwritten whole, rows no token uses too
+  const T* dout = r.up(in_storage<T>(k.dout), offset);
+  T* dtable = r.up(in_storage<T>(k.dtable0), offset);  // overwritten whole, rows no token uses too
   embedding_backward(r.ctx(), r.s(), ids, dout, dtable, k.tokens, k.vocab, k.dim, false);
   o.dtable = r.down(dtable, nv);
-  T* acc = r.up(as<T>(k.dtable0), offset);
+  T* acc = r.up(in_storage<T>(k.dtable0), offset);
   embedding_backward(r.ctx(), r.s(), ids, dout, acc, k.tokens, k.vocab, k.dim, true);
   o.dtable_acc = r.down(acc, nv);
   return o;
@@ -349,11 +341,11 @@ template <class T>
 causal_out<T> run_causal(rig& r, const causal_case& k, const std::vector<bf16>& probs, std::size_t offset = 0) {
   const std::size_t n = k.scores.size();
   causal_out<T> o;
-  T* x = r.up(as<T>(k.scores), offset);
+  T* x = r.up(in_storage<T>(k.scores), offset);
   causal_softmax_forward(r.ctx(), r.s(), x, k.batch, k.seq);
   o.probs = r.down(x, n);
-  T* d = r.up(as<T>(k.dprobs), offset);
-  causal_softmax_backward(r.ctx(), r.s(), r.up(as<T>(probs), offset), d, k.batch, k.seq, k.scale);
+  T* d = r.up(in_storage<T>(k.dprobs), offset);
+  causal_softmax_backward(r.ctx(), r.s(), r.up(in_storage<T>(probs), offset), d, k.batch, k.seq, k.scale);
   o.dscores = r.down(d, n);
   return o;
 }
@@ -457,18 +449,18 @@ template <class T>
 pool_out<T> run_pool(rig& r, const pool_case& k, std::size_t offset = 0) {
   const int plane = k.sh.height * k.sh.width;
   pool_out<T> o;
-  const T* x = r.up(as<T>(k.x), offset);
+  const T* x = r.up(in_storage<T>(k.x), offset);
   T* y = r.alloc<T>(k.ny, offset);
   max_pool2d_forward(r.ctx(), r.s(), k.sh, x, y);
   o.y = r.down(y, k.ny);
-  T* dx = r.up(as<T>(k.x), offset);  // overwritten
-  max_pool2d_backward(r.ctx(), r.s(), k.sh, x, y, r.up(as<T>(k.dy), offset), dx);
+  T* dx = r.up(in_storage<T>(k.x), offset);  // overwritten
+  max_pool2d_backward(r.ctx(), r.s(), k.sh, x, y, r.up(in_storage<T>(k.dy), offset), dx);
   o.dx = r.down(dx, k.nx);
   T* avg = r.alloc<T>(k.planes, offset);
   global_avg_pool_forward(r.ctx(), r.s(), x, avg, k.sh.batch, k.sh.channels, plane);
   o.avg = r.down(avg, k.planes);
   T* avg_dx = r.alloc<T>(k.nx, offset);
-  global_avg_pool_backward(r.ctx(), r.s(), r.up(as<T>(k.gdy), offset), avg_dx, k.sh.batch, k.sh.channels, plane);
+  global_avg_pool_backward(r.ctx(), r.s(), r.up(in_storage<T>(k.gdy), offset), avg_dx, k.sh.batch, k.sh.channels, plane);
   o.avg_dx = r.down(avg_dx, k.nx);
   return o;
 }
