@@ -1,6 +1,8 @@
 // The cuda backend's launchers, one per public kernel, called by the dispatchers in the .cpp
-// files (SPILLWAY_KERNEL_LAUNCH). A launcher has the type of the kernel it serves, so it is
-// declared by that type and cannot drift from it; defined only in CUDA builds.
+// files (SPILLWAY_KERNEL_LAUNCH). A launcher has the type of the kernel it serves: declared by
+// that type (decltype) where the kernel has one overload, else as a template over the storage
+// type T (float or bf16) whose instantiations the .cu or .cpp defining it lists; the dispatcher
+// passes its own pointers, so a launcher cannot drift from its kernel. Defined only in CUDA builds.
 #pragma once
 
 #include <cstddef>
