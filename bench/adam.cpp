@@ -1,9 +1,8 @@
 // spillway-bench adam: the CPU Adam's updates per second for fp32 state, against the memory
 // bandwidth a STREAM-style triad reaches over the same bytes with the same threads, same run.
 #include <cerrno>
+#include <cstdio>
 #include <fstream>
-#include <iomanip>
-#include <iostream>
 #include <memory>
 #include <string>
 
@@ -37,20 +36,18 @@ int run(const adam_args& a) {
 
   const double adam_gbs = r.adam_bytes_per_second() / 1e9, triad_gbs = r.triad_bytes_per_second() / 1e9;
   const bool met = r.ratio() >= a.target;
-  std::cout << std::fixed << std::setprecision(2) << "cpu adam against a STREAM triad, same run: " << r.elements
-            << " parameters (" << format_bytes(r.elements * 16) << " of fp32 state; the triad's 3 buffers the same bytes), isa "
-            << kernels::to_string(r.isa) << ", " << r.threads << " threads, "
-            << (r.numa_placed ? "NUMA-placed" : "plain aligned") << " memory, best of " << r.repeats << "\n"
-            << "kernel  bytes/elem  best ms   GB/s     per second\n"
-            << "adam    " << std::setw(10) << std::left << adam_bytes_per_update << std::right << std::setw(9)
-            << r.adam_seconds * 1e3 << std::setw(8) << adam_gbs << "   " << std::setprecision(3) << std::scientific
-            << r.updates_per_second() << " updates\n"
-            << std::fixed << std::setprecision(2) << "triad   " << std::setw(10) << std::left
-            << triad_bytes_per_element << std::right << std::setw(9) << r.triad_seconds * 1e3 << std::setw(8)
-            << triad_gbs << "   (STREAM counting: write-allocate reads not counted)\n"
-            << "adam bytes/s / triad bytes/s: " << std::setprecision(3) << r.ratio() << "\n"
-            << "target: cpu adam at least " << a.target << "x of the triad bandwidth: " << (met ? "PASS" : "MISS")
-            << "\n";
+  std::printf("cpu adam against a STREAM triad, same run: %zu parameters (%s of fp32 state; the triad's 3 buffers "
+              "the same bytes), isa %s, %d threads, %s memory, best of %d\n",
+              r.elements, format_bytes(r.elements * 16).c_str(), std::string(kernels::to_string(r.isa)).c_str(),
+              r.threads, r.numa_placed ? "NUMA-placed" : "plain aligned", r.repeats);
+  std::printf("kernel  bytes/element  best ms    GB/s  per second\n");
+  std::printf("adam    %13.0f  %7.2f  %6.2f  %.3g updates\n", adam_bytes_per_update, r.adam_seconds * 1e3, adam_gbs,
+              r.updates_per_second());
+  std::printf("triad   %13.0f  %7.2f  %6.2f  %.3g elements (STREAM's count: the write-allocate read of a is not in it)\n",
+              triad_bytes_per_element, r.triad_seconds * 1e3, triad_gbs,
+              static_cast<double>(r.triad_elements) / r.triad_seconds);
+  std::printf("adam bytes/s / triad bytes/s: %.3f\n", r.ratio());
+  std::printf("target: cpu adam at least %gx of the triad bandwidth: %s\n", a.target, met ? "PASS" : "MISS");
   if (!a.json.empty()) {
     nlohmann::json j = {{"elements", r.elements},
                         {"triad_elements", r.triad_elements},
