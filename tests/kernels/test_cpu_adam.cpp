@@ -2,6 +2,7 @@
 // backend where a GPU answers), bit for bit, on inputs full of denormals, infinities, NaNs and
 // extremes; its argument checks and ISA queries; and numa_array (alignment, zeros, fallback).
 #include <gtest/gtest.h>
+#include <xmmintrin.h>
 
 #include <bit>
 #include <cfloat>
@@ -165,6 +166,26 @@ TEST(CpuAdam, PlainValuesOverManyChunksMatchAdamStep) {
   // Usual training values (moments from zero) over 16 host chunks and a tail: the parallel
   // partition gives the same bits as the device's.
   expect_cpu_adam_matches("cpu", cpu_isa::best, {16 * 16384 + 5, adamw(), 7, false});
+}
+
+TEST(CpuAdam, KeepsDenormals) {
+  // Nothing in the process flushes denormals (MXCSR's flush-to-zero and denormals-are-zero bits
+  // clear), and every body keeps them: with beta1 = 0.5 and g = 0, m = 2 denorm_min becomes
+  // denorm_min, not 0; a denormal gradient's m is (1 - beta1) g, itself a denormal.
+  EXPECT_EQ(_mm_getcsr() & 0x8040u, 0u);
+  constexpr float tiny = std::numeric_limits<float>::denorm_min();
+  adam_config c;
+  c.beta1 = 0.5f;
+  for (cpu_isa isa : {cpu_isa::scalar, cpu_isa::avx2, cpu_isa::avx512}) {
+    if (!cpu_supports(isa)) continue;
+    const std::size_t n = 37;  // vector lanes and a scalar tail
+    std::vector<float> p(n, 1.0f), g(n, 0.0f), m(n, 2 * tiny), v(n, 0.0f);
+    g[n - 1] = 4 * tiny;
+    m[n - 1] = 0.0f;
+    cpu_adam_step(p.data(), g.data(), m.data(), v.data(), n, c, 1, isa);
+    for (std::size_t i = 0; i + 1 < n; ++i) ASSERT_EQ(m[i], tiny) << to_string(isa) << " element " << i;
+    EXPECT_EQ(m[n - 1], 2 * tiny) << to_string(isa);
+  }
 }
 
 TEST(CpuAdam, RunsOnNumaArrays) {
