@@ -60,9 +60,9 @@ void parameter_set::clip_grad_norm(Session& s, kernels::kernel_context& ctx, flo
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const parameter& p = params_[i];
     const bool first = i == 0;
-    auto op = first ? s.op(p.name + ".optim.norm", {p.grad}, {sum_sq, ws.handle()}, 2.0 * static_cast<double>(p.count))
-                    : s.op(p.name + ".optim.norm", {p.grad, sum_sq}, {sum_sq, ws.handle()},
-                           2.0 * static_cast<double>(p.count));
+    const double flops = 2.0 * static_cast<double>(p.count);
+    auto op = first ? s.op(p.name + ".optim.norm", {p.grad}, {sum_sq, ws.handle()}, flops)
+                    : s.op(p.name + ".optim.norm", {p.grad, sum_sq}, {sum_sq, ws.handle()}, flops);
     const auto bound = ws.bind(op, ctx);
     kernels::sum_of_squares(ctx, op.stream(), op.ptr<float>(p.grad), p.count, op.ptr<float>(sum_sq), !first);
   }

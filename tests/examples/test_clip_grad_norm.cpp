@@ -161,18 +161,19 @@ TEST_P(clip_invariant, losses_match_everything_resident) {
   EXPECT_GT(r.h2d_bytes + r.d2h_bytes + r.recomputes, 0u) << "nothing left the device: the budget tested nothing";
 }
 
+std::string setting_name(const ::testing::TestParamInfo<clip_invariant::ParamType>& info) {
+  return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
+}
+
 INSTANTIATE_TEST_SUITE_P(examples, clip_invariant,
                          ::testing::Combine(::testing::Values("gpt", "mlp"), ::testing::Values("lms", "vdnn", "auto"),
                                             ::testing::Values("half", "least")),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
-                         });
+                         setting_name);
 // cnn at two settings only, to keep the suite short.
 INSTANTIATE_TEST_SUITE_P(cnn, clip_invariant,
-                         ::testing::Values(std::make_tuple("cnn", "lms", "half"), std::make_tuple("cnn", "auto", "least")),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
-                         });
+                         ::testing::Values(std::make_tuple("cnn", "lms", "half"),
+                                           std::make_tuple("cnn", "auto", "least")),
+                         setting_name);
 
 /// What an example program does with its command line before any work: parse and load.
 example_options load(std::vector<std::string> args) {
