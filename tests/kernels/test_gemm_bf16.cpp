@@ -268,7 +268,10 @@ TEST(GemmBf16Cuda, MatchesCpu) {
   const linear_data d;
   const auto want = run_linear(cpu, d);
   const auto got = run_linear(gpu, d);
-  expect_near_all(widen_bf16(got.y), widen_bf16(want.y), 1e-3, 8e-3, "y");
+  // y is rounded twice (after the GEMM, after the bias): a one-unit difference in the GEMM's
+  // rounding survives a bias that cancels most of it, so y gets an absolute bound, a unit or two
+  // at the largest |x w^T| these shapes give.
+  expect_near_all(widen_bf16(got.y), widen_bf16(want.y), 4e-2, 8e-3, "y");
   expect_near_all(widen_bf16(got.dx), widen_bf16(want.dx), 1e-3, 8e-3, "dx");
   expect_near_all(widen_bf16(got.dw), widen_bf16(want.dw), 1e-3, 8e-3, "dw");
   expect_same_bits(got.dbias, want.dbias, "dbias");  // one thread per column, rows in order, on both
