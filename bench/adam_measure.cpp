@@ -2,8 +2,11 @@
 // NUMA-placed buffers of the same total size, with oneTBB's threads and the same partition.
 #include "bench/adam_measure.hpp"
 
-#include <emmintrin.h>
 #include <tbb/task_arena.h>
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -29,10 +32,12 @@ double seconds_of(const F& f) {
 // on memory, and the same on every machine.
 void triad(float* __restrict a, const float* __restrict b, const float* __restrict c, float s, std::size_t begin,
            std::size_t end) {
-  const __m128 sv = _mm_set1_ps(s);
   std::size_t i = begin;
+#if defined(__x86_64__)
+  const __m128 sv = _mm_set1_ps(s);
   for (; i + 4 <= end; i += 4)
     _mm_storeu_ps(a + i, _mm_add_ps(_mm_loadu_ps(b + i), _mm_mul_ps(sv, _mm_loadu_ps(c + i))));
+#endif
   for (; i < end; ++i) a[i] = b[i] + s * c[i];
 }
 

@@ -1,9 +1,11 @@
 // The CPU Adam's bodies: scalar, AVX2 and AVX-512F, each only in functions compiled for its
 // instruction set (target attributes), so the library runs on any x86-64 and picks at run time.
-#include <immintrin.h>
-
 #include "kernels/cpu_adam.hpp"
 #include "kernels/ops.hpp"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 // Each vector body repeats ops::adam_update operation for operation, in its order, with separate
 // mul, add, sub, div and sqrt (correctly rounded, Note [Exact math]); never an FMA. GCC writes
