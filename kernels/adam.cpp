@@ -36,4 +36,15 @@ void adam_step(kernel_context& ctx, stream s, float* params, const float* grads,
   });
 }
 
+void adam_step(kernel_context& ctx, stream s, float* master, const bf16* grads, float* m, float* v, bf16* weights,
+               std::size_t n, const adam_config& config, std::int64_t step) {
+  const ops::adam_coeffs c = make_adam_coeffs(config, step, "adam_step (bf16)");
+  if (n == 0) return;
+  SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_adam_step_mixed(ctx, s, master, grads, m, v, weights, n, c), [=] {
+    detail::parallel_for(n, 1u << 14, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) ops::adam_update_mixed(master[i], grads[i], m[i], v[i], weights[i], c);
+    });
+  });
+}
+
 }  // namespace spillway::kernels

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/bf16.hpp"
 #include "kernels/context.hpp"
 #include "kernels/ops.hpp"
 
@@ -29,5 +30,11 @@ void adam_step(kernel_context& ctx, stream s, float* params, const float* grads,
 /// (usage_error naming `kernel`): step counts from 1, betas in [0, 1), eps >= 0.
 [[nodiscard]] ops::adam_coeffs make_adam_coeffs(const adam_config& config, std::int64_t step,
                                                 const char* kernel = "make_adam_coeffs");
+
+/// Mixed precision: the same step on fp32 master weights with a bf16 gradient (widened exactly),
+/// then weights = to_bf16(master) (round to nearest even). Master and moments stay fp32, so the
+/// master's bits equal the fp32 step's on the widened gradient.
+void adam_step(kernel_context& ctx, stream s, float* master, const bf16* grads, float* m, float* v, bf16* weights,
+               std::size_t n, const adam_config& config, std::int64_t step);
 
 }  // namespace spillway::kernels

@@ -97,9 +97,14 @@ void cuda_channel_bias_backward(kernel_context& ctx, stream s, const T* dy, T* d
 // adam.cu
 void cuda_adam_step(kernel_context& ctx, stream s, float* params, const float* grads, float* m, float* v,
                     std::size_t n, const ops::adam_coeffs& c);
+void cuda_adam_step_mixed(kernel_context& ctx, stream s, float* master, const bf16* grads, float* m, float* v,
+                          bf16* weights, std::size_t n, const ops::adam_coeffs& c);
 
 // grad_norm.cu
-decltype(kernels::sum_of_squares) cuda_sum_of_squares;
-decltype(kernels::clip_by_norm) cuda_clip_by_norm;
+// grad_norm.cu: T is float or bf16 (the storage of the kernels' overloads).
+template <class T>
+void cuda_sum_of_squares(kernel_context& ctx, stream s, const T* x, std::size_t n, float* sum_sq, bool accumulate);
+template <class T>
+void cuda_clip_by_norm(kernel_context& ctx, stream s, T* g, std::size_t n, const float* sum_sq, float max_norm);
 
 }  // namespace spillway::kernels::detail

@@ -37,7 +37,10 @@ constexpr std::size_t clip_grain = 1u << 14;
 
 }  // namespace
 
-void sum_of_squares(kernel_context& ctx, stream s, const float* x, std::size_t n, float* sum_sq, bool accumulate) {
+namespace {
+
+template <class T>
+void sum_of_squares_any(kernel_context& ctx, stream s, const T* x, std::size_t n, float* sum_sq, bool accumulate) {
   SPILLWAY_KERNEL_EXPECTS(sum_sq != nullptr, "sum_of_squares");
   SPILLWAY_KERNEL_EXPECTS(n == 0 || x != nullptr, "sum_of_squares");
   // The partial sums go to the bound workspace (Note [Workspace]), taken here at the launch so
@@ -49,10 +52,13 @@ void sum_of_squares(kernel_context& ctx, stream s, const float* x, std::size_t n
     // Each chunk writes only its own result, so the split over threads changes nothing.
     detail::parallel_for(chunks, 16, [&](std::size_t b, std::size_t e) {
       for (std::size_t c = b; c < e; ++c) {
-        const float* chunk = x + c * sum_of_squares_chunk;
+        const T* chunk = x + c * sum_of_squares_chunk;
         const std::size_t m = n - c * sum_of_squares_chunk < sum_of_squares_chunk ? n - c * sum_of_squares_chunk
                                                                                   : sum_of_squares_chunk;
-        partial[c] = lane_sum(m, [&](std::size_t i) { return exact::mul(chunk[i], chunk[i]); });
+        partial[c] = lane_sum(m, [&](std::size_t i) {
+          const float v = load(chunk[i]);
+          return exact::mul(v, v);
+        });
       }
     });
     const float total = lane_sum(chunks, [&](std::size_t c) { return partial[c]; });
@@ -60,7 +66,8 @@ void sum_of_squares(kernel_context& ctx, stream s, const float* x, std::size_t n
   });
 }
 
-void clip_by_norm(kernel_context& ctx, stream s, float* g, std::size_t n, const float* sum_sq, float max_norm) {
+template <class T>
+void clip_by_norm_any(kernel_context& ctx, stream s, T* g, std::size_t n, const float* sum_sq, float max_norm) {
   SPILLWAY_KERNEL_EXPECTS(max_norm > 0.0f && std::isfinite(max_norm), "clip_by_norm");
   SPILLWAY_KERNEL_EXPECTS(sum_sq != nullptr, "clip_by_norm");
   if (n == 0) return;
@@ -69,9 +76,24 @@ void clip_by_norm(kernel_context& ctx, stream s, float* g, std::size_t n, const 
     const float f = clip_factor(*sum_sq, max_norm);
     if (!(f < 1.0f)) return;  // within the norm: the gradients keep their bits
     detail::parallel_for(n, clip_grain, [&](std::size_t b, std::size_t e) {
-      for (std::size_t i = b; i < e; ++i) g[i] = exact::mul(g[i], f);
+      for (std::size_t i = b; i < e; ++i) g[i] = store_as<T>(exact::mul(load(g[i]), f));
     });
   });
+}
+
+}  // namespace
+
+void sum_of_squares(kernel_context& ctx, stream s, const float* x, std::size_t n, float* sum_sq, bool accumulate) {
+  sum_of_squares_any(ctx, s, x, n, sum_sq, accumulate);
+}
+void sum_of_squares(kernel_context& ctx, stream s, const bf16* x, std::size_t n, float* sum_sq, bool accumulate) {
+  sum_of_squares_any(ctx, s, x, n, sum_sq, accumulate);
+}
+void clip_by_norm(kernel_context& ctx, stream s, float* g, std::size_t n, const float* sum_sq, float max_norm) {
+  clip_by_norm_any(ctx, s, g, n, sum_sq, max_norm);
+}
+void clip_by_norm(kernel_context& ctx, stream s, bf16* g, std::size_t n, const float* sum_sq, float max_norm) {
+  clip_by_norm_any(ctx, s, g, n, sum_sq, max_norm);
 }
 
 }  // namespace spillway::kernels

@@ -13,13 +13,16 @@ static_assert(sum_of_squares_lanes == threads_per_block, "a chunk is one block o
 
 /// Block c: lane t adds x[i]^2 for i = c * chunk + t, + lanes, ... inside the chunk; the tree;
 /// the chunk's result to partial[c].
-__global__ void sum_of_squares_kernel(const float* x, std::size_t n, float* partial) {
+template <class T>
+__global__ void sum_of_squares_kernel(const T* x, std::size_t n, float* partial) {
   __shared__ float shm[sum_of_squares_lanes];
   const std::size_t first = static_cast<std::size_t>(blockIdx.x) * sum_of_squares_chunk;
   const std::size_t end = n - first < sum_of_squares_chunk ? n : first + sum_of_squares_chunk;
   float acc = 0.0f;
-  for (std::size_t i = first + threadIdx.x; i < end; i += sum_of_squares_lanes)
-    acc = exact::add(acc, exact::mul(x[i], x[i]));
+  for (std::size_t i = first + threadIdx.x; i < end; i += sum_of_squares_lanes) {
+    const float v = load(x[i]);
+    acc = exact::add(acc, exact::mul(v, v));
+  }
   acc = block_sum(acc, shm);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
@@ -33,18 +36,19 @@ __global__ void sum_of_squares_fold_kernel(const float* partial, std::size_t chu
   if (threadIdx.x == 0) *sum_sq = accumulate ? exact::add(*sum_sq, acc) : acc;
 }
 
-__global__ void clip_by_norm_kernel(float* g, std::size_t n, const float* sum_sq, float max_norm) {
+template <class T>
+__global__ void clip_by_norm_kernel(T* g, std::size_t n, const float* sum_sq, float max_norm) {
   const float f = clip_factor(*sum_sq, max_norm);
   if (!(f < 1.0f)) return;  // within the norm: the gradients keep their bits
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(blockDim.x) * gridDim.x)
-    g[i] = exact::mul(g[i], f);
+    g[i] = store_as<T>(exact::mul(load(g[i]), f));
 }
 
 }  // namespace
 
-void cuda_sum_of_squares(kernel_context& ctx, stream s, const float* x, std::size_t n, float* sum_sq,
-                         bool accumulate) {
+template <class T>
+void cuda_sum_of_squares(kernel_context& ctx, stream s, const T* x, std::size_t n, float* sum_sq, bool accumulate) {
   const std::size_t chunks = (n + sum_of_squares_chunk - 1) / sum_of_squares_chunk;
   SPILLWAY_EXPECTS_T(usage_error, chunks < (std::size_t{1} << 31),
                      "sum_of_squares: " + std::to_string(n) +
@@ -62,9 +66,15 @@ void cuda_sum_of_squares(kernel_context& ctx, stream s, const float* x, std::siz
                            partial, chunks, sum_sq, accumulate));
 }
 
-void cuda_clip_by_norm(kernel_context&, stream s, float* g, std::size_t n, const float* sum_sq, float max_norm) {
+template <class T>
+void cuda_clip_by_norm(kernel_context&, stream s, T* g, std::size_t n, const float* sum_sq, float max_norm) {
   SPILLWAY_CUDA_LAUNCH("clip_by_norm_kernel",
                        clip_by_norm_kernel<<<blocks_for(n), threads_per_block, 0, native(s)>>>(g, n, sum_sq, max_norm));
 }
+
+template void cuda_sum_of_squares<float>(kernel_context&, stream, const float*, std::size_t, float*, bool);
+template void cuda_sum_of_squares<bf16>(kernel_context&, stream, const bf16*, std::size_t, float*, bool);
+template void cuda_clip_by_norm<float>(kernel_context&, stream, float*, std::size_t, const float*, float);
+template void cuda_clip_by_norm<bf16>(kernel_context&, stream, bf16*, std::size_t, const float*, float);
 
 }  // namespace spillway::kernels::detail

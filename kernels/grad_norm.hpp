@@ -4,6 +4,7 @@
 
 #include <cstddef>
 
+#include "kernels/bf16.hpp"
 #include "kernels/context.hpp"
 #include "kernels/exact_math.hpp"
 #include "kernels/hd.hpp"
@@ -46,6 +47,8 @@ inline constexpr std::size_t sum_of_squares_lanes = 256;
 /// to the bound workspace, which must hold sum_of_squares_workspace_bytes(n). n may be 0 (adds
 /// nothing). x must not overlap the workspace or sum_sq.
 void sum_of_squares(kernel_context& ctx, stream s, const float* x, std::size_t n, float* sum_sq, bool accumulate);
+/// The same over bf16 values, each widened exactly before it is squared (the sum stays float32).
+void sum_of_squares(kernel_context& ctx, stream s, const bf16* x, std::size_t n, float* sum_sq, bool accumulate);
 
 /// The factor clipping scales gradients by: min(1, max_norm / (sqrt(sum_sq) + 1e-6)). A
 /// sum_sq of NaN gives 1 (the gradients, which hold the NaN, are left as they are); +inf gives 0.
@@ -59,5 +62,7 @@ SPILLWAY_HD inline float clip_factor(float sum_sq, float max_norm) {
 /// device memory, as sum_of_squares left it) on the stream. When the factor is 1 (the norm is
 /// within max_norm) g is not written, so it keeps its bits. max_norm must be positive and finite.
 void clip_by_norm(kernel_context& ctx, stream s, float* g, std::size_t n, const float* sum_sq, float max_norm);
+/// The same on bf16 gradients: each widened, scaled in float32 and rounded back (to_bf16).
+void clip_by_norm(kernel_context& ctx, stream s, bf16* g, std::size_t n, const float* sum_sq, float max_norm);
 
 }  // namespace spillway::kernels

@@ -4,6 +4,7 @@
 
 #include <math.h>  // tanhf, sqrtf, expf, logf in the global namespace for both g++ and nvcc
 
+#include "kernels/bf16.hpp"
 #include "kernels/exact_math.hpp"
 #include "kernels/hd.hpp"
 
@@ -55,6 +56,13 @@ SPILLWAY_HD inline void adam_update(float& p, float g, float& m, float& v, const
   // p = p - lr (m_hat / (sqrt(v_hat) + eps) + wd p)
   const float step = x::add(x::div(m_hat, x::add(x::sqrt(v_hat), c.eps)), x::mul(c.weight_decay, p));
   p = x::sub(p, x::mul(c.lr, step));
+}
+
+/// Adam in mixed precision: the fp32 step on the master p with the widened bf16 gradient, then
+/// the bf16 weights w rounded from the new master.
+SPILLWAY_HD inline void adam_update_mixed(float& p, bf16 g, float& m, float& v, bf16& w, const adam_coeffs& c) {
+  adam_update(p, to_float(g), m, v, c);
+  w = to_bf16(p);
 }
 
 /// Softmax backward for one element: dx = p * (dp - sum_j p_j dp_j).

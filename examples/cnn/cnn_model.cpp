@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "device/error.hpp"
@@ -32,7 +33,6 @@ cnn_shape cnn_preset(preset p) {
 
 namespace {
 
-constexpr std::uint64_t f32 = sizeof(float);
 constexpr int in_channels = 3;
 
 struct conv_param {
@@ -52,6 +52,9 @@ struct stage {
   std::vector<res_block> blocks;
 };
 
+// Elem: the storage type of weights, activations and gradients (float, or kernels::bf16 in
+// mixed precision; Note [Mixed precision] in examples/common/precision.hpp).
+template <class Elem>
 class cnn_model final : public model {
  public:
   cnn_model(const cnn_shape& shape, std::uint64_t seed) : sh_(shape), seed_(seed) {
@@ -109,7 +112,7 @@ class cnn_model final : public model {
     }
     return "cnn: resnet-style, stages " + ch + " channels x " + std::to_string(sh_.blocks_per_stage) + " blocks, " +
            std::to_string(sh_.image) + "x" + std::to_string(sh_.image) + " images, batch " + std::to_string(sh_.batch) +
-           ", " + std::to_string(sh_.classes) + " pattern classes";
+           ", " + std::to_string(sh_.classes) + " pattern classes, " + to_string(params_.format());
   }
 
  private:
@@ -120,28 +123,35 @@ class cnn_model final : public model {
     p.w = params_.add(s, name + ".weight",
                       normal_values(r, static_cast<std::size_t>(cout) * fan_in, gain * std::sqrt(2.0 / static_cast<double>(fan_in))));
     p.b = params_.add(s, name + ".bias", std::vector<float>(static_cast<std::size_t>(cout), 0.0f));
-    p.workspace = k::conv2d_workspace_bytes(*ctx_, p.shape);  // sized once, before training
+    // Sized once, before training.
+    if constexpr (std::is_same_v<Elem, k::bf16>)
+      p.workspace = k::conv2d_bf16_workspace_bytes(*ctx_, p.shape);
+    else
+      p.workspace = k::conv2d_workspace_bytes(*ctx_, p.shape);
     return p;
   }
 
   static std::uint64_t out_bytes(const k::conv2d_shape& c) {
     return static_cast<std::uint64_t>(c.batch) * static_cast<std::uint64_t>(c.out_channels) *
-           static_cast<std::uint64_t>(c.out_height()) * static_cast<std::uint64_t>(c.out_width()) * f32;
+           static_cast<std::uint64_t>(c.out_height()) * static_cast<std::uint64_t>(c.out_width()) * et;
   }
   static double flops(const k::conv2d_shape& c) {
     return 2.0 * c.batch * c.out_channels * c.out_height() * c.out_width() * c.in_channels * c.kernel.size * c.kernel.size;
   }
 
+  static constexpr std::uint64_t et = sizeof(Elem);  // bytes of a weight, activation or gradient element
+
   cnn_shape sh_;
   std::uint64_t seed_;
   std::unique_ptr<k::kernel_context> ctx_;
-  parameter_set params_;
+  parameter_set params_{std::is_same_v<Elem, k::bf16> ? precision::bf16 : precision::fp32};
   loss_value loss_;
   conv_param stem_;
   std::vector<stage> stages_;
   parameter fc_w_, fc_b_;
   int final_channels_ = 0, final_plane_ = 0;
   std::vector<float> pixels_;
+  std::vector<Elem> pixels_stored_;  // pixels_ in the storage type, read by the upload op
   std::vector<std::int32_t> labels_;
   pinned_staging staging_;
 };
@@ -155,16 +165,19 @@ struct stage_acts {
   std::vector<block_acts> blocks;
 };
 
-float cnn_model::train_step(Session& s, std::int64_t step) {
+template <class Elem>
+float cnn_model<Elem>::train_step(Session& s, std::int64_t step) {
   k::kernel_context& ctx = *ctx_;
   const int B = sh_.batch;
   make_images(seed_, step, B, in_channels, sh_.image, sh_.classes, pixels_, labels_);
-  auto images = s.add_transient("images", pixels_.size() * f32);
+  pixels_stored_.resize(pixels_.size());
+  for (std::size_t i = 0; i < pixels_.size(); ++i) pixels_stored_[i] = k::store_as<Elem>(pixels_[i]);
+  auto images = s.add_transient("images", pixels_.size() * et);
   auto labels = s.add_transient("labels", labels_.size() * sizeof(std::int32_t));
   {
     auto op = s.op("batch.upload", {}, {images, labels});
     staging_.upload(op.device(), op.stream(),
-                    {{op.ptr(images), pixels_.data(), pixels_.size() * f32},
+                    {{op.ptr(images), pixels_stored_.data(), pixels_stored_.size() * et},
                      {op.ptr(labels), labels_.data(), labels_.size() * sizeof(std::int32_t)}});
   }
 
@@ -175,9 +188,9 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
   const op_workspace stem_ws(s, "stem.forward.workspace", stem_.workspace);
   s.recomputable_op("stem.forward", {images, stem_.w.value, stem_.b.value}, {x, stem_ws.handle()}, [=, this, &ctx](const Session::op_scope& op) {
     const auto bound = stem_ws.bind(op, ctx);
-    k::conv2d_forward(ctx, op.stream(), stem_.shape, op.ptr<float>(images), op.ptr<float>(stem_.w.value),
-                      op.ptr<float>(stem_.b.value), op.ptr<float>(x));
-    k::relu_forward(ctx, op.stream(), op.ptr<float>(x), op.ptr<float>(x), out_bytes(stem_.shape) / f32);
+    k::conv2d_forward(ctx, op.stream(), stem_.shape, op.ptr<Elem>(images), op.ptr<Elem>(stem_.w.value),
+                      op.ptr<Elem>(stem_.b.value), op.ptr<Elem>(x));
+    k::relu_forward(ctx, op.stream(), op.ptr<Elem>(x), op.ptr<Elem>(x), out_bytes(stem_.shape) / et);
   }, flops(stem_.shape));
   stem_ws.release(s);
   const tensor_handle stem_out = x;
@@ -189,17 +202,17 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
     if (st.has_transition) {
       sa.x_in = x;
       const std::uint64_t pooled_bytes = static_cast<std::uint64_t>(B) * st.pool.channels * st.pool.out_height() *
-                                         st.pool.out_width() * f32;
+                                         st.pool.out_width() * et;
       sa.pooled = s.add_transient(n + "pool.out", pooled_bytes);
       s.recomputable_op(n + "pool.forward", {x}, {sa.pooled}, [=, this, &ctx](const Session::op_scope& op) {
-        k::max_pool2d_forward(ctx, op.stream(), st.pool, op.ptr<float>(x), op.ptr<float>(sa.pooled));
+        k::max_pool2d_forward(ctx, op.stream(), st.pool, op.ptr<Elem>(x), op.ptr<Elem>(sa.pooled));
       }, static_cast<double>(pooled_bytes));
       auto widened = s.add_transient(n + "widen.out", out_bytes(st.widen.shape));
       const op_workspace ws(s, n + "widen.forward.workspace", st.widen.workspace);
       s.recomputable_op(n + "widen.forward", {sa.pooled, st.widen.w.value, st.widen.b.value}, {widened, ws.handle()}, [=, this, &ctx](const Session::op_scope& op) {
         const auto bound = ws.bind(op, ctx);
-        k::conv2d_forward(ctx, op.stream(), st.widen.shape, op.ptr<float>(sa.pooled), op.ptr<float>(st.widen.w.value),
-                          op.ptr<float>(st.widen.b.value), op.ptr<float>(widened));
+        k::conv2d_forward(ctx, op.stream(), st.widen.shape, op.ptr<Elem>(sa.pooled), op.ptr<Elem>(st.widen.w.value),
+                          op.ptr<Elem>(st.widen.b.value), op.ptr<Elem>(widened));
       }, flops(st.widen.shape));
       ws.release(s);
       x = widened;
@@ -214,19 +227,19 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
       const op_workspace ws1(s, bn + "conv1.forward.workspace", blk.conv1.workspace);
       s.recomputable_op(bn + "conv1.forward", {x, blk.conv1.w.value, blk.conv1.b.value}, {ba.a1, ws1.handle()}, [=, this, &ctx](const Session::op_scope& op) {
         const auto bound = ws1.bind(op, ctx);
-        k::conv2d_forward(ctx, op.stream(), blk.conv1.shape, op.ptr<float>(x), op.ptr<float>(blk.conv1.w.value),
-                          op.ptr<float>(blk.conv1.b.value), op.ptr<float>(ba.a1));
-        k::relu_forward(ctx, op.stream(), op.ptr<float>(ba.a1), op.ptr<float>(ba.a1), bytes / f32);
+        k::conv2d_forward(ctx, op.stream(), blk.conv1.shape, op.ptr<Elem>(x), op.ptr<Elem>(blk.conv1.w.value),
+                          op.ptr<Elem>(blk.conv1.b.value), op.ptr<Elem>(ba.a1));
+        k::relu_forward(ctx, op.stream(), op.ptr<Elem>(ba.a1), op.ptr<Elem>(ba.a1), bytes / et);
       }, flops(blk.conv1.shape));
       ws1.release(s);
       ba.y = s.add_transient(bn + "out", bytes);
       const op_workspace ws2(s, bn + "conv2.forward.workspace", blk.conv2.workspace);
       s.recomputable_op(bn + "conv2.forward", {ba.a1, blk.conv2.w.value, blk.conv2.b.value, x}, {ba.y, ws2.handle()}, [=, this, &ctx](const Session::op_scope& op) {
         const auto bound = ws2.bind(op, ctx);
-        k::conv2d_forward(ctx, op.stream(), blk.conv2.shape, op.ptr<float>(ba.a1), op.ptr<float>(blk.conv2.w.value),
-                          op.ptr<float>(blk.conv2.b.value), op.ptr<float>(ba.y));
-        k::add(ctx, op.stream(), op.ptr<float>(ba.y), op.ptr<float>(x), op.ptr<float>(ba.y), bytes / f32);
-        k::relu_forward(ctx, op.stream(), op.ptr<float>(ba.y), op.ptr<float>(ba.y), bytes / f32);
+        k::conv2d_forward(ctx, op.stream(), blk.conv2.shape, op.ptr<Elem>(ba.a1), op.ptr<Elem>(blk.conv2.w.value),
+                          op.ptr<Elem>(blk.conv2.b.value), op.ptr<Elem>(ba.y));
+        k::add(ctx, op.stream(), op.ptr<Elem>(ba.y), op.ptr<Elem>(x), op.ptr<Elem>(ba.y), bytes / et);
+        k::relu_forward(ctx, op.stream(), op.ptr<Elem>(ba.y), op.ptr<Elem>(ba.y), bytes / et);
       }, flops(blk.conv2.shape));
       ws2.release(s);
       sa.blocks.push_back(ba);
@@ -234,39 +247,48 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
     }
   }
   const int C = final_channels_, Cl = sh_.classes;
-  auto feat = s.add_transient("pool.features", static_cast<std::uint64_t>(B) * C * f32);
+  auto feat = s.add_transient("pool.features", static_cast<std::uint64_t>(B) * C * et);
   s.recomputable_op("gap.forward", {x}, {feat}, [=, this, &ctx](const Session::op_scope& op) {
-    k::global_avg_pool_forward(ctx, op.stream(), op.ptr<float>(x), op.ptr<float>(feat), B, C, final_plane_);
+    k::global_avg_pool_forward(ctx, op.stream(), op.ptr<Elem>(x), op.ptr<Elem>(feat), B, C, final_plane_);
   }, static_cast<double>(B) * C * final_plane_);
-  auto logits = s.add_transient("fc.logits", static_cast<std::uint64_t>(B) * Cl * f32);
-  s.recomputable_op("fc.forward", {feat, fc_w_.value, fc_b_.value}, {logits}, [=, this, &ctx](const Session::op_scope& op) {
-    k::linear_forward(ctx, op.stream(), op.ptr<float>(feat), op.ptr<float>(fc_w_.value), op.ptr<float>(fc_b_.value),
-                      op.ptr<float>(logits), B, C, Cl);
+  auto logits = s.add_transient("fc.logits", static_cast<std::uint64_t>(B) * Cl * et);
+  // A bf16 GEMM needs a workspace on the cpu backend (its operands widened); an fp32 one none.
+  const std::size_t fc_ws_bytes = std::is_same_v<Elem, k::bf16> ? k::linear_bf16_workspace_bytes(ctx, B, C, Cl) : 0;
+  const optional_workspace fc_ws(s, "fc.forward.workspace", fc_ws_bytes);
+  s.recomputable_op("fc.forward", tensors({feat, fc_w_.value, fc_b_.value}), fc_ws.with({logits}), [=, this, &ctx](const Session::op_scope& op) {
+    const auto bound = fc_ws.bind(op, ctx);
+    k::linear_forward(ctx, op.stream(), op.ptr<Elem>(feat), op.ptr<Elem>(fc_w_.value), op.ptr<Elem>(fc_b_.value),
+                      op.ptr<Elem>(logits), B, C, Cl);
   }, 2.0 * B * C * Cl);
+  fc_ws.release(s);
   const tensor_handle loss = loss_.handle();
   const op_workspace loss_ws(s, "loss.workspace", k::softmax_cross_entropy_workspace_bytes(B));
   {
     auto op = s.op("loss.forward", {logits, labels}, {logits, loss, loss_ws.handle()}, 5.0 * B * Cl);
     const auto bound = loss_ws.bind(op, ctx);
-    k::softmax_cross_entropy(ctx, op.stream(), op.ptr<float>(logits), op.ptr<std::int32_t>(labels), nullptr,
-                             op.ptr<float>(loss), op.ptr<float>(logits), B, Cl, 1.0f / static_cast<float>(B));
+    k::softmax_cross_entropy(ctx, op.stream(), op.ptr<Elem>(logits), op.ptr<std::int32_t>(labels), nullptr,
+                             op.ptr<float>(loss), op.ptr<Elem>(logits), B, Cl, 1.0f / static_cast<float>(B));
   }
   loss_ws.release(s);
   s.release(labels);
 
   // ---- backward ----
-  auto dfeat = s.add_transient("pool.dfeatures", static_cast<std::uint64_t>(B) * C * f32);
+  auto dfeat = s.add_transient("pool.dfeatures", static_cast<std::uint64_t>(B) * C * et);
+  const optional_workspace fc_bwd_ws(s, "fc.backward.workspace", fc_ws_bytes);
   {
-    auto op = s.op("fc.backward", {feat, fc_w_.value, logits}, {dfeat, fc_w_.grad, fc_b_.grad}, 4.0 * B * C * Cl);
-    k::linear_backward(ctx, op.stream(), op.ptr<float>(feat), op.ptr<float>(fc_w_.value), op.ptr<float>(logits),
-                       op.ptr<float>(dfeat), op.ptr<float>(fc_w_.grad), op.ptr<float>(fc_b_.grad), B, C, Cl, false);
+    auto op = s.op("fc.backward", tensors({feat, fc_w_.value, logits}), fc_bwd_ws.with({dfeat, fc_w_.grad, fc_b_.grad}),
+                   4.0 * B * C * Cl);
+    const auto bound = fc_bwd_ws.bind(op, ctx);
+    k::linear_backward(ctx, op.stream(), op.ptr<Elem>(feat), op.ptr<Elem>(fc_w_.value), op.ptr<Elem>(logits),
+                       op.ptr<Elem>(dfeat), op.ptr<Elem>(fc_w_.grad), op.ptr<Elem>(fc_b_.grad), B, C, Cl, false);
   }
+  fc_bwd_ws.release(s);
   s.release(logits);
   s.release(feat);
-  auto dres = s.add_transient("gap.dx", static_cast<std::uint64_t>(B) * C * final_plane_ * f32);
+  auto dres = s.add_transient("gap.dx", static_cast<std::uint64_t>(B) * C * final_plane_ * et);
   {
     auto op = s.op("gap.backward", {dfeat}, {dres}, static_cast<double>(B) * C * final_plane_);
-    k::global_avg_pool_backward(ctx, op.stream(), op.ptr<float>(dfeat), op.ptr<float>(dres), B, C, final_plane_);
+    k::global_avg_pool_backward(ctx, op.stream(), op.ptr<Elem>(dfeat), op.ptr<Elem>(dres), B, C, final_plane_);
   }
   s.release(dfeat);
   for (std::size_t si = stages_.size(); si-- > 0;) {
@@ -285,10 +307,10 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
         auto op = s.op(bn + "conv2.backward", {ba.y, ba.a1, blk.conv2.w.value, dres},
                        {dres, da1, blk.conv2.w.grad, blk.conv2.b.grad, ws2.handle()}, 2 * flops(blk.conv2.shape));
         const auto bound = ws2.bind(op, ctx);
-        k::relu_backward(ctx, op.stream(), op.ptr<float>(ba.y), op.ptr<float>(dres), op.ptr<float>(dres), bytes / f32);
-        k::conv2d_backward(ctx, op.stream(), blk.conv2.shape, op.ptr<float>(ba.a1), op.ptr<float>(blk.conv2.w.value),
-                           op.ptr<float>(dres), op.ptr<float>(da1), op.ptr<float>(blk.conv2.w.grad),
-                           op.ptr<float>(blk.conv2.b.grad), false);
+        k::relu_backward(ctx, op.stream(), op.ptr<Elem>(ba.y), op.ptr<Elem>(dres), op.ptr<Elem>(dres), bytes / et);
+        k::conv2d_backward(ctx, op.stream(), blk.conv2.shape, op.ptr<Elem>(ba.a1), op.ptr<Elem>(blk.conv2.w.value),
+                           op.ptr<Elem>(dres), op.ptr<Elem>(da1), op.ptr<Elem>(blk.conv2.w.grad),
+                           op.ptr<Elem>(blk.conv2.b.grad), false);
       }
       ws2.release(s);
       s.release(ba.y);
@@ -298,11 +320,11 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
         auto op = s.op(bn + "conv1.backward", {ba.a1, ba.x_in, blk.conv1.w.value, da1, dres},
                        {da1, d_in, blk.conv1.w.grad, blk.conv1.b.grad, ws1.handle()}, 2 * flops(blk.conv1.shape));
         const auto bound = ws1.bind(op, ctx);
-        k::relu_backward(ctx, op.stream(), op.ptr<float>(ba.a1), op.ptr<float>(da1), op.ptr<float>(da1), bytes / f32);
-        k::conv2d_backward(ctx, op.stream(), blk.conv1.shape, op.ptr<float>(ba.x_in), op.ptr<float>(blk.conv1.w.value),
-                           op.ptr<float>(da1), op.ptr<float>(d_in), op.ptr<float>(blk.conv1.w.grad),
-                           op.ptr<float>(blk.conv1.b.grad), false);
-        k::add(ctx, op.stream(), op.ptr<float>(d_in), op.ptr<float>(dres), op.ptr<float>(d_in), bytes / f32);
+        k::relu_backward(ctx, op.stream(), op.ptr<Elem>(ba.a1), op.ptr<Elem>(da1), op.ptr<Elem>(da1), bytes / et);
+        k::conv2d_backward(ctx, op.stream(), blk.conv1.shape, op.ptr<Elem>(ba.x_in), op.ptr<Elem>(blk.conv1.w.value),
+                           op.ptr<Elem>(da1), op.ptr<Elem>(d_in), op.ptr<Elem>(blk.conv1.w.grad),
+                           op.ptr<Elem>(blk.conv1.b.grad), false);
+        k::add(ctx, op.stream(), op.ptr<Elem>(d_in), op.ptr<Elem>(dres), op.ptr<Elem>(d_in), bytes / et);
       }
       ws1.release(s);
       for (auto t : {da1, ba.a1, dres}) s.release(t);
@@ -313,25 +335,25 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
       const tensor_handle widened = sa.blocks.front().x_in;
       s.release(widened);
       const std::uint64_t pooled_bytes = static_cast<std::uint64_t>(B) * st.pool.channels * st.pool.out_height() *
-                                         st.pool.out_width() * f32;
+                                         st.pool.out_width() * et;
       auto dpooled = s.add_transient(n + "pool.dout", pooled_bytes);
       const op_workspace ws(s, n + "widen.backward.workspace", st.widen.workspace);
       {
         auto op = s.op(n + "widen.backward", {sa.pooled, st.widen.w.value, dres},
                        {dpooled, st.widen.w.grad, st.widen.b.grad, ws.handle()}, 2 * flops(st.widen.shape));
         const auto bound = ws.bind(op, ctx);
-        k::conv2d_backward(ctx, op.stream(), st.widen.shape, op.ptr<float>(sa.pooled), op.ptr<float>(st.widen.w.value),
-                           op.ptr<float>(dres), op.ptr<float>(dpooled), op.ptr<float>(st.widen.w.grad),
-                           op.ptr<float>(st.widen.b.grad), false);
+        k::conv2d_backward(ctx, op.stream(), st.widen.shape, op.ptr<Elem>(sa.pooled), op.ptr<Elem>(st.widen.w.value),
+                           op.ptr<Elem>(dres), op.ptr<Elem>(dpooled), op.ptr<Elem>(st.widen.w.grad),
+                           op.ptr<Elem>(st.widen.b.grad), false);
       }
       ws.release(s);
       s.release(dres);
       auto dx = s.add_transient(n + "pool.dx", static_cast<std::uint64_t>(B) * st.pool.channels * st.pool.height *
-                                                   st.pool.width * f32);
+                                                   st.pool.width * et);
       {
         auto op = s.op(n + "pool.backward", {sa.x_in, sa.pooled, dpooled}, {dx}, static_cast<double>(pooled_bytes));
-        k::max_pool2d_backward(ctx, op.stream(), st.pool, op.ptr<float>(sa.x_in), op.ptr<float>(sa.pooled),
-                               op.ptr<float>(dpooled), op.ptr<float>(dx));
+        k::max_pool2d_backward(ctx, op.stream(), st.pool, op.ptr<Elem>(sa.x_in), op.ptr<Elem>(sa.pooled),
+                               op.ptr<Elem>(dpooled), op.ptr<Elem>(dx));
       }
       for (auto t : {dpooled, sa.pooled}) s.release(t);
       dres = dx;
@@ -343,9 +365,9 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
     auto op = s.op("stem.backward", {stem_out, images, stem_.w.value, dres},
                    {dres, stem_.w.grad, stem_.b.grad, stem_bwd_ws.handle()}, 2 * flops(stem_.shape));
     const auto bound = stem_bwd_ws.bind(op, ctx);
-    k::relu_backward(ctx, op.stream(), op.ptr<float>(stem_out), op.ptr<float>(dres), op.ptr<float>(dres), bytes / f32);
-    k::conv2d_backward(ctx, op.stream(), stem_.shape, op.ptr<float>(images), op.ptr<float>(stem_.w.value),
-                       op.ptr<float>(dres), nullptr, op.ptr<float>(stem_.w.grad), op.ptr<float>(stem_.b.grad), false);
+    k::relu_backward(ctx, op.stream(), op.ptr<Elem>(stem_out), op.ptr<Elem>(dres), op.ptr<Elem>(dres), bytes / et);
+    k::conv2d_backward(ctx, op.stream(), stem_.shape, op.ptr<Elem>(images), op.ptr<Elem>(stem_.w.value),
+                       op.ptr<Elem>(dres), nullptr, op.ptr<Elem>(stem_.w.grad), op.ptr<Elem>(stem_.b.grad), false);
   }
   stem_bwd_ws.release(s);
   for (auto t : {stem_out, images, dres}) s.release(t);
@@ -358,14 +380,15 @@ float cnn_model::train_step(Session& s, std::int64_t step) {
 
 }  // namespace
 
-std::unique_ptr<model> make_cnn(const cnn_shape& shape, std::uint64_t seed) {
-  return std::make_unique<cnn_model>(shape, seed);
+std::unique_ptr<model> make_cnn(const cnn_shape& shape, std::uint64_t seed, precision p) {
+  if (p == precision::bf16) return std::make_unique<cnn_model<k::bf16>>(shape, seed);
+  return std::make_unique<cnn_model<float>>(shape, seed);
 }
 
 std::unique_ptr<model> make_cnn(const example_options& o) {
   cnn_shape shape = cnn_preset(o.size);
   shape.clip_grad_norm = static_cast<float>(o.clip_grad_norm);
-  return make_cnn(shape, o.seed);
+  return make_cnn(shape, o.seed, o.prec);
 }
 
 run_result run_cnn(const example_options& o, const step_observer& on_step) {

@@ -22,7 +22,8 @@ struct cnn_shape {
 };
 
 [[nodiscard]] cnn_shape cnn_preset(preset p);
-[[nodiscard]] std::unique_ptr<model> make_cnn(const cnn_shape& shape, std::uint64_t seed);
+[[nodiscard]] std::unique_ptr<model> make_cnn(const cnn_shape& shape, std::uint64_t seed,
+                                              precision p = precision::fp32);
 [[nodiscard]] std::unique_ptr<model> make_cnn(const example_options& o);
 run_result run_cnn(const example_options& o, const step_observer& on_step = {});
 

@@ -5,7 +5,9 @@
 #include <cstddef>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "device/device.hpp"
 #include "kernels/context.hpp"
@@ -64,5 +66,41 @@ class op_workspace {
   tensor_handle t_;
   std::size_t bytes_;
 };
+
+/// The workspace of an op whose kernels need one only in some settings (bf16 GEMMs widen their
+/// operands into one on the cpu backend; fp32 GEMMs need none): an op_workspace when `bytes` > 0,
+/// nothing otherwise, so that an op needing none keeps its tensor lists as they are.
+class optional_workspace {
+ public:
+  optional_workspace(Session& s, std::string name, std::size_t bytes) {
+    if (bytes > 0) ws_.emplace(s, std::move(name), bytes);
+  }
+  /// `tensors` followed by the workspace, if there is one: the op's writes.
+  [[nodiscard]] std::vector<tensor_handle> with(std::initializer_list<tensor_handle> tensors) const {
+    std::vector<tensor_handle> out(tensors);
+    if (ws_) out.push_back(ws_->handle());
+    return out;
+  }
+  /// Binds the workspace, if there is one, while the returned object lives.
+  class binding {
+   public:
+    binding(const optional_workspace& w, const Session::op_scope& op, kernels::kernel_context& ctx) {
+      if (w.ws_) scope_.emplace(ctx, op.ptr(w.ws_->handle()), w.ws_->bytes());
+    }
+
+   private:
+    std::optional<kernels::workspace_scope> scope_;
+  };
+  [[nodiscard]] binding bind(const Session::op_scope& op, kernels::kernel_context& ctx) const { return {*this, op, ctx}; }
+  void release(Session& s) const {
+    if (ws_) ws_->release(s);
+  }
+
+ private:
+  std::optional<op_workspace> ws_;
+};
+
+/// A tensor list built at run time (Session::op takes spans for those).
+[[nodiscard]] inline std::vector<tensor_handle> tensors(std::initializer_list<tensor_handle> list) { return list; }
 
 }  // namespace spillway::examples

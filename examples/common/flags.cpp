@@ -74,6 +74,10 @@ void add_common_flags(CLI::App& app, flag_values& v, bool with_data) {
   app.add_option("--seed", v.seed, "seed of initial weights and data")->check(whole_number)->capture_default_str();
   app.add_option("--preset", v.preset, "model size: tiny, small (about 1 s/step on 2 cpu cores), medium, large (GPU)")
       ->capture_default_str();
+  app.add_option("--precision", v.precision,
+                 "number format: fp32, or bf16 (bf16 weights, activations and gradients; fp32 master weights and "
+                 "Adam moments)")
+      ->capture_default_str();
   app.add_option("--report", v.report, "write a JSON report of the run here")->check(writable_file);
   app.add_option("--save", v.save, "save a checkpoint (every persistent tensor and the step) into this folder at the end")
       ->type_name("DIR");
@@ -96,6 +100,7 @@ example_options to_options(const flag_values& v) {
   o.steps = v.steps;
   o.seed = v.seed;
   o.size = parse_preset(v.preset);
+  o.prec = parse_precision(v.precision);
   o.data = v.data;
   o.save = v.save;
   o.save_every = v.save_every;

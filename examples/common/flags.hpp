@@ -86,6 +86,7 @@ struct flag_values {
   int steps = 10;
   std::uint64_t seed = 1;
   std::string preset = "small";
+  std::string precision = "fp32";
   std::string report;
   std::string data;
   std::string save;

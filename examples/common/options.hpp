@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/common/precision.hpp"
 #include "offload/session_config.hpp"
 
 namespace spillway::examples {
@@ -26,6 +27,7 @@ struct example_options : session_config {
   int steps = 10;
   std::uint64_t seed = 1;
   preset size = preset::small;
+  precision prec = precision::fp32;    ///< --precision: fp32, or bf16 mixed precision (Note [Mixed precision])
   std::string data;                      ///< gpt: text file to train on (empty: generated corpus)
   std::string save;                      ///< folder to save a checkpoint into at the end (empty: none)
   int save_every = 0;                    ///< > 0: also save every this many steps

@@ -9,14 +9,23 @@
 #include "examples/common/device_io.hpp"
 #include "kernels/grad_norm.hpp"
 
+#include "kernels/bf16.hpp"
+
 namespace spillway::examples {
 
 parameter parameter_set::add(Session& s, const std::string& name, const std::vector<float>& initial) {
   parameter p;
   p.name = name;
   p.count = initial.size();
-  const std::uint64_t bytes = p.count * sizeof(float);
-  p.value = s.add_persistent(name, bytes, tensor_kind::parameter, initial.data());
+  const std::uint64_t bytes = p.count * element_bytes(prec_);
+  if (prec_ == precision::bf16) {
+    std::vector<kernels::bf16> rounded(initial.size());
+    for (std::size_t i = 0; i < initial.size(); ++i) rounded[i] = kernels::to_bf16(initial[i]);
+    p.value = s.add_persistent(name, bytes, tensor_kind::parameter, rounded.data());
+    p.master = s.add_persistent(name + ".master", p.count * sizeof(float), tensor_kind::optimizer_state, initial.data());
+  } else {
+    p.value = s.add_persistent(name, bytes, tensor_kind::parameter, initial.data());
+  }
   p.grad = s.add_persistent(name + ".grad", bytes, tensor_kind::gradient);
   const std::size_t chunks = (p.count + moment_chunk - 1) / moment_chunk;
   for (std::size_t c = 0; c < chunks; ++c) {
@@ -38,8 +47,16 @@ void parameter_set::adam_step(Session& s, kernels::kernel_context& ctx, const ke
     for (std::size_t c = 0; c < p.m.size(); ++c) {
       const std::size_t first = c * moment_chunk;
       const std::size_t n = std::min(moment_chunk, p.count - first);
-      auto op = s.op(p.m.size() == 1 ? p.name + ".adam" : p.name + ".adam." + std::to_string(c),
-                     {p.value, p.grad, p.m[c], p.v[c]}, {p.value, p.m[c], p.v[c]}, 12.0 * static_cast<double>(n));
+      const std::string op_name = p.m.size() == 1 ? p.name + ".adam" : p.name + ".adam." + std::to_string(c);
+      if (prec_ == precision::bf16) {
+        auto op = s.op(op_name, {p.master, p.grad, p.m[c], p.v[c]}, {p.master, p.m[c], p.v[c], p.value},
+                       13.0 * static_cast<double>(n));
+        kernels::adam_step(ctx, op.stream(), op.ptr<float>(p.master) + first, op.ptr<kernels::bf16>(p.grad) + first,
+                           op.ptr<float>(p.m[c]), op.ptr<float>(p.v[c]), op.ptr<kernels::bf16>(p.value) + first, n,
+                           warmed, step);
+        continue;
+      }
+      auto op = s.op(op_name, {p.value, p.grad, p.m[c], p.v[c]}, {p.value, p.m[c], p.v[c]}, 12.0 * static_cast<double>(n));
       kernels::adam_step(ctx, op.stream(), op.ptr<float>(p.value) + first, op.ptr<float>(p.grad) + first,
                          op.ptr<float>(p.m[c]), op.ptr<float>(p.v[c]), n, warmed, step);
     }
@@ -64,12 +81,18 @@ void parameter_set::clip_grad_norm(Session& s, kernels::kernel_context& ctx, flo
     auto op = first ? s.op(p.name + ".optim.norm", {p.grad}, {sum_sq, ws.handle()}, flops)
                     : s.op(p.name + ".optim.norm", {p.grad, sum_sq}, {sum_sq, ws.handle()}, flops);
     const auto bound = ws.bind(op, ctx);
-    kernels::sum_of_squares(ctx, op.stream(), op.ptr<float>(p.grad), p.count, op.ptr<float>(sum_sq), !first);
+    if (prec_ == precision::bf16)
+      kernels::sum_of_squares(ctx, op.stream(), op.ptr<kernels::bf16>(p.grad), p.count, op.ptr<float>(sum_sq), !first);
+    else
+      kernels::sum_of_squares(ctx, op.stream(), op.ptr<float>(p.grad), p.count, op.ptr<float>(sum_sq), !first);
   }
   ws.release(s);
   for (const auto& p : params_) {
     auto op = s.op(p.name + ".optim.clip", {p.grad, sum_sq}, {p.grad}, static_cast<double>(p.count));
-    kernels::clip_by_norm(ctx, op.stream(), op.ptr<float>(p.grad), p.count, op.ptr<float>(sum_sq), max_norm);
+    if (prec_ == precision::bf16)
+      kernels::clip_by_norm(ctx, op.stream(), op.ptr<kernels::bf16>(p.grad), p.count, op.ptr<float>(sum_sq), max_norm);
+    else
+      kernels::clip_by_norm(ctx, op.stream(), op.ptr<float>(p.grad), p.count, op.ptr<float>(sum_sq), max_norm);
   }
   s.release(sum_sq);
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/adam.hpp"
+#include "examples/common/precision.hpp"
 #include "kernels/context.hpp"
 #include "offload/swap_policy.hpp"
 
@@ -25,8 +26,9 @@ namespace spillway::examples {
 struct parameter {
   std::string name;
   std::size_t count = 0;  ///< float elements
-  tensor_handle value;
-  tensor_handle grad;
+  tensor_handle value;   ///< the weights the passes read: fp32, or bf16 (Note [Mixed precision])
+  tensor_handle grad;    ///< in the same format as value
+  tensor_handle master;  ///< bf16 only: the fp32 master weights Adam updates (none in fp32)
   std::vector<tensor_handle> m;  ///< Adam moments, chunk by chunk
   std::vector<tensor_handle> v;
 };
@@ -55,13 +57,17 @@ inline constexpr std::size_t moment_chunk = std::size_t{1} << 20;
 
 class parameter_set {
  public:
-  /// Registers `name` (with `initial.size()` floats), its gradient "<name>.grad" and its Adam
-  /// state "<name>.adam_m", "<name>.adam_v" (zeros; with ".<chunk>" appended when chunked) with
-  /// the session.
+  explicit parameter_set(precision p = precision::fp32) : prec_(p) {}
+
+  /// Registers `name` (with `initial.size()` elements), its gradient "<name>.grad" and its Adam
+  /// state "<name>.adam_m", "<name>.adam_v" (fp32 zeros; with ".<chunk>" appended when chunked)
+  /// with the session. In bf16, `name` and its gradient are bf16 (the weights rounded from
+  /// `initial`) and "<name>.master" holds `initial` in fp32.
   parameter add(Session& s, const std::string& name, const std::vector<float>& initial);
 
   /// One Adam step over every parameter, one op per moment chunk ("<name>.adam", or
-  /// "<name>.adam.<chunk>" when chunked), in registration order. `step` counts from 1; the
+  /// "<name>.adam.<chunk>" when chunked), in registration order. In bf16 each op also reads and
+  /// writes the master and writes the bf16 weights rounded from it. `step` counts from 1; the
   /// learning rate warms up linearly over the first warmup_steps steps (see warmup_lr).
   void adam_step(Session& s, kernels::kernel_context& ctx, const kernels::adam_config& config,
                  std::int64_t step) const;
@@ -76,9 +82,11 @@ class parameter_set {
   void clip_grad_norm(Session& s, kernels::kernel_context& ctx, float max_norm) const;
 
   [[nodiscard]] std::uint64_t count() const noexcept { return total_; }
+  [[nodiscard]] precision format() const noexcept { return prec_; }
   [[nodiscard]] const std::vector<parameter>& all() const noexcept { return params_; }
 
  private:
+  precision prec_;
   std::vector<parameter> params_;
   std::uint64_t total_ = 0;
 };

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "device/error.hpp"
@@ -39,11 +40,19 @@ struct block_params {
   parameter ln1_g, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_g, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
 };
 
+// What a layer norm's forward kept for its backward: its input, mean and rstd.
+struct norm_saved {
+  tensor_handle x, mean, rstd;
+};
+
 // Forward activations of one block that backward reads.
 struct block_acts {
   tensor_handle x_in, ln1, ln1_mean, ln1_rstd, qkv, att, probs, x_mid, ln2, ln2_mean, ln2_rstd, fc_pre, fc_act;
 };
 
+// Elem: the storage type of weights, activations and gradients (float, or kernels::bf16 in
+// mixed precision; Note [Mixed precision] in examples/common/precision.hpp).
+template <class Elem>
 class gpt_model final : public model {
  public:
   gpt_model(const gpt_shape& shape, std::uint64_t seed, std::shared_ptr<const std::string> corpus)
@@ -95,7 +104,8 @@ class gpt_model final : public model {
     return "gpt: " + std::to_string(sh_.layers) + " layers, " + std::to_string(sh_.channels) + " channels, " +
            std::to_string(sh_.heads) + " heads, vocab " + std::to_string(sh_.vocab) + ", batch " +
            std::to_string(sh_.batch) + " x " + std::to_string(sh_.seq) + " tokens, corpus " +
-           std::to_string(corpus_->size()) + " bytes";
+           std::to_string(corpus_->size()) + " bytes, " +
+           to_string(params_.format());
   }
 
  private:
@@ -105,7 +115,7 @@ class gpt_model final : public model {
   std::uint64_t seed_;
   std::shared_ptr<const std::string> corpus_;
   std::unique_ptr<k::kernel_context> ctx_;
-  parameter_set params_;
+  parameter_set params_{std::is_same_v<Elem, k::bf16> ? precision::bf16 : precision::fp32};
   loss_value loss_;
   parameter wte_, wpe_, lnf_g_, lnf_b_;
   std::vector<block_params> blocks_;
@@ -113,7 +123,8 @@ class gpt_model final : public model {
   pinned_staging staging_;
 };
 
-void gpt_model::load_batch(std::int64_t step) {
+template <class Elem>
+void gpt_model<Elem>::load_batch(std::int64_t step) {
   const std::size_t bt = static_cast<std::size_t>(sh_.batch) * static_cast<std::size_t>(sh_.seq);
   batch_.assign(3 * bt, 0);
   rng r(seed_, 2, static_cast<std::uint64_t>(step));
@@ -129,15 +140,23 @@ void gpt_model::load_batch(std::int64_t step) {
   }
 }
 
-float gpt_model::train_step(Session& s, std::int64_t step) {
+template <class Elem>
+float gpt_model<Elem>::train_step(Session& s, std::int64_t step) {
   const int B = sh_.batch, T = sh_.seq, C = sh_.channels, H = sh_.heads, V = sh_.vocab, L = sh_.layers;
   const int BT = B * T;
   const std::uint64_t bt = static_cast<std::uint64_t>(BT);
-  const std::uint64_t act = bt * static_cast<std::uint64_t>(C) * f32;  // one [BT, C] activation
-  const std::uint64_t probs_bytes = static_cast<std::uint64_t>(B) * H * T * T * f32;
+  constexpr std::uint64_t et = sizeof(Elem);  // bytes of a weight, activation or gradient element
+  const std::uint64_t act = bt * static_cast<std::uint64_t>(C) * et;  // one [BT, C] activation
+  const std::uint64_t probs_bytes = static_cast<std::uint64_t>(B) * H * T * T * et;
   const double dbt = BT, dc = C;
   k::kernel_context& ctx = *ctx_;
-  auto grad = [](const parameter& p) { return p.grad; };
+  // bf16 GEMMs need a workspace on the cpu backend (their operands widened to fp32); fp32 ones
+  // need none, so in fp32 these are 0 and the ops keep their tensor lists.
+  constexpr bool half = std::is_same_v<Elem, k::bf16>;
+  const auto linear_ws = [&](int in, int out) -> std::size_t {
+    return half ? k::linear_bf16_workspace_bytes(ctx, BT, in, out) : 0;
+  };
+  const std::size_t attention_ws = half ? k::attention_bf16_workspace_bytes(ctx, {B, T, C, H}) : 0;
 
   // ---- batch ----
   load_batch(step);
@@ -158,10 +177,10 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
   // run them again before the backward pass reads it. Each body captures handles by value.
   s.recomputable_op("embed.forward", {wte_.value, wpe_.value, tokens, positions}, {x},
                     [=, this, &ctx](const Session::op_scope& op) {
-                      k::embedding_forward(ctx, op.stream(), op.ptr<std::int32_t>(tokens), op.ptr<float>(wte_.value),
-                                           op.ptr<float>(x), BT, V, C);
-                      k::embedding_forward(ctx, op.stream(), op.ptr<std::int32_t>(positions), op.ptr<float>(wpe_.value),
-                                           op.ptr<float>(x), BT, T, C, /*accumulate=*/true);
+                      k::embedding_forward(ctx, op.stream(), op.ptr<std::int32_t>(tokens), op.ptr<Elem>(wte_.value),
+                                           op.ptr<Elem>(x), BT, V, C);
+                      k::embedding_forward(ctx, op.stream(), op.ptr<std::int32_t>(positions), op.ptr<Elem>(wpe_.value),
+                                           op.ptr<Elem>(x), BT, T, C, /*accumulate=*/true);
                     });
   std::vector<block_acts> acts(static_cast<std::size_t>(L));
   for (int l = 0; l < L; ++l) {
@@ -173,69 +192,87 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
     a.ln1_mean = s.add_transient(n + "ln1.mean", bt * f32);
     a.ln1_rstd = s.add_transient(n + "ln1.rstd", bt * f32);
     s.recomputable_op(n + "ln1.forward", {x, p.ln1_g.value, p.ln1_b.value}, {a.ln1, a.ln1_mean, a.ln1_rstd}, [=, this, &ctx](const Session::op_scope& op) {
-        k::layer_norm_forward(ctx, op.stream(), op.ptr<float>(x), op.ptr<float>(p.ln1_g.value), op.ptr<float>(p.ln1_b.value),
-                              op.ptr<float>(a.ln1), op.ptr<float>(a.ln1_mean), op.ptr<float>(a.ln1_rstd), BT, C);
+        k::layer_norm_forward(ctx, op.stream(), op.ptr<Elem>(x), op.ptr<Elem>(p.ln1_g.value), op.ptr<Elem>(p.ln1_b.value),
+                              op.ptr<Elem>(a.ln1), op.ptr<float>(a.ln1_mean), op.ptr<float>(a.ln1_rstd), BT, C);
       }, 8 * dbt * dc);
     a.qkv = s.add_transient(n + "qkv.out", 3 * act);
-    s.recomputable_op(n + "qkv.forward", {a.ln1, p.qkv_w.value, p.qkv_b.value}, {a.qkv}, [=, this, &ctx](const Session::op_scope& op) {
-        k::linear_forward(ctx, op.stream(), op.ptr<float>(a.ln1), op.ptr<float>(p.qkv_w.value), op.ptr<float>(p.qkv_b.value),
-                          op.ptr<float>(a.qkv), BT, C, 3 * C);
+    const optional_workspace qkv_ws(s, n + "qkv.forward.workspace", linear_ws(C, 3 * C));
+    s.recomputable_op(n + "qkv.forward", tensors({a.ln1, p.qkv_w.value, p.qkv_b.value}), qkv_ws.with({a.qkv}), [=, this, &ctx](const Session::op_scope& op) {
+        const auto bound = qkv_ws.bind(op, ctx);
+        k::linear_forward(ctx, op.stream(), op.ptr<Elem>(a.ln1), op.ptr<Elem>(p.qkv_w.value), op.ptr<Elem>(p.qkv_b.value),
+                          op.ptr<Elem>(a.qkv), BT, C, 3 * C);
       }, 2 * dbt * dc * 3 * dc);
+    qkv_ws.release(s);
     a.att = s.add_transient(n + "attn.out", act);
     a.probs = s.add_transient(n + "attn.probs", probs_bytes);
-    s.recomputable_op(n + "attn.forward", {a.qkv}, {a.att, a.probs}, [=, this, &ctx](const Session::op_scope& op) {
-        k::attention_forward(ctx, op.stream(), {B, T, C, H}, op.ptr<float>(a.qkv), op.ptr<float>(a.att),
-                             op.ptr<float>(a.probs));
+    const optional_workspace attn_ws(s, n + "attn.forward.workspace", attention_ws);
+    s.recomputable_op(n + "attn.forward", tensors({a.qkv}), attn_ws.with({a.att, a.probs}), [=, this, &ctx](const Session::op_scope& op) {
+        const auto bound = attn_ws.bind(op, ctx);
+        k::attention_forward(ctx, op.stream(), {B, T, C, H}, op.ptr<Elem>(a.qkv), op.ptr<Elem>(a.att),
+                             op.ptr<Elem>(a.probs));
       }, 4.0 * B * T * T * dc);
+    attn_ws.release(s);
     a.x_mid = s.add_transient(n + "resid.mid", act);
-    s.recomputable_op(n + "proj.forward", {a.att, p.proj_w.value, p.proj_b.value, x}, {a.x_mid}, [=, this, &ctx](const Session::op_scope& op) {
-        k::linear_forward(ctx, op.stream(), op.ptr<float>(a.att), op.ptr<float>(p.proj_w.value),
-                          op.ptr<float>(p.proj_b.value), op.ptr<float>(a.x_mid), BT, C, C);
-        k::add(ctx, op.stream(), op.ptr<float>(a.x_mid), op.ptr<float>(x), op.ptr<float>(a.x_mid), bt * C);
+    const optional_workspace proj_ws(s, n + "proj.forward.workspace", linear_ws(C, C));
+    s.recomputable_op(n + "proj.forward", tensors({a.att, p.proj_w.value, p.proj_b.value, x}), proj_ws.with({a.x_mid}), [=, this, &ctx](const Session::op_scope& op) {
+        const auto bound = proj_ws.bind(op, ctx);
+        k::linear_forward(ctx, op.stream(), op.ptr<Elem>(a.att), op.ptr<Elem>(p.proj_w.value),
+                          op.ptr<Elem>(p.proj_b.value), op.ptr<Elem>(a.x_mid), BT, C, C);
+        k::add(ctx, op.stream(), op.ptr<Elem>(a.x_mid), op.ptr<Elem>(x), op.ptr<Elem>(a.x_mid), bt * C);
       }, 2 * dbt * dc * dc);
+    proj_ws.release(s);
     a.ln2 = s.add_transient(n + "ln2.out", act);
     a.ln2_mean = s.add_transient(n + "ln2.mean", bt * f32);
     a.ln2_rstd = s.add_transient(n + "ln2.rstd", bt * f32);
     s.recomputable_op(n + "ln2.forward", {a.x_mid, p.ln2_g.value, p.ln2_b.value}, {a.ln2, a.ln2_mean, a.ln2_rstd}, [=, this, &ctx](const Session::op_scope& op) {
-        k::layer_norm_forward(ctx, op.stream(), op.ptr<float>(a.x_mid), op.ptr<float>(p.ln2_g.value),
-                              op.ptr<float>(p.ln2_b.value), op.ptr<float>(a.ln2), op.ptr<float>(a.ln2_mean),
+        k::layer_norm_forward(ctx, op.stream(), op.ptr<Elem>(a.x_mid), op.ptr<Elem>(p.ln2_g.value),
+                              op.ptr<Elem>(p.ln2_b.value), op.ptr<Elem>(a.ln2), op.ptr<float>(a.ln2_mean),
                               op.ptr<float>(a.ln2_rstd), BT, C);
       }, 8 * dbt * dc);
     a.fc_pre = s.add_transient(n + "fc.pre", 4 * act);
     a.fc_act = s.add_transient(n + "fc.gelu", 4 * act);
-    s.recomputable_op(n + "fc.forward", {a.ln2, p.fc_w.value, p.fc_b.value}, {a.fc_pre, a.fc_act}, [=, this, &ctx](const Session::op_scope& op) {
-        k::linear_forward(ctx, op.stream(), op.ptr<float>(a.ln2), op.ptr<float>(p.fc_w.value), op.ptr<float>(p.fc_b.value),
-                          op.ptr<float>(a.fc_pre), BT, C, 4 * C);
-        k::gelu_forward(ctx, op.stream(), op.ptr<float>(a.fc_pre), op.ptr<float>(a.fc_act), 4 * bt * C);
+    const optional_workspace fc_ws(s, n + "fc.forward.workspace", linear_ws(C, 4 * C));
+    s.recomputable_op(n + "fc.forward", tensors({a.ln2, p.fc_w.value, p.fc_b.value}), fc_ws.with({a.fc_pre, a.fc_act}), [=, this, &ctx](const Session::op_scope& op) {
+        const auto bound = fc_ws.bind(op, ctx);
+        k::linear_forward(ctx, op.stream(), op.ptr<Elem>(a.ln2), op.ptr<Elem>(p.fc_w.value), op.ptr<Elem>(p.fc_b.value),
+                          op.ptr<Elem>(a.fc_pre), BT, C, 4 * C);
+        k::gelu_forward(ctx, op.stream(), op.ptr<Elem>(a.fc_pre), op.ptr<Elem>(a.fc_act), 4 * bt * C);
       }, 8 * dbt * dc * dc);
+    fc_ws.release(s);
     auto x_next = s.add_transient(n + "resid.out", act);
-    s.recomputable_op(n + "fcproj.forward", {a.fc_act, p.fcproj_w.value, p.fcproj_b.value, a.x_mid}, {x_next}, [=, this, &ctx](const Session::op_scope& op) {
-        k::linear_forward(ctx, op.stream(), op.ptr<float>(a.fc_act), op.ptr<float>(p.fcproj_w.value),
-                          op.ptr<float>(p.fcproj_b.value), op.ptr<float>(x_next), BT, 4 * C, C);
-        k::add(ctx, op.stream(), op.ptr<float>(x_next), op.ptr<float>(a.x_mid), op.ptr<float>(x_next), bt * C);
+    const optional_workspace fcproj_ws(s, n + "fcproj.forward.workspace", linear_ws(4 * C, C));
+    s.recomputable_op(n + "fcproj.forward", tensors({a.fc_act, p.fcproj_w.value, p.fcproj_b.value, a.x_mid}), fcproj_ws.with({x_next}), [=, this, &ctx](const Session::op_scope& op) {
+        const auto bound = fcproj_ws.bind(op, ctx);
+        k::linear_forward(ctx, op.stream(), op.ptr<Elem>(a.fc_act), op.ptr<Elem>(p.fcproj_w.value),
+                          op.ptr<Elem>(p.fcproj_b.value), op.ptr<Elem>(x_next), BT, 4 * C, C);
+        k::add(ctx, op.stream(), op.ptr<Elem>(x_next), op.ptr<Elem>(a.x_mid), op.ptr<Elem>(x_next), bt * C);
       }, 8 * dbt * dc * dc);
+    fcproj_ws.release(s);
     x = x_next;
   }
   auto lnf = s.add_transient("lnf.out", act);
   auto lnf_mean = s.add_transient("lnf.mean", bt * f32);
   auto lnf_rstd = s.add_transient("lnf.rstd", bt * f32);
   s.recomputable_op("lnf.forward", {x, lnf_g_.value, lnf_b_.value}, {lnf, lnf_mean, lnf_rstd}, [=, this, &ctx](const Session::op_scope& op) {
-      k::layer_norm_forward(ctx, op.stream(), op.ptr<float>(x), op.ptr<float>(lnf_g_.value), op.ptr<float>(lnf_b_.value),
-                            op.ptr<float>(lnf), op.ptr<float>(lnf_mean), op.ptr<float>(lnf_rstd), BT, C);
+      k::layer_norm_forward(ctx, op.stream(), op.ptr<Elem>(x), op.ptr<Elem>(lnf_g_.value), op.ptr<Elem>(lnf_b_.value),
+                            op.ptr<Elem>(lnf), op.ptr<float>(lnf_mean), op.ptr<float>(lnf_rstd), BT, C);
     }, 8 * dbt * dc);
-  auto logits = s.add_transient("head.logits", bt * static_cast<std::uint64_t>(V) * f32);
-  s.recomputable_op("head.forward", {lnf, wte_.value}, {logits}, [=, this, &ctx](const Session::op_scope& op) {
-      k::linear_forward(ctx, op.stream(), op.ptr<float>(lnf), op.ptr<float>(wte_.value), nullptr, op.ptr<float>(logits),
+  auto logits = s.add_transient("head.logits", bt * static_cast<std::uint64_t>(V) * et);
+  const optional_workspace head_ws(s, "head.forward.workspace", linear_ws(C, V));
+  s.recomputable_op("head.forward", tensors({lnf, wte_.value}), head_ws.with({logits}), [=, this, &ctx](const Session::op_scope& op) {
+      const auto bound = head_ws.bind(op, ctx);
+      k::linear_forward(ctx, op.stream(), op.ptr<Elem>(lnf), op.ptr<Elem>(wte_.value), nullptr, op.ptr<Elem>(logits),
                         BT, C, V);
     }, 2 * dbt * dc * V);
+  head_ws.release(s);
   const tensor_handle loss = loss_.handle();
   const op_workspace loss_ws(s, "loss.workspace", k::softmax_cross_entropy_workspace_bytes(BT));
   {
     // The logits become d loss / d logits in place.
     auto op = s.op("loss.forward", {logits, targets}, {logits, loss, loss_ws.handle()}, 5 * dbt * V);
     const auto bound = loss_ws.bind(op, ctx);
-    k::softmax_cross_entropy(ctx, op.stream(), op.ptr<float>(logits), op.ptr<std::int32_t>(targets), nullptr,
-                             op.ptr<float>(loss), op.ptr<float>(logits), BT, V, 1.0f / static_cast<float>(BT));
+    k::softmax_cross_entropy(ctx, op.stream(), op.ptr<Elem>(logits), op.ptr<std::int32_t>(targets), nullptr,
+                             op.ptr<float>(loss), op.ptr<Elem>(logits), BT, V, 1.0f / static_cast<float>(BT));
   }
   loss_ws.release(s);
   s.release(targets);
@@ -243,40 +280,46 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
   // ---- backward ----
   // A block's layer norm backward, with the residual stream's gradient added:
   // d_in = layer_norm'(d_out) + d_resid. `saved` is what the forward kept: its input, mean and rstd.
-  struct norm_saved {
-    tensor_handle x, mean, rstd;
-  };
   auto norm_backward = [&](const std::string& name, const norm_saved& saved, const parameter& g, const parameter& b,
                            tensor_handle d_out, tensor_handle d_resid, tensor_handle d_in) {
     auto op = s.op(name, {saved.x, g.value, saved.mean, saved.rstd, d_out, d_resid}, {d_in, g.grad, b.grad}, 11 * dbt * dc);
-    k::layer_norm_backward(ctx, op.stream(), op.ptr<float>(saved.x), op.ptr<float>(g.value), op.ptr<float>(saved.mean),
-                           op.ptr<float>(saved.rstd), op.ptr<float>(d_out), op.ptr<float>(d_in), op.ptr<float>(g.grad),
-                           op.ptr<float>(b.grad), BT, C, false);
-    k::add(ctx, op.stream(), op.ptr<float>(d_in), op.ptr<float>(d_resid), op.ptr<float>(d_in), bt * C);
+    k::layer_norm_backward(ctx, op.stream(), op.ptr<Elem>(saved.x), op.ptr<Elem>(g.value), op.ptr<float>(saved.mean),
+                           op.ptr<float>(saved.rstd), op.ptr<Elem>(d_out), op.ptr<Elem>(d_in), op.ptr<Elem>(g.grad),
+                           op.ptr<Elem>(b.grad), BT, C, false);
+    k::add(ctx, op.stream(), op.ptr<Elem>(d_in), op.ptr<Elem>(d_resid), op.ptr<Elem>(d_in), bt * C);
   };
   // A block's linear layer backward: d_x = d_y w (in -> out features); w's and b's gradients
   // overwritten (every block has its own).
   auto linear_backward = [&](const std::string& name, tensor_handle x, const parameter& w, const parameter& b,
                              tensor_handle d_y, tensor_handle d_x, int in, int out, double flops) {
-    auto op = s.op(name, {x, w.value, d_y}, {d_x, w.grad, b.grad}, flops);
-    k::linear_backward(ctx, op.stream(), op.ptr<float>(x), op.ptr<float>(w.value), op.ptr<float>(d_y), op.ptr<float>(d_x),
-                       op.ptr<float>(w.grad), op.ptr<float>(b.grad), BT, in, out, false);
+    const optional_workspace ws(s, name + ".workspace", linear_ws(in, out));
+    {
+      auto op = s.op(name, tensors({x, w.value, d_y}), ws.with({d_x, w.grad, b.grad}), flops);
+      const auto bound = ws.bind(op, ctx);
+      k::linear_backward(ctx, op.stream(), op.ptr<Elem>(x), op.ptr<Elem>(w.value), op.ptr<Elem>(d_y), op.ptr<Elem>(d_x),
+                         op.ptr<Elem>(w.grad), op.ptr<Elem>(b.grad), BT, in, out, false);
+    }
+    ws.release(s);
   };
   auto d_lnf = s.add_transient("lnf.dout", act);
+  const optional_workspace head_bwd_ws(s, "head.backward.workspace", linear_ws(C, V));
   {
-    auto op = s.op("head.backward", {lnf, wte_.value, logits}, {d_lnf, wte_.grad}, 4 * dbt * dc * V);
-    k::linear_backward(ctx, op.stream(), op.ptr<float>(lnf), op.ptr<float>(wte_.value), op.ptr<float>(logits),
-                       op.ptr<float>(d_lnf), op.ptr<float>(wte_.grad), nullptr, BT, C, V, /*accumulate=*/false);
+    auto op = s.op("head.backward", tensors({lnf, wte_.value, logits}), head_bwd_ws.with({d_lnf, wte_.grad}),
+                   4 * dbt * dc * V);
+    const auto bound = head_bwd_ws.bind(op, ctx);
+    k::linear_backward(ctx, op.stream(), op.ptr<Elem>(lnf), op.ptr<Elem>(wte_.value), op.ptr<Elem>(logits),
+                       op.ptr<Elem>(d_lnf), op.ptr<Elem>(wte_.grad), nullptr, BT, C, V, /*accumulate=*/false);
   }
+  head_bwd_ws.release(s);
   s.release(logits);
   s.release(lnf);
   auto dres = s.add_transient("lnf.dx", act);
   {
-    auto op = s.op("lnf.backward", {x, lnf_g_.value, lnf_mean, lnf_rstd, d_lnf}, {dres, grad(lnf_g_), grad(lnf_b_)},
+    auto op = s.op("lnf.backward", {x, lnf_g_.value, lnf_mean, lnf_rstd, d_lnf}, {dres, lnf_g_.grad, lnf_b_.grad},
                    10 * dbt * dc);
-    k::layer_norm_backward(ctx, op.stream(), op.ptr<float>(x), op.ptr<float>(lnf_g_.value), op.ptr<float>(lnf_mean),
-                           op.ptr<float>(lnf_rstd), op.ptr<float>(d_lnf), op.ptr<float>(dres),
-                           op.ptr<float>(lnf_g_.grad), op.ptr<float>(lnf_b_.grad), BT, C, false);
+    k::layer_norm_backward(ctx, op.stream(), op.ptr<Elem>(x), op.ptr<Elem>(lnf_g_.value), op.ptr<float>(lnf_mean),
+                           op.ptr<float>(lnf_rstd), op.ptr<Elem>(d_lnf), op.ptr<Elem>(dres),
+                           op.ptr<Elem>(lnf_g_.grad), op.ptr<Elem>(lnf_b_.grad), BT, C, false);
   }
   for (auto t : {d_lnf, lnf_mean, lnf_rstd, x}) s.release(t);
 
@@ -288,14 +331,17 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
     linear_backward(n + "fcproj.backward", a.fc_act, p.fcproj_w, p.fcproj_b, dres, d_fc, 4 * C, C, 16 * dbt * dc * dc);
     s.release(a.fc_act);
     auto d_ln2 = s.add_transient(n + "ln2.dout", act);
+    const optional_workspace fc_bwd_ws(s, n + "fc.backward.workspace", linear_ws(C, 4 * C));
     {
-      auto op = s.op(n + "fc.backward", {a.fc_pre, a.ln2, p.fc_w.value, d_fc}, {d_fc, d_ln2, p.fc_w.grad, p.fc_b.grad},
-                     16 * dbt * dc * dc);
-      k::gelu_backward(ctx, op.stream(), op.ptr<float>(a.fc_pre), op.ptr<float>(d_fc), op.ptr<float>(d_fc), 4 * bt * C);
-      k::linear_backward(ctx, op.stream(), op.ptr<float>(a.ln2), op.ptr<float>(p.fc_w.value), op.ptr<float>(d_fc),
-                         op.ptr<float>(d_ln2), op.ptr<float>(p.fc_w.grad), op.ptr<float>(p.fc_b.grad), BT, C, 4 * C,
+      auto op = s.op(n + "fc.backward", tensors({a.fc_pre, a.ln2, p.fc_w.value, d_fc}),
+                     fc_bwd_ws.with({d_fc, d_ln2, p.fc_w.grad, p.fc_b.grad}), 16 * dbt * dc * dc);
+      const auto bound = fc_bwd_ws.bind(op, ctx);
+      k::gelu_backward(ctx, op.stream(), op.ptr<Elem>(a.fc_pre), op.ptr<Elem>(d_fc), op.ptr<Elem>(d_fc), 4 * bt * C);
+      k::linear_backward(ctx, op.stream(), op.ptr<Elem>(a.ln2), op.ptr<Elem>(p.fc_w.value), op.ptr<Elem>(d_fc),
+                         op.ptr<Elem>(d_ln2), op.ptr<Elem>(p.fc_w.grad), op.ptr<Elem>(p.fc_b.grad), BT, C, 4 * C,
                          false);
     }
+    fc_bwd_ws.release(s);
     for (auto t : {d_fc, a.fc_pre, a.ln2}) s.release(t);
     auto d_mid = s.add_transient(n + "resid.dmid", act);
     norm_backward(n + "ln2.backward", {a.x_mid, a.ln2_mean, a.ln2_rstd}, p.ln2_g, p.ln2_b, d_ln2, dres, d_mid);
@@ -306,11 +352,15 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
     s.release(a.att);
     auto d_qkv = s.add_transient(n + "qkv.dout", 3 * act);
     auto scratch = s.add_transient(n + "attn.scratch", probs_bytes, tensor_kind::workspace);
+    const optional_workspace attn_bwd_ws(s, n + "attn.backward.workspace", attention_ws);
     {
-      auto op = s.op(n + "attn.backward", {a.qkv, a.probs, d_att}, {d_qkv, scratch}, 8.0 * B * T * T * dc);
-      k::attention_backward(ctx, op.stream(), {B, T, C, H}, op.ptr<float>(a.qkv), op.ptr<float>(a.probs),
-                            op.ptr<float>(d_att), op.ptr<float>(d_qkv), op.ptr<float>(scratch));
+      auto op = s.op(n + "attn.backward", tensors({a.qkv, a.probs, d_att}), attn_bwd_ws.with({d_qkv, scratch}),
+                     8.0 * B * T * T * dc);
+      const auto bound = attn_bwd_ws.bind(op, ctx);
+      k::attention_backward(ctx, op.stream(), {B, T, C, H}, op.ptr<Elem>(a.qkv), op.ptr<Elem>(a.probs),
+                            op.ptr<Elem>(d_att), op.ptr<Elem>(d_qkv), op.ptr<Elem>(scratch));
     }
+    attn_bwd_ws.release(s);
     for (auto t : {scratch, a.probs, d_att}) s.release(t);
     auto d_ln1 = s.add_transient(n + "ln1.dout", act);
     linear_backward(n + "qkv.backward", a.ln1, p.qkv_w, p.qkv_b, d_qkv, d_ln1, C, 3 * C, 12 * dbt * dc * dc);
@@ -323,10 +373,10 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
   {
     // The tied head wrote wte's gradient; the token lookup adds to it.
     auto op = s.op("embed.backward", {tokens, positions, dres, wte_.grad}, {wte_.grad, wpe_.grad}, 2 * dbt * dc);
-    k::embedding_backward(ctx, op.stream(), op.ptr<std::int32_t>(tokens), op.ptr<float>(dres), op.ptr<float>(wte_.grad),
+    k::embedding_backward(ctx, op.stream(), op.ptr<std::int32_t>(tokens), op.ptr<Elem>(dres), op.ptr<Elem>(wte_.grad),
                           BT, V, C, /*accumulate=*/true);
-    k::embedding_backward(ctx, op.stream(), op.ptr<std::int32_t>(positions), op.ptr<float>(dres),
-                          op.ptr<float>(wpe_.grad), BT, T, C, /*accumulate=*/false);
+    k::embedding_backward(ctx, op.stream(), op.ptr<std::int32_t>(positions), op.ptr<Elem>(dres),
+                          op.ptr<Elem>(wpe_.grad), BT, T, C, /*accumulate=*/false);
   }
   for (auto t : {tokens, positions, dres}) s.release(t);
 
@@ -339,8 +389,10 @@ float gpt_model::train_step(Session& s, std::int64_t step) {
 
 }  // namespace
 
-std::unique_ptr<model> make_gpt(const gpt_shape& shape, std::uint64_t seed, std::shared_ptr<const std::string> corpus) {
-  return std::make_unique<gpt_model>(shape, seed, std::move(corpus));
+std::unique_ptr<model> make_gpt(const gpt_shape& shape, std::uint64_t seed, std::shared_ptr<const std::string> corpus,
+                                precision p) {
+  if (p == precision::bf16) return std::make_unique<gpt_model<k::bf16>>(shape, seed, std::move(corpus));
+  return std::make_unique<gpt_model<float>>(shape, seed, std::move(corpus));
 }
 
 std::unique_ptr<model> make_gpt(const example_options& o) {
@@ -348,7 +400,7 @@ std::unique_ptr<model> make_gpt(const example_options& o) {
   shape.clip_grad_norm = static_cast<float>(o.clip_grad_norm);
   auto corpus = std::make_shared<const std::string>(
       o.data.empty() ? generate_corpus(o.seed, 64 * 1024) : load_corpus(o.data, static_cast<std::size_t>(shape.seq) + 2));
-  return make_gpt(shape, o.seed, std::move(corpus));
+  return make_gpt(shape, o.seed, std::move(corpus), o.prec);
 }
 
 run_result run_gpt(const example_options& o, const step_observer& on_step) {

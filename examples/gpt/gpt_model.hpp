@@ -24,11 +24,12 @@ struct gpt_shape {
 /// The shape of each preset.
 [[nodiscard]] gpt_shape gpt_preset(preset p);
 
-/// A GPT for these options: preset shape, o.seed, and the text of o.data (a generated corpus
+/// A GPT for these options: preset shape, o.prec, o.seed, and the text of o.data (a generated corpus
 /// when o.data is empty). Reading the file happens here, so a bad path fails before training.
 [[nodiscard]] std::unique_ptr<model> make_gpt(const example_options& o);
 [[nodiscard]] std::unique_ptr<model> make_gpt(const gpt_shape& shape, std::uint64_t seed,
-                                              std::shared_ptr<const std::string> corpus);
+                                              std::shared_ptr<const std::string> corpus,
+                                              precision p = precision::fp32);
 
 /// Trains make_gpt(o) with train().
 run_result run_gpt(const example_options& o, const step_observer& on_step = {});

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "device/error.hpp"
@@ -31,8 +32,9 @@ mlp_shape mlp_preset(preset p) {
 
 namespace {
 
-constexpr std::uint64_t f32 = sizeof(float);
-
+// Elem: the storage type of weights, activations and gradients (float, or kernels::bf16 in
+// mixed precision; Note [Mixed precision] in examples/common/precision.hpp).
+template <class Elem>
 class mlp_model final : public model {
  public:
   mlp_model(const mlp_shape& shape, std::uint64_t seed) : sh_(shape), seed_(seed) {
@@ -69,7 +71,7 @@ class mlp_model final : public model {
   [[nodiscard]] std::string describe() const override {
     return "mlp: " + std::to_string(sh_.depth) + " hidden layers of " + std::to_string(sh_.width) + ", " +
            std::to_string(sh_.inputs) + " inputs, " + std::to_string(sh_.classes) + " teacher classes, batch " +
-           std::to_string(sh_.batch);
+           std::to_string(sh_.batch) + ", " + to_string(params_.format());
   }
 
  private:
@@ -79,16 +81,18 @@ class mlp_model final : public model {
   std::uint64_t seed_;
   std::vector<float> teacher_w1_, teacher_w2_;
   std::unique_ptr<k::kernel_context> ctx_;
-  parameter_set params_;
+  parameter_set params_{std::is_same_v<Elem, k::bf16> ? precision::bf16 : precision::fp32};
   loss_value loss_;
   std::vector<parameter> weights_, biases_;
   parameter head_w_, head_b_;
   std::vector<float> inputs_;
+  std::vector<Elem> inputs_stored_;  // inputs_ in the storage type, read by the upload op
   std::vector<std::int32_t> labels_;
   pinned_staging staging_;
 };
 
-void mlp_model::make_batch(std::int64_t step) {
+template <class Elem>
+void mlp_model<Elem>::make_batch(std::int64_t step) {
   const std::size_t B = static_cast<std::size_t>(sh_.batch), I = static_cast<std::size_t>(sh_.inputs);
   const std::size_t Hd = static_cast<std::size_t>(sh_.teacher_hidden), Cl = static_cast<std::size_t>(sh_.classes);
   rng r(seed_, 12, static_cast<std::uint64_t>(step));
@@ -114,22 +118,32 @@ void mlp_model::make_batch(std::int64_t step) {
   }
 }
 
-float mlp_model::train_step(Session& s, std::int64_t step) {
+template <class Elem>
+float mlp_model<Elem>::train_step(Session& s, std::int64_t step) {
   const int B = sh_.batch, W = sh_.width, D = sh_.depth, Cl = sh_.classes;
   const std::uint64_t b = static_cast<std::uint64_t>(B);
-  const std::uint64_t hidden = b * static_cast<std::uint64_t>(W) * f32;
+  constexpr std::uint64_t et = sizeof(Elem);  // bytes of a weight, activation or gradient element
+  const std::uint64_t hidden = b * static_cast<std::uint64_t>(W) * et;
   const double db = B, dw = W;
   k::kernel_context& ctx = *ctx_;
 
   make_batch(step);
-  auto x = s.add_transient("inputs", b * static_cast<std::uint64_t>(sh_.inputs) * f32);
+  inputs_stored_.resize(inputs_.size());
+  for (std::size_t i = 0; i < inputs_.size(); ++i) inputs_stored_[i] = k::store_as<Elem>(inputs_[i]);
+  auto x = s.add_transient("inputs", b * static_cast<std::uint64_t>(sh_.inputs) * et);
   auto labels = s.add_transient("labels", b * sizeof(std::int32_t));
   {
     auto op = s.op("batch.upload", {}, {x, labels});
     staging_.upload(op.device(), op.stream(),
-                    {{op.ptr(x), inputs_.data(), inputs_.size() * f32},
+                    {{op.ptr(x), inputs_stored_.data(), inputs_stored_.size() * et},
                      {op.ptr(labels), labels_.data(), labels_.size() * sizeof(std::int32_t)}});
   }
+
+  // bf16 GEMMs need a workspace on the cpu backend (their operands widened to fp32); fp32 ones
+  // need none, so in fp32 this is 0 and the ops keep their tensor lists.
+  const auto linear_ws = [&](int in, int out) -> std::size_t {
+    return std::is_same_v<Elem, k::bf16> ? k::linear_bf16_workspace_bytes(ctx, B, in, out) : 0;
+  };
 
   // Forward: h[i] = relu(W_i h[i-1] + b_i), h[-1] = inputs. The ReLU runs in place, and its
   // backward reads the output (positive exactly where the input was).
@@ -140,39 +154,49 @@ float mlp_model::train_step(Session& s, std::int64_t step) {
     auto out = s.add_transient(indexed("l", i) + "out", hidden);
     const parameter& w = weights_[static_cast<std::size_t>(i)];
     const parameter& bias = biases_[static_cast<std::size_t>(i)];
+    const optional_workspace ws(s, indexed("l", i) + "forward.workspace", linear_ws(fan_in, W));
     {
-      auto op = s.op(indexed("l", i) + "forward", {prev, w.value, bias.value}, {out}, 2 * db * dw * fan_in);
-      k::linear_forward(ctx, op.stream(), op.ptr<float>(prev), op.ptr<float>(w.value), op.ptr<float>(bias.value),
-                        op.ptr<float>(out), B, fan_in, W);
-      k::relu_forward(ctx, op.stream(), op.ptr<float>(out), op.ptr<float>(out), b * static_cast<std::uint64_t>(W));
+      auto op = s.op(indexed("l", i) + "forward", tensors({prev, w.value, bias.value}), ws.with({out}), 2 * db * dw * fan_in);
+      const auto bound = ws.bind(op, ctx);
+      k::linear_forward(ctx, op.stream(), op.ptr<Elem>(prev), op.ptr<Elem>(w.value), op.ptr<Elem>(bias.value),
+                        op.ptr<Elem>(out), B, fan_in, W);
+      k::relu_forward(ctx, op.stream(), op.ptr<Elem>(out), op.ptr<Elem>(out), b * static_cast<std::uint64_t>(W));
     }
+    ws.release(s);
     h.push_back(out);
     fan_in = W;
   }
-  auto logits = s.add_transient("head.logits", b * static_cast<std::uint64_t>(Cl) * f32);
+  auto logits = s.add_transient("head.logits", b * static_cast<std::uint64_t>(Cl) * et);
+  const optional_workspace head_ws(s, "head.forward.workspace", linear_ws(W, Cl));
   {
-    auto op = s.op("head.forward", {h.back(), head_w_.value, head_b_.value}, {logits}, 2 * db * dw * Cl);
-    k::linear_forward(ctx, op.stream(), op.ptr<float>(h.back()), op.ptr<float>(head_w_.value),
-                      op.ptr<float>(head_b_.value), op.ptr<float>(logits), B, W, Cl);
+    auto op = s.op("head.forward", tensors({h.back(), head_w_.value, head_b_.value}), head_ws.with({logits}), 2 * db * dw * Cl);
+    const auto bound = head_ws.bind(op, ctx);
+    k::linear_forward(ctx, op.stream(), op.ptr<Elem>(h.back()), op.ptr<Elem>(head_w_.value),
+                      op.ptr<Elem>(head_b_.value), op.ptr<Elem>(logits), B, W, Cl);
   }
+  head_ws.release(s);
   const tensor_handle loss = loss_.handle();
   const op_workspace loss_ws(s, "loss.workspace", k::softmax_cross_entropy_workspace_bytes(B));
   {
     auto op = s.op("loss.forward", {logits, labels}, {logits, loss, loss_ws.handle()}, 5 * db * Cl);
     const auto bound = loss_ws.bind(op, ctx);
-    k::softmax_cross_entropy(ctx, op.stream(), op.ptr<float>(logits), op.ptr<std::int32_t>(labels), nullptr,
-                             op.ptr<float>(loss), op.ptr<float>(logits), B, Cl, 1.0f / static_cast<float>(B));
+    k::softmax_cross_entropy(ctx, op.stream(), op.ptr<Elem>(logits), op.ptr<std::int32_t>(labels), nullptr,
+                             op.ptr<float>(loss), op.ptr<Elem>(logits), B, Cl, 1.0f / static_cast<float>(B));
   }
   loss_ws.release(s);
   s.release(labels);
 
   // Backward.
   auto dh = s.add_transient(indexed("l", D - 1) + "dout", hidden);
+  const optional_workspace head_bwd_ws(s, "head.backward.workspace", linear_ws(W, Cl));
   {
-    auto op = s.op("head.backward", {h.back(), head_w_.value, logits}, {dh, head_w_.grad, head_b_.grad}, 4 * db * dw * Cl);
-    k::linear_backward(ctx, op.stream(), op.ptr<float>(h.back()), op.ptr<float>(head_w_.value), op.ptr<float>(logits),
-                       op.ptr<float>(dh), op.ptr<float>(head_w_.grad), op.ptr<float>(head_b_.grad), B, W, Cl, false);
+    auto op = s.op("head.backward", tensors({h.back(), head_w_.value, logits}),
+                   head_bwd_ws.with({dh, head_w_.grad, head_b_.grad}), 4 * db * dw * Cl);
+    const auto bound = head_bwd_ws.bind(op, ctx);
+    k::linear_backward(ctx, op.stream(), op.ptr<Elem>(h.back()), op.ptr<Elem>(head_w_.value), op.ptr<Elem>(logits),
+                       op.ptr<Elem>(dh), op.ptr<Elem>(head_w_.grad), op.ptr<Elem>(head_b_.grad), B, W, Cl, false);
   }
+  head_bwd_ws.release(s);
   s.release(logits);
   for (int i = D - 1; i >= 0; --i) {
     const parameter& w = weights_[static_cast<std::size_t>(i)];
@@ -180,27 +204,33 @@ float mlp_model::train_step(Session& s, std::int64_t step) {
     const tensor_handle out = h[static_cast<std::size_t>(i)];
     const std::string n = indexed("l", i);
     const int in = i == 0 ? sh_.inputs : W;
+    const optional_workspace ws(s, n + "backward.workspace", linear_ws(in, W));
     if (i > 0) {
       const tensor_handle prev = h[static_cast<std::size_t>(i - 1)];
       auto dprev = s.add_transient(indexed("l", i - 1) + "dout", hidden);
       {
-        auto op = s.op(n + "backward", {out, prev, w.value, dh}, {dh, dprev, w.grad, bias.grad}, 4 * db * dw * in);
-        k::relu_backward(ctx, op.stream(), op.ptr<float>(out), op.ptr<float>(dh), op.ptr<float>(dh),
+        auto op = s.op(n + "backward", tensors({out, prev, w.value, dh}), ws.with({dh, dprev, w.grad, bias.grad}),
+                       4 * db * dw * in);
+        const auto bound = ws.bind(op, ctx);
+        k::relu_backward(ctx, op.stream(), op.ptr<Elem>(out), op.ptr<Elem>(dh), op.ptr<Elem>(dh),
                          b * static_cast<std::uint64_t>(W));
-        k::linear_backward(ctx, op.stream(), op.ptr<float>(prev), op.ptr<float>(w.value), op.ptr<float>(dh),
-                           op.ptr<float>(dprev), op.ptr<float>(w.grad), op.ptr<float>(bias.grad), B, in, W, false);
+        k::linear_backward(ctx, op.stream(), op.ptr<Elem>(prev), op.ptr<Elem>(w.value), op.ptr<Elem>(dh),
+                           op.ptr<Elem>(dprev), op.ptr<Elem>(w.grad), op.ptr<Elem>(bias.grad), B, in, W, false);
       }
+      ws.release(s);
       s.release(dh);
       s.release(out);
       dh = dprev;
     } else {
       {
-        auto op = s.op(n + "backward", {out, x, w.value, dh}, {dh, w.grad, bias.grad}, 2 * db * dw * in);
-        k::relu_backward(ctx, op.stream(), op.ptr<float>(out), op.ptr<float>(dh), op.ptr<float>(dh),
+        auto op = s.op(n + "backward", tensors({out, x, w.value, dh}), ws.with({dh, w.grad, bias.grad}), 2 * db * dw * in);
+        const auto bound = ws.bind(op, ctx);
+        k::relu_backward(ctx, op.stream(), op.ptr<Elem>(out), op.ptr<Elem>(dh), op.ptr<Elem>(dh),
                          b * static_cast<std::uint64_t>(W));
-        k::linear_backward(ctx, op.stream(), op.ptr<float>(x), op.ptr<float>(w.value), op.ptr<float>(dh), nullptr,
-                           op.ptr<float>(w.grad), op.ptr<float>(bias.grad), B, in, W, false);
+        k::linear_backward(ctx, op.stream(), op.ptr<Elem>(x), op.ptr<Elem>(w.value), op.ptr<Elem>(dh), nullptr,
+                           op.ptr<Elem>(w.grad), op.ptr<Elem>(bias.grad), B, in, W, false);
       }
+      ws.release(s);
       s.release(dh);
       s.release(out);
     }
@@ -215,14 +245,15 @@ float mlp_model::train_step(Session& s, std::int64_t step) {
 
 }  // namespace
 
-std::unique_ptr<model> make_mlp(const mlp_shape& shape, std::uint64_t seed) {
-  return std::make_unique<mlp_model>(shape, seed);
+std::unique_ptr<model> make_mlp(const mlp_shape& shape, std::uint64_t seed, precision p) {
+  if (p == precision::bf16) return std::make_unique<mlp_model<k::bf16>>(shape, seed);
+  return std::make_unique<mlp_model<float>>(shape, seed);
 }
 
 std::unique_ptr<model> make_mlp(const example_options& o) {
   mlp_shape shape = mlp_preset(o.size);
   shape.clip_grad_norm = static_cast<float>(o.clip_grad_norm);
-  return make_mlp(shape, o.seed);
+  return make_mlp(shape, o.seed, o.prec);
 }
 
 run_result run_mlp(const example_options& o, const step_observer& on_step) {

@@ -21,7 +21,8 @@ struct mlp_shape {
 };
 
 [[nodiscard]] mlp_shape mlp_preset(preset p);
-[[nodiscard]] std::unique_ptr<model> make_mlp(const mlp_shape& shape, std::uint64_t seed);
+[[nodiscard]] std::unique_ptr<model> make_mlp(const mlp_shape& shape, std::uint64_t seed,
+                                              precision p = precision::fp32);
 [[nodiscard]] std::unique_ptr<model> make_mlp(const example_options& o);
 run_result run_mlp(const example_options& o, const step_observer& on_step = {});
 

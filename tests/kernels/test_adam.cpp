@@ -90,3 +90,86 @@ TEST(AdamCuda, MatchesCpu) {
   rig cpu("cpu"), gpu("cuda");
   expect_near_all(run(gpu), run(cpu), 1e-6, 1e-5);
 }
+
+namespace {
+
+std::vector<bf16> to_bf16_all(const std::vector<float>& x) {
+  std::vector<bf16> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = to_bf16(x[i]);
+  return out;
+}
+
+std::vector<float> widen_all(const std::vector<bf16>& x) {
+  std::vector<float> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = to_float(x[i]);
+  return out;
+}
+
+struct mixed_state {
+  std::vector<float> master, m, v;
+  std::vector<bf16> weights;
+};
+
+// Three mixed-precision steps from master p0 with bf16 gradients g (the same each step).
+mixed_state run_mixed(rig& r, const std::vector<float>& p0, const std::vector<bf16>& g, const adam_config& c) {
+  const std::size_t n = p0.size();
+  float* p = r.up(p0);
+  float* m = r.alloc<float>(n);
+  float* v = r.alloc<float>(n);
+  bf16* w = r.alloc<bf16>(n);
+  const bf16* dg = r.up(g);
+  for (int t = 1; t <= 3; ++t) adam_step(r.ctx(), r.s(), p, dg, m, v, w, n, c, t);
+  return {r.down(p, n), r.down(m, n), r.down(v, n), r.down(w, n)};
+}
+
+}  // namespace
+
+TEST(AdamMixed, MasterEqualsFloat32StepOnWidenedGradientAndWeightsAreItsRounding) {
+  const std::size_t n = 40001;  // not a multiple of any vector width
+  const auto p0 = random_floats(n, 7);
+  const auto g = to_bf16_all(random_floats(n, 8));
+  adam_config c;
+  c.lr = 0.01f;
+  c.weight_decay = 0.1f;
+  rig r;
+  const mixed_state got = run_mixed(r, p0, g, c);
+
+  float* p = r.up(p0);
+  float* m = r.alloc<float>(n);
+  float* v = r.alloc<float>(n);
+  const float* dg = r.up(widen_all(g));
+  for (int t = 1; t <= 3; ++t) adam_step(r.ctx(), r.s(), p, dg, m, v, n, c, t);
+  const auto want_p = r.down(p, n);
+  const auto want_m = r.down(m, n);
+  const auto want_v = r.down(v, n);
+  std::size_t moved = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(float_to_bits(got.master[i]), float_to_bits(want_p[i])) << "master at " << i;
+    ASSERT_EQ(float_to_bits(got.m[i]), float_to_bits(want_m[i])) << "m at " << i;
+    ASSERT_EQ(float_to_bits(got.v[i]), float_to_bits(want_v[i])) << "v at " << i;
+    ASSERT_EQ(got.weights[i].bits, to_bf16(want_p[i]).bits) << "weights at " << i;
+    if (got.master[i] != p0[i]) ++moved;
+  }
+  EXPECT_GT(moved, n / 2);  // the steps really moved the weights
+}
+
+TEST(AdamMixed, RejectsStepZero) {
+  rig r;
+  float* d = r.alloc<float>(4);
+  bf16* h = r.alloc<bf16>(4);
+  EXPECT_THROW(adam_step(r.ctx(), r.s(), d, h, d, d, h, 4, adam_config{}, 0), spillway::usage_error);
+}
+
+TEST(AdamMixedCuda, EqualsCpuBitForBit) {
+  SPILLWAY_NEEDS_CUDA();
+  const std::size_t n = 100003;
+  const auto p0 = random_floats(n, 9);
+  const auto g = to_bf16_all(random_floats(n, 10));
+  rig cpu("cpu"), gpu("cuda");
+  const mixed_state a = run_mixed(cpu, p0, g, adam_config{});
+  const mixed_state b = run_mixed(gpu, p0, g, adam_config{});
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(float_to_bits(a.master[i]), float_to_bits(b.master[i])) << "master at " << i;
+    ASSERT_EQ(a.weights[i].bits, b.weights[i].bits) << "weights at " << i;
+  }
+}

@@ -106,7 +106,7 @@ TEST(SumOfSquares, EmptyAndZeroBuffers) {
   // No workspace is needed for nothing.
   r.ctx().bind_workspace(nullptr, 0);
   float* sum = r.up(std::vector<float>{3.0f});
-  sum_of_squares(r.ctx(), r.s(), nullptr, 0, sum, true);
+  sum_of_squares(r.ctx(), r.s(), static_cast<const float*>(nullptr), 0, sum, true);
   EXPECT_EQ(r.down(sum, 1)[0], 3.0f);
 }
 
@@ -144,7 +144,7 @@ TEST(SumOfSquares, RefusesBadArgumentsAndAMissingWorkspaceAtTheCall) {
   const float* dx = r.up(x);
   float* sum = r.alloc<float>(1);
   EXPECT_THROW(sum_of_squares(r.ctx(), r.s(), dx, x.size(), nullptr, false), usage_error);
-  EXPECT_THROW(sum_of_squares(r.ctx(), r.s(), nullptr, x.size(), sum, false), usage_error);
+  EXPECT_THROW(sum_of_squares(r.ctx(), r.s(), static_cast<const float*>(nullptr), x.size(), sum, false), usage_error);
   r.ctx().bind_workspace(nullptr, 0);
   try {
     sum_of_squares(r.ctx(), r.s(), dx, x.size(), sum, false);
@@ -230,7 +230,7 @@ TEST(ClipByNorm, RefusesAMaxNormThatIsNotPositiveAndFinite) {
     }
   }
   EXPECT_THROW(clip_by_norm(r.ctx(), r.s(), dg, 10, nullptr, 1.0f), usage_error);
-  EXPECT_THROW(clip_by_norm(r.ctx(), r.s(), nullptr, 10, sum, 1.0f), usage_error);
+  EXPECT_THROW(clip_by_norm(r.ctx(), r.s(), static_cast<float*>(nullptr), 10, sum, 1.0f), usage_error);
 }
 
 TEST(GradNormCuda, MatchesCpuAndRepeatsOverAddresses) {
@@ -258,4 +258,81 @@ TEST(GradNormCuda, MatchesCpuAndRepeatsOverAddresses) {
   };
   EXPECT_TRUE(same_bits(clip(gpu, 1.0f), clip(cpu, 1.0f)));
   EXPECT_TRUE(same_bits(clip(gpu, 1e9f), gr));
+}
+
+namespace {
+
+std::vector<bf16> rounded(const std::vector<float>& x) {
+  std::vector<bf16> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = to_bf16(x[i]);
+  return out;
+}
+
+std::vector<float> widened(const std::vector<bf16>& x) {
+  std::vector<float> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = to_float(x[i]);
+  return out;
+}
+
+float device_sum_sq_bf16(rig& r, const std::vector<bf16>& x, std::size_t offset = 0) {
+  float* sum = r.alloc<float>(1);
+  sum_of_squares(r.ctx(), r.s(), r.up(x, offset), x.size(), sum, false);
+  return r.down(sum, 1)[0];
+}
+
+// Clips bf16 gradients g by the norm max_norm, the sum of squares taken by the bf16 kernel.
+std::vector<bf16> clip_bf16(rig& r, const std::vector<bf16>& g, float max_norm) {
+  bf16* dg = r.up(g);
+  float* sum = r.alloc<float>(1);
+  sum_of_squares(r.ctx(), r.s(), dg, g.size(), sum, false);
+  clip_by_norm(r.ctx(), r.s(), dg, g.size(), sum, max_norm);
+  return r.down(dg, g.size());
+}
+
+}  // namespace
+
+// bf16 gradients (mixed precision): each value is widened exactly, so the sum is the float32
+// kernel's over the widened values, bit for bit, in the same order.
+TEST(GradNormBf16, SumOfSquaresIsTheFloat32SumOfTheWidenedValues) {
+  rig r;
+  for (std::size_t n : sizes) {
+    const auto x = rounded(random_floats(n, static_cast<std::uint32_t>(n) + 3, -2.0f, 2.0f));
+    const float want = device_sum_sq(r, widened(x));
+    EXPECT_EQ(bits(device_sum_sq_bf16(r, x)), bits(want)) << "n = " << n;
+    EXPECT_EQ(bits(device_sum_sq_bf16(r, x, 5)), bits(want)) << "n = " << n << " at another address";
+  }
+}
+
+TEST(GradNormBf16, ClipIsTheFloat32ClipRoundedAndLeavesSmallGradientsAlone) {
+  rig r;
+  const auto g = rounded(random_floats(50021, 13));
+  const std::vector<float> wide = widened(g);
+  const float max_norm = static_cast<float>(std::sqrt(sum_sq_ref(wide)) / 4);
+  const auto got = clip_bf16(r, g, max_norm);
+  float* dg = r.up(wide);
+  float* sum = r.alloc<float>(1);
+  sum_of_squares(r.ctx(), r.s(), dg, wide.size(), sum, false);
+  clip_by_norm(r.ctx(), r.s(), dg, wide.size(), sum, max_norm);
+  const auto want = r.down(dg, wide.size());
+  std::size_t changed = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    ASSERT_EQ(got[i].bits, to_bf16(want[i]).bits) << "at " << i;
+    if (got[i].bits != g[i].bits) ++changed;
+  }
+  EXPECT_GT(changed, g.size() / 2);
+  const auto kept = clip_bf16(r, g, 1e9f);
+  for (std::size_t i = 0; i < g.size(); ++i) ASSERT_EQ(kept[i].bits, g[i].bits) << "at " << i;
+}
+
+TEST(GradNormBf16Cuda, MatchesCpuBitForBit) {
+  SPILLWAY_NEEDS_CUDA();
+  rig cpu("cpu"), gpu("cuda");
+  for (std::size_t n : sizes) {
+    const auto x = rounded(random_floats(n, static_cast<std::uint32_t>(n) + 5, -2.0f, 2.0f));
+    EXPECT_EQ(bits(device_sum_sq_bf16(gpu, x)), bits(device_sum_sq_bf16(cpu, x))) << "n = " << n;
+  }
+  const auto g = rounded(random_floats(100003, 17));
+  const auto a = clip_bf16(cpu, g, 1.0f);
+  const auto b = clip_bf16(gpu, g, 1.0f);
+  for (std::size_t i = 0; i < g.size(); ++i) ASSERT_EQ(a[i].bits, b[i].bits) << "at " << i;
 }
