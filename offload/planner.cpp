@@ -5,6 +5,7 @@
 #include "device/error.hpp"
 #include "device/units.hpp"
 #include "offload/plan_builder.hpp"
+#include "offload/planner_host.hpp"
 #include "offload/planner_recompute.hpp"
 
 namespace spillway::offload {
@@ -43,7 +44,7 @@ plan planner::make_plan(const trace& t, const lifetime_report& r, const hw_profi
 }
 
 std::vector<std::string> planner_names() {
-  return {"none", "lms", "vdnn-all", "vdnn-conv", "checkpoint", "capuchin", "auto"};
+  return {"none", "lms", "vdnn-all", "vdnn-conv", "checkpoint", "capuchin", "zero-offload", "auto"};
 }
 
 std::unique_ptr<planner> make_planner(std::string_view name, const planner_options& opt) {
@@ -54,8 +55,9 @@ std::unique_ptr<planner> make_planner(std::string_view name, const planner_optio
   if (name == "auto") return detail::make_auto_planner(opt);
   if (name == "checkpoint") return detail::make_checkpoint_planner(opt);
   if (name == "capuchin") return detail::make_capuchin_planner(opt);
+  if (name == "zero-offload") return detail::make_zero_offload_planner(opt);
   throw config_error("unknown policy '" + std::string(name) +
-                     "' (none, lms, vdnn-all, vdnn-conv, checkpoint, capuchin, auto)");
+                     "' (none, lms, vdnn-all, vdnn-conv, checkpoint, capuchin, zero-offload, auto)");
 }
 
 }  // namespace spillway::offload

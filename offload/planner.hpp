@@ -1,6 +1,6 @@
 // Planners behind one interface: each turns a trace, its lifetimes, a hardware profile and a
 // device budget into a Plan (prefetch/plan.hpp). Built-ins: none, lms, vdnn-all, vdnn-conv,
-// checkpoint, capuchin, auto.
+// checkpoint, capuchin, zero-offload, auto.
 #pragma once
 
 #include <cstdint>
@@ -64,7 +64,9 @@ class planner {
 };
 
 /// "none", "lms", "vdnn-all", "vdnn-conv" (also "vdnn" = vdnn-all), "checkpoint", "capuchin",
-/// "auto". checkpoint, capuchin and auto recompute where the trace marks ops recomputable.
+/// "zero-offload", "auto". checkpoint, capuchin, zero-offload and auto recompute where the trace
+/// marks ops recomputable; zero-offload and auto place host_capable ops on the host where the
+/// profile runs host ops (Note [Host placement] in planner_host.cpp).
 std::unique_ptr<planner> make_planner(std::string_view name, const planner_options& opt = {});
 std::vector<std::string> planner_names();
 

@@ -8,6 +8,7 @@
 
 #include "offload/plan_builder.hpp"
 #include "offload/planner.hpp"
+#include "offload/planner_host.hpp"
 #include "offload/planner_range_max.hpp"
 #include "offload/planner_recompute.hpp"
 #include "offload/simulator.hpp"
@@ -369,6 +370,25 @@ class auto_planner final : public optioned_planner {
 
  private:
   plan do_make_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) const override {
+    plan device = device_plan(t, r, hw, budget);
+    if (!hw.runs_host_ops() || std::none_of(t.ops.begin(), t.ops.end(), [](const op_desc& o) { return o.host_capable; }))
+      return device;
+    // Host placement (Note [Host placement]): auto's own plans for the device views, and
+    // zero-offload's, against the device plan; the first of equals wins.
+    best_plan best;
+    const auto sim = simulate(t, r, device, hw);
+    best.offer(std::move(device), sim);
+    for (auto& c : host_candidates(t, r, hw, budget, *this)) {
+      c.p.policy = name();
+      best.offer(std::move(c.p), c.sim);
+    }
+    plan z = make_zero_offload_planner(options())->make_plan(t, r, hw, budget);
+    z.policy = name();
+    const auto zs = simulate(t, r, z, hw);
+    best.offer(std::move(z), zs);
+    return best.take();
+  }
+  plan device_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) const {
     if (options().auto_recompute && std::any_of(t.ops.begin(), t.ops.end(), [](const op_desc& o) { return o.recomputable; }))
       return auto_recompute_plan(t, r, hw, budget, options());
     return auto_swap_plan(t, r, hw, budget, options());

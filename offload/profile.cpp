@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "device/error.hpp"
@@ -18,8 +19,16 @@ namespace {
 constexpr double GB = 1e9;
 constexpr double TF = 1e12;
 
+// The host that runs host ops: sockets x channels x MT/s x 8 bytes of DRAM, used at `dram_use`
+// (STREAM-like), cores, fp32 flops per core per cycle, all-core clock.
+struct host_cpu {
+  double dram_gbps, dram_use;
+  int cores, flops_per_cycle;
+  double ghz;
+};
+
 hw_profile make(std::string name, double dev_gb, double peak_tf, double sustained, double hbm_gbps,
-                double link_gbps, double host_gb, double nvme_r, double nvme_w, double nvme_gb) {
+                double link_gbps, double host_gb, double nvme_r, double nvme_w, double nvme_gb, host_cpu cpu) {
   hw_profile p;
   p.name = std::move(name);
   p.device_bytes = static_cast<std::uint64_t>(dev_gb * GB);
@@ -32,17 +41,28 @@ hw_profile make(std::string name, double dev_gb, double peak_tf, double sustaine
   p.nvme_read_bytes_per_s = nvme_r * GB;
   p.nvme_write_bytes_per_s = nvme_w * GB;
   p.nvme_bytes = static_cast<std::uint64_t>(nvme_gb * GB);
+  p.host_mem_bytes_per_s = cpu.dram_gbps * GB * cpu.dram_use;
+  p.host_cores = cpu.cores;
+  p.host_vector_width = cpu.flops_per_cycle;
+  p.host_clock_hz = cpu.ghz * 1e9;
   return p;
 }
 
 std::vector<hw_profile> builtins() {
   // name, device GB, peak TFLOP/s, sustained fraction, HBM GB/s, effective PCIe GB/s per
-  // direction, host tier GB, NVMe read/write GB/s, NVMe GB. See PROFILES.md.
+  // direction, host tier GB, NVMe read/write GB/s, NVMe GB, host CPU. See PROFILES.md.
+  // Host CPUs: DRAM GB/s = sockets x channels x MT/s x 8 B; fp32 flops/cycle = lanes x FMA units x 2.
+  constexpr host_cpu xeon_8480c{2 * 8 * 4.8 * 8, 0.75, 112, 64, 2.0};  // DGX H200: 2x 56 cores, AVX-512, DDR5-4800
+  constexpr host_cpu epyc_7742{2 * 8 * 3.2 * 8, 0.75, 128, 32, 2.25};  // DGX A100: 2x 64 cores, AVX2, DDR4-3200
+  constexpr host_cpu xeon_8168{2 * 6 * 2.666 * 8, 0.75, 48, 64, 2.7};  // DGX-2: 2x 24 cores, AVX-512, DDR4-2666
+  constexpr host_cpu xeon_6148{2 * 6 * 2.666 * 8, 0.75, 40, 64, 2.4};  // 2x 20 cores, AVX-512, DDR4-2666
+  constexpr host_cpu i7_5930k{1 * 4 * 2.133 * 8, 0.75, 6, 32, 3.5};    // 6 cores, AVX2, DDR4-2133
   return {
-      make("h200", 141, 989, 0.6, 4800, 50, 1000, 13.8, 8.2, 7680),
-      make("a100-80g", 80, 312, 0.6, 2039, 25, 512, 13.8, 8.2, 7680),
-      make("v100-16g", 16, 112, 0.5, 900, 12, 256, 3.2, 2.08, 3200),
-      make("titanx-12g", 12, 6.1, 0.7, 336.5, 12, 64, 3.2, 2.08, 3200),
+      make("h200", 141, 989, 0.6, 4800, 50, 1000, 13.8, 8.2, 7680, xeon_8480c),
+      make("a100-80g", 80, 312, 0.6, 2039, 25, 512, 13.8, 8.2, 7680, epyc_7742),
+      make("v100-32g", 32, 125, 0.5, 900, 12, 1000, 3.2, 2.08, 3200, xeon_8168),
+      make("v100-16g", 16, 112, 0.5, 900, 12, 256, 3.2, 2.08, 3200, xeon_6148),
+      make("titanx-12g", 12, 6.1, 0.7, 336.5, 12, 64, 3.2, 2.08, 3200, i7_5930k),
   };
 }
 
@@ -75,6 +95,12 @@ double hw_profile::op_seconds(const op_desc& op) const noexcept {
   return std::max(op.flops / compute_flops_per_s, static_cast<double>(op.bytes) / hbm_bytes_per_s);
 }
 
+double hw_profile::host_op_seconds(const op_desc& op) const noexcept {
+  if (!runs_host_ops()) return std::numeric_limits<double>::infinity();
+  const double flops_per_s = static_cast<double>(host_cores) * host_vector_width * host_clock_hz;
+  return std::max(static_cast<double>(op.host_bytes) / host_mem_bytes_per_s, op.host_flops / flops_per_s);
+}
+
 void hw_profile::validate() const {
   auto check = [&](bool ok, const char* field) {
     if (!ok) throw config_error("hardware profile '" + name + "': field '" + field + "' must be positive and finite");
@@ -88,6 +114,12 @@ void hw_profile::validate() const {
   check(copy_engines > 0, "copy_engines");
   check(rate(nvme_read_bytes_per_s), "nvme_read_gbps");
   check(rate(nvme_write_bytes_per_s), "nvme_write_gbps");
+  if (host_mem_bytes_per_s != 0 || host_cores != 0 || host_vector_width != 0 || host_clock_hz != 0) {
+    check(rate(host_mem_bytes_per_s), "host_memory_gbps");
+    check(host_cores > 0, "host_cores");
+    check(host_vector_width > 0, "host_vector_width");
+    check(rate(host_clock_hz), "host_ghz");
+  }
 }
 
 std::vector<std::string> builtin_profile_names() {
@@ -139,12 +171,31 @@ hw_profile profile_from_json(const nlohmann::json& j) {
   p.nvme_read_bytes_per_s = need_number(j, "nvme_read_gbps") * GB;
   p.nvme_write_bytes_per_s = need_number(j, "nvme_write_gbps") * GB;
   p.nvme_bytes = need_size(j, "nvme_capacity");
+  const char* host_fields[] = {"host_memory_gbps", "host_cores", "host_vector_width", "host_ghz"};
+  int given = 0;
+  for (const char* f : host_fields) given += j.contains(f) ? 1 : 0;
+  if (given != 0 && given != 4)
+    throw config_error("hardware profile: give all of 'host_memory_gbps', 'host_cores', 'host_vector_width' and "
+                       "'host_ghz' (the host that runs host ops) or none of them");
+  if (given == 4) {
+    p.host_mem_bytes_per_s = need_number(j, "host_memory_gbps") * GB;
+    auto whole = [&](const char* f) {
+      const double v = need_number(j, f);
+      if (v != std::floor(v) || v > 1e6)
+        throw config_error(std::string("hardware profile: field '") + f + "' must be a whole number from 1 to 1000000, got " +
+                           j[f].dump());
+      return static_cast<int>(v);
+    };
+    p.host_cores = whole("host_cores");
+    p.host_vector_width = whole("host_vector_width");
+    p.host_clock_hz = need_number(j, "host_ghz") * 1e9;
+  }
   p.validate();
   return p;
 }
 
 nlohmann::json profile_to_json(const hw_profile& p) {
-  return {{"name", p.name},
+  nlohmann::json j = {{"name", p.name},
           {"device_memory", p.device_bytes},
           {"compute_tflops", p.compute_flops_per_s / TF},
           {"hbm_gbps", p.hbm_bytes_per_s / GB},
@@ -155,6 +206,13 @@ nlohmann::json profile_to_json(const hw_profile& p) {
           {"nvme_read_gbps", p.nvme_read_bytes_per_s / GB},
           {"nvme_write_gbps", p.nvme_write_bytes_per_s / GB},
           {"nvme_capacity", p.nvme_bytes}};
+  if (p.runs_host_ops()) {
+    j["host_memory_gbps"] = p.host_mem_bytes_per_s / GB;
+    j["host_cores"] = p.host_cores;
+    j["host_vector_width"] = p.host_vector_width;
+    j["host_ghz"] = p.host_clock_hz / 1e9;
+  }
+  return j;
 }
 
 }  // namespace spillway::offload

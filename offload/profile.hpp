@@ -25,6 +25,18 @@ struct hw_profile {
   double nvme_read_bytes_per_s = 0;    ///< NVMe tier read bandwidth (all drives together)
   double nvme_write_bytes_per_s = 0;   ///< NVMe tier write bandwidth
   std::uint64_t nvme_bytes = 0;        ///< NVMe tier capacity
+  /// The host as a compute resource for ops placed there (Note [Host ops] in prefetch/plan.hpp).
+  /// All 0: the host runs no ops (a JSON profile without these fields).
+  double host_mem_bytes_per_s = 0;     ///< sustained host-memory bandwidth, all sockets
+  int host_cores = 0;                  ///< cores the host ops use, all sockets
+  int host_vector_width = 0;           ///< fp32 flops per core per cycle (SIMD lanes x FMA units x 2)
+  double host_clock_hz = 0;            ///< sustained all-core clock
+
+  /// Duration of an op placed on the host: max(host_bytes / host memory bandwidth,
+  /// host_flops / (cores x vector width x clock)); infinite when the profile has no host rates.
+  [[nodiscard]] double host_op_seconds(const op_desc& op) const noexcept;
+  /// Whether the host rates are set (then ops may be placed on the host).
+  [[nodiscard]] bool runs_host_ops() const noexcept { return host_mem_bytes_per_s > 0; }
 
   /// Duration of an op: measured_seconds if present, else the roofline
   /// max(flops / compute, bytes / hbm).
@@ -33,7 +45,7 @@ struct hw_profile {
   void validate() const;
 };
 
-/// Names of the built-in profiles: h200, a100-80g, v100-16g, titanx-12g.
+/// Names of the built-in profiles: h200, a100-80g, v100-32g, v100-16g, titanx-12g.
 std::vector<std::string> builtin_profile_names();
 /// A built-in profile by name, or a JSON file path (anything that ends in .json).
 /// Unknown names are a config_error listing the built-ins.
@@ -42,6 +54,8 @@ hw_profile get_profile(std::string_view name_or_path);
 /// JSON form: {"name": "...", "device_memory": "16GB", "compute_tflops": 56, "hbm_gbps": 900,
 /// "h2d_gbps": 12, "d2h_gbps": 12, "copy_engines": 2, "host_memory": "256GB",
 /// "nvme_read_gbps": 3.2, "nvme_write_gbps": 2.0, "nvme_capacity": "2TB"} (GB/s are 1e9 B/s).
+/// Optional, all four or none: "host_memory_gbps" (sustained), "host_cores",
+/// "host_vector_width" (fp32 flops per core per cycle), "host_ghz".
 /// Missing fields are a config_error naming them.
 hw_profile profile_from_json(const nlohmann::json& j);
 nlohmann::json profile_to_json(const hw_profile& p);

@@ -11,7 +11,7 @@
 namespace spillway::offload {
 
 std::string_view to_string(sim_track t) noexcept {
-  constexpr std::string_view names[] = {"compute", "h2d", "d2h", "nvme_read", "nvme_write", "recompute"};
+  constexpr std::string_view names[] = {"compute", "h2d", "d2h", "nvme_read", "nvme_write", "recompute", "host"};
   return names[static_cast<int>(t)];
 }
 
@@ -27,6 +27,8 @@ struct tensor_state {
   double ready = 0;        // device copy usable from
   double host_ready = 0;   // host copy complete at
   double nvme_ready = 0;
+  bool stale = false;          // a host op wrote the value since this device copy was made
+  double host_read_until = 0;  // the last copy up from the host copy ends at
 };
 
 /// A tier's bytes held now against its capacity, and whether it has passed it (said once).
@@ -50,12 +52,20 @@ class replay {
     for (op_index k = 0; k < n; ++k) {
       if (k > 0) issue_evictions(k - 1, boundary);
       for (const auto& pf : p_.steps[k].prefetches) issue_prefetch(pf, k, boundary);
+      const bool sync = p_.steps[k].synchronous;
+      const double all_done = sync ? std::max({boundary, h2d_free(), d2h_free(), nvme_r_free_, nvme_w_free_, host_end()}) : 0.0;
+      if (p_.steps[k].on_host) {
+        run_host_op(k, all_done);
+        continue;
+      }
+      boundary = std::max(boundary, all_done);
       for (op_index o : p_.steps[k].recomputes) boundary = run_op(o, boundary, k);
       boundary = run_op(k, boundary, k);
     }
     if (n > 0) issue_evictions(static_cast<op_index>(n - 1), boundary);
     double end = boundary;
     end = std::max({end, h2d_free(), d2h_free(), nvme_r_free_, nvme_w_free_});
+    end = std::max(end, host_end());
     while (!frees_.empty()) {
       end = std::max(end, frees_.top().first);
       release_until(frees_.top().first);
@@ -220,6 +230,11 @@ class replay {
       }
       const bool needed = value_needed_after(e.tensor, k);
       evict_action action = e.action;
+      if (s.stale) {  // the host tier holds the newer value (Note [Host ops])
+        if (action == evict_action::evict_to_nvme)
+          violation("after " + op_label(k) + ": copies '" + name(e.tensor) + "' to NVMe from a stale device copy");
+        action = evict_action::drop;
+      }
       if ((action == evict_action::evict_to_host && s.host_valid) ||
           (action == evict_action::evict_to_nvme && s.nvme_valid))
         action = evict_action::drop;  // the tier already holds this value
@@ -252,6 +267,7 @@ class replay {
       }
       s.on_device = false;
       s.device_valid = false;
+      s.stale = false;
     }
   }
 
@@ -273,6 +289,7 @@ class replay {
     const double start = std::max({alloc_at, q, src_ready});
     const double end = start + static_cast<double>(b) / hw_.h2d_bytes_per_s;
     q = end;
+    if (from == tier::host) s.host_read_until = std::max(s.host_read_until, end);
     r_.h2d_bytes += b;
     event(sim_track::h2d, x, start, end, b);
     s.on_device = true;
@@ -308,6 +325,8 @@ class replay {
       if (rerun && written_between(x, k, at))
         violation(describe(why) + ", whose value has changed since the op ran: the rerun would not give the same bits");
       if (s.on_device) {
+        if (reads && s.stale)
+          violation(describe(why) + " from a stale device copy: a host op wrote it since (Note [Host ops])");
         start = std::max(start, s.ready);
         return;
       }
@@ -342,10 +361,51 @@ class replay {
     for (tensor_id x : op.writes) {
       auto& s = st_[x];
       s.device_valid = true;
+      s.stale = false;
       s.ready = end;
       if (!rerun) release_tiers(x);  // copies elsewhere are stale now; a rerun writes the same bits
     }
     return end;
+  }
+
+  // Runs op k on the host queue (Note [Host ops]): no device memory, no compute stream.
+  double host_end() const { return host_busy_.empty() ? 0.0 : host_busy_.back().second; }
+
+  void run_host_op(op_index k, double not_before) {
+    const auto& op = t_.ops[k];
+    double ready = not_before;
+    for (tensor_id x : op.reads) {
+      const auto& s = st_[x];
+      if (!s.host_valid)
+        violation(op_label(k) + " on the host reads '" + name(x) + "', which has no valid copy in the host tier");
+      ready = std::max(ready, s.host_ready);
+    }
+    for (tensor_id x : op.writes) ready = std::max({ready, st_[x].host_ready, st_[x].host_read_until});
+    const double dur = hw_.host_op_seconds(op);
+    // The earliest stretch from `ready` on that the host is free for `dur`.
+    double start = ready;
+    auto it = host_busy_.begin();
+    for (; it != host_busy_.end(); ++it) {
+      if (start + dur <= it->first) break;
+      start = std::max(start, it->second);
+    }
+    host_busy_.insert(it, {start, start + dur});
+    const double end = start + dur;
+    r_.host_seconds += dur;
+    ++r_.host_ops;
+    event(sim_track::host, k, start, end, op.host_bytes);
+    for (tensor_id x : op.writes) {
+      auto& s = st_[x];
+      if (s.nvme_held) nvme_.in_use -= bytes(x);
+      s.nvme_held = s.nvme_valid = false;
+      hold_host(x);
+      s.host_valid = true;
+      s.host_ready = end;
+      if (s.on_device) {
+        s.stale = true;
+        s.device_valid = false;
+      }
+    }
   }
 
   void end_state() {
@@ -356,6 +416,8 @@ class replay {
         continue;
       }
       const tier home = p_.initial_tier[x];
+      if (s.stale && lt_.tensors[x].crosses_boundary)
+        violation("'" + name(x) + "' ends the iteration with a stale device copy (a host op wrote it; Note [Host ops])");
       if (home == tier::device) {
         if (!s.on_device) violation("'" + name(x) + "' starts on the device but ends elsewhere");
       } else {
@@ -377,6 +439,7 @@ class replay {
   std::uint64_t device_cur_ = 0;
   tier_gauge host_{"host tier", hw_.host_bytes};
   tier_gauge nvme_{"NVMe tier", hw_.nvme_bytes};
+  std::vector<std::pair<double, double>> host_busy_;  // host queue: busy stretches in time order
   double mem_clock_ = 0, h2d_free_ = 0, d2h_free_ = 0, nvme_r_free_ = 0, nvme_w_free_ = 0;
 };
 

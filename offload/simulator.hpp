@@ -15,9 +15,10 @@
 namespace spillway::offload {
 
 /// recompute: ops run again (Note [Recomputation] in prefetch/plan.hpp); they take the compute
-/// stream like any op but are shown on a track of their own.
-enum class sim_track : std::uint8_t { compute, h2d, d2h, nvme_read, nvme_write, recompute };
-inline constexpr int sim_track_count = 6;
+/// stream like any op but are shown on a track of their own. host: ops placed on the host (Note
+/// [Host ops] in prefetch/plan.hpp), on the host queue beside the device.
+enum class sim_track : std::uint8_t { compute, h2d, d2h, nvme_read, nvme_write, recompute, host };
+inline constexpr int sim_track_count = 7;
 std::string_view to_string(sim_track t) noexcept;
 
 /// One interval on one track: an op on compute (id = op index), a copy on the others
@@ -48,14 +49,25 @@ struct sim_options {
 /// allocating what it writes (a read not resident, or one whose value changed since the op
 /// first ran, is a violation). Op k starts when its
 /// tensors are resident; a tensor it only writes is allocated at its start; one it reads that
-/// is neither resident nor prefetched is fetched on demand (a violation and a stall). The step
-/// ends when the last op and every copy it started have finished.
+/// is neither resident nor prefetched is fetched on demand (a violation and a stall).
+/// An op the plan places on the host (Note [Host ops]) takes no compute time and no device
+/// memory: it goes on the host queue at the earliest time from which the host is free for its
+/// duration (hw_profile::host_op_seconds), its host-tier inputs are complete and no copy up
+/// still reads the old value of what it writes; it may fill an idle stretch before host ops
+/// placed earlier (the host runs whichever op is ready). Reading a tensor without a host-tier
+/// copy is a violation; what it writes is valid in the host tier from its end, and a device
+/// copy of it is stale: reading, copying out or ending the iteration with a stale copy is a
+/// violation (dropping it is not). A synchronous step (plan_step::synchronous) first waits for
+/// every copy queue, the host queue and the previous op. The step ends when the last op, every copy it started
+/// and every host op have finished.
 struct sim_result {
   double step_seconds = 0;
   double compute_seconds = 0;    ///< sum of op durations (each op of the trace once)
   double recompute_seconds = 0;  ///< sum of the durations of ops run again
   std::size_t recomputes = 0;    ///< ops run again
   double stall_seconds = 0;      ///< time the compute queue waited (step - compute - recompute)
+  double host_seconds = 0;       ///< sum of the durations of ops placed on the host
+  std::size_t host_ops = 0;      ///< ops placed on the host
   /// The most bytes held at once on the device, the host tier and the NVMe tier.
   std::uint64_t peak_device_bytes = 0, peak_host_bytes = 0, peak_nvme_bytes = 0;
   /// Bytes moved: over the link each way (h2d, d2h), and read from and written to the NVMe tier.

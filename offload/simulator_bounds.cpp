@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "offload/bound_transfer.hpp"
+#include "offload/planner_host.hpp"
 
 namespace spillway::offload {
 
@@ -319,7 +320,8 @@ class order_bound {
 
 }  // namespace
 
-bounds compute_bounds(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) {
+namespace {
+bounds device_bounds(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) {
   bounds b;
   for (const auto& op : t.ops) b.ideal_seconds += hw.op_seconds(op);
   // Family (1): the least time the link and NVMe need for `f`'s bytes.
@@ -341,6 +343,43 @@ bounds compute_bounds(const trace& t, const lifetime_report& r, const hw_profile
   b.state_bound_seconds = std::max(b.ideal_seconds, volume(least_transfers(t, r, budget, hw.host_bytes, state_only)));
   std::tie(b.order_bound_seconds, b.order_bound_op) = order_bound(t, r, hw, budget).run();
   b.lower_bound_seconds = std::max({b.ideal_seconds, b.volume_bound_seconds, b.order_bound_seconds, b.state_bound_seconds});
+  return b;
+}
+}  // namespace
+
+// Note [Host placement bound]
+// Where the profile runs host ops and the trace has host_capable ops, a plan may run any of
+// them on the host (Note [Host ops] in prefetch/plan.hpp). Take the relaxed trace in which
+// every host_capable op touches nothing and takes no time (detail::make_device_view over all of
+// them). A plan P for the trace, with any set of ops on the host, gives a plan for the relaxed
+// trace that is no slower: drop P's host ops and the device work of its host_capable ops; every
+// device use the relaxed trace keeps is one P serves, within the same budget, and the copies P
+// makes for the host are more than the relaxed trace asks for. So the relaxed trace's bounds
+// hold for P, and the bounds reported are the lesser of the device-only ones and the relaxed
+// ones (each figure: ideal, state and lower bound). The relaxation gives up what host ops cost
+// (their time, the gradients' copies down, the weights' copies up): a weaker bound, still a bound.
+bounds compute_bounds(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) {
+  bounds b = device_bounds(t, r, hw, budget);
+  if (!hw.runs_host_ops()) return b;
+  std::vector<char> relaxed(t.ops.size(), 0);
+  bool any = false;
+  for (op_index k = 0; k < t.ops.size(); ++k) any |= (relaxed[k] = t.ops[k].host_capable ? 1 : 0) != 0;
+  if (!any) return b;
+  const auto v = detail::make_device_view(t, relaxed);
+  const bounds h = device_bounds(v.t, v.r, hw, budget);
+  if (h.lower_bound_seconds < b.lower_bound_seconds) {
+    b.lower_bound_seconds = h.lower_bound_seconds;
+    b.volume_bound_seconds = std::min(b.volume_bound_seconds, h.volume_bound_seconds);
+    b.order_bound_seconds = h.order_bound_seconds;
+    b.order_bound_op = h.order_bound_op;
+    b.h2d_min_bytes = std::min(b.h2d_min_bytes, h.h2d_min_bytes);
+    b.d2h_min_bytes = std::min(b.d2h_min_bytes, h.d2h_min_bytes);
+    b.nvme_read_min_bytes = std::min(b.nvme_read_min_bytes, h.nvme_read_min_bytes);
+    b.nvme_write_min_bytes = std::min(b.nvme_write_min_bytes, h.nvme_write_min_bytes);
+  }
+  b.ideal_seconds = std::min(b.ideal_seconds, h.ideal_seconds);
+  b.state_bound_seconds = std::min(b.state_bound_seconds, h.state_bound_seconds);
+  b.lower_bound_seconds = std::min(b.lower_bound_seconds, h.lower_bound_seconds);
   return b;
 }
 

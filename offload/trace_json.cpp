@@ -115,6 +115,14 @@ trace trace_from_json(const json& j) {
       if (!e["recomputable"].is_boolean()) fail(where, "field 'recomputable' must be true or false");
       op.recomputable = e["recomputable"].get<bool>();
     }
+    if (e.contains("host_capable")) {
+      if (!e["host_capable"].is_boolean()) fail(where, "field 'host_capable' must be true or false");
+      op.host_capable = e["host_capable"].get<bool>();
+    }
+    if (e.contains("host_flops")) op.host_flops = read_number(e["host_flops"], where + " field 'host_flops'");
+    if (e.contains("host_bytes")) op.host_bytes = read_bytes(e["host_bytes"], where + " field 'host_bytes'");
+    if ((op.host_flops > 0 || op.host_bytes > 0) && !op.host_capable)
+      fail(where, "fields 'host_flops' and 'host_bytes' need 'host_capable': true");
     if (e.contains("layer")) {
       if (!e["layer"].is_number_integer()) fail(where, "field 'layer' must be an integer");
       op.layer = e["layer"].get<std::int32_t>();
@@ -161,6 +169,11 @@ json trace_to_json(const trace& t) {
     if (!op.category.empty()) e["category"] = op.category;
     if (op.layer >= 0) e["layer"] = op.layer;
     if (op.recomputable) e["recomputable"] = true;
+    if (op.host_capable) {
+      e["host_capable"] = true;
+      e["host_flops"] = op.host_flops;
+      e["host_bytes"] = op.host_bytes;
+    }
     os.push_back(std::move(e));
   }
   return j;

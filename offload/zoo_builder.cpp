@@ -3,6 +3,7 @@
 #include "offload/zoo_builder.hpp"
 
 #include <algorithm>
+#include <optional>
 
 namespace spillway::offload::detail {
 
@@ -13,7 +14,8 @@ void add_unique(std::vector<tensor_id>& v, tensor_id x) {
 constexpr std::int64_t no_grad = -1;
 }  // namespace
 
-model_builder::model_builder(std::uint32_t act_bytes, bool mixed) : act_bytes_(act_bytes), mixed_(mixed) {}
+model_builder::model_builder(std::uint32_t act_bytes, bool mixed, bool clip)
+    : act_bytes_(act_bytes), mixed_(mixed), clip_(clip) {}
 
 tensor_id model_builder::input(const std::string& name, std::uint64_t elems, std::uint32_t elem_bytes) {
   const auto x = t_.add_tensor(name, elems * (elem_bytes ? elem_bytes : act_bytes_), tensor_kind::activation);
@@ -132,6 +134,27 @@ trace model_builder::finish() {
     op.bytes = op_bytes(op, 0);
     t_.add_op(std::move(op));
   }
+  // Global-norm clipping: one op reads every gradient and writes the norm each step reads.
+  std::optional<tensor_id> norm;
+  if (clip_ && !params_.empty()) {
+    norm = t_.add_tensor("grad_norm", 4, tensor_kind::activation);
+    op_desc op;
+    op.name = "clip.grad_norm";
+    op.category = "optimizer";
+    op.phase = op_phase::optimizer;
+    double elems = 0;
+    for (const auto& p : params_) {
+      op.reads.push_back(p.g);
+      elems += static_cast<double>(p.elems);
+    }
+    op.writes = {*norm};
+    op.flops = 2.0 * elems;
+    op.bytes = op_bytes(op, 0);
+    op.host_capable = true;
+    op.host_flops = op.flops;
+    op.host_bytes = op.bytes;
+    t_.add_op(std::move(op));
+  }
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const auto& p = params_[i];
     op_desc op;
@@ -143,8 +166,15 @@ trace model_builder::finish() {
     if (mixed_) op.reads.push_back(p.master);
     op.writes = {p.w, p.m, p.v};
     if (mixed_) op.writes.push_back(p.master);
+    if (norm) op.reads.push_back(*norm);
     op.flops = 12.0 * static_cast<double>(p.elems);
     op.bytes = op_bytes(op, 0);
+    // On the host (Note [Host ops]): the 16-bit weights are only written (the step reads the
+    // fp32 master), so host memory moves the gradient, master, m and v in, master, m, v and
+    // the weights out: 28 bytes per parameter in mixed precision, as many in fp32.
+    op.host_capable = true;
+    op.host_flops = op.flops;
+    op.host_bytes = op.bytes - (mixed_ ? t_.tensors[p.w].bytes : 0);
     t_.add_op(std::move(op));
   }
   t_.validate();

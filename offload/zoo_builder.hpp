@@ -13,8 +13,9 @@ namespace spillway::offload::detail {
 class model_builder {
  public:
   /// act_bytes: bytes per activation/weight element; mixed: bf16 weights and gradients with
-  /// fp32 master weights and Adam moments (all optimizer_state), else everything fp32.
-  model_builder(std::uint32_t act_bytes, bool mixed);
+  /// fp32 master weights and Adam moments (all optimizer_state), else everything fp32;
+  /// clip: a global-norm clipping op before the Adam steps (zoo_options::clip_grad_norm).
+  model_builder(std::uint32_t act_bytes, bool mixed, bool clip = false);
 
   /// A tensor the data loader writes (no gradient): an op "load.<name>" writes it.
   tensor_id input(const std::string& name, std::uint64_t elems, std::uint32_t elem_bytes = 0);
@@ -40,7 +41,8 @@ class model_builder {
   /// gradient (the backward pass starts from it).
   void loss(const std::string& name, tensor_id logits, tensor_id labels, std::int32_t layer);
 
-  /// Emits backward in reverse and one Adam op per weight; returns the validated trace.
+  /// Emits backward in reverse, the clipping op when asked, and one Adam op per weight (each
+  /// host_capable: Note [Host ops] in prefetch/plan.hpp); returns the validated trace.
   trace finish();
 
   std::uint32_t act_bytes() const { return act_bytes_; }
@@ -57,6 +59,7 @@ class model_builder {
   trace t_;
   std::uint32_t act_bytes_;
   bool mixed_;
+  bool clip_;
   std::vector<param_info> params_;
   std::vector<fwd_op> fwd_;
   std::vector<char> no_grad_;

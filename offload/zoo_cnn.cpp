@@ -18,7 +18,7 @@ struct fmap {
 
 class cnn {
  public:
-  cnn(std::uint32_t batch) : m_(4, false), n_(batch) {}
+  cnn(std::uint32_t batch, const precision_setup& p) : m_(p.act_bytes, p.mixed, p.clip), n_(batch) {}
   model_builder& builder() { return m_; }
   std::int32_t next_layer() { return ++layer_; }
   std::int32_t layer() const { return layer_; }
@@ -76,8 +76,8 @@ class cnn {
   std::int32_t layer_ = 0;
 };
 
-trace vgg16(std::uint32_t batch, std::uint32_t image) {
-  cnn c(batch);
+trace vgg16(std::uint32_t batch, std::uint32_t image, const precision_setup& prec) {
+  cnn c(batch, prec);
   auto& m = c.builder();
   fmap x{m.input("images", static_cast<std::uint64_t>(batch) * 3 * image * image), 3, image, image};
   const auto labels = m.input("labels", batch, 4);
@@ -103,8 +103,8 @@ trace vgg16(std::uint32_t batch, std::uint32_t image) {
   return m.finish();
 }
 
-trace resnet(std::uint32_t batch, std::uint32_t image, const int (&blocks)[4]) {
-  cnn c(batch);
+trace resnet(std::uint32_t batch, std::uint32_t image, const int (&blocks)[4], const precision_setup& prec) {
+  cnn c(batch, prec);
   auto& m = c.builder();
   fmap x{m.input("images", static_cast<std::uint64_t>(batch) * 3 * image * image), 3, image, image};
   const auto labels = m.input("labels", batch, 4);
@@ -134,16 +134,16 @@ trace resnet(std::uint32_t batch, std::uint32_t image, const int (&blocks)[4]) {
 
 }  // namespace
 
-trace make_cnn(cnn_kind kind, std::uint32_t batch, std::uint32_t image) {
+trace make_cnn(cnn_kind kind, std::uint32_t batch, std::uint32_t image, const precision_setup& prec) {
   static constexpr int r50[4] = {3, 4, 6, 3};
   static constexpr int r152[4] = {3, 8, 36, 3};
   switch (kind) {
     case cnn_kind::vgg16:
-      return vgg16(batch, image);
+      return vgg16(batch, image, prec);
     case cnn_kind::resnet50:
-      return resnet(batch, image, r50);
+      return resnet(batch, image, r50, prec);
     case cnn_kind::resnet152:
-      return resnet(batch, image, r152);
+      return resnet(batch, image, r152, prec);
   }
   return {};
 }

@@ -8,8 +8,9 @@
 
 namespace spillway::offload::detail {
 
-trace make_transformer(const transformer_shape& s, std::uint32_t batch, std::uint32_t seq, std::uint32_t layers) {
-  model_builder m(2, true);  // bf16 weights/activations, fp32 master weights and Adam moments
+trace make_transformer(const transformer_shape& s, std::uint32_t batch, std::uint32_t seq, std::uint32_t layers,
+                       const precision_setup& prec) {
+  model_builder m(prec.act_bytes, prec.mixed, prec.clip);
   const std::uint64_t T = static_cast<std::uint64_t>(batch) * seq;
   const std::uint64_t h = s.hidden;
   const double Td = static_cast<double>(T), hd = static_cast<double>(h);

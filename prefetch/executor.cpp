@@ -142,6 +142,18 @@ void executor::read(tensor_id id, void* host) {
 }
 
 void executor::follow(const trace* t, const plan* p, const device_layout* layout) {
+  // Note [Host ops] in prefetch/plan.hpp: no op has a host implementation here yet.
+  if (p != nullptr && t != nullptr)
+    for (std::size_t k = 0; k < p->steps.size() && k < t->ops.size(); ++k)
+      SPILLWAY_EXPECTS_T(usage_error, !p->steps[k].on_host,
+                         "plan '" + p->policy + "' places op " + std::to_string(k) + " ('" + t->ops[k].name +
+                             "') on the host, but the executor has no host implementation of it: it runs every op "
+                             "on the device (plan for the device, or simulate such a plan instead)");
+  if (p != nullptr && t != nullptr)
+    for (std::size_t k = 0; k < p->steps.size() && k < t->ops.size(); ++k)
+      SPILLWAY_EXPECTS_T(usage_error, !p->steps[k].synchronous,
+                         "plan '" + p->policy + "' marks op " + std::to_string(k) + " ('" + t->ops[k].name +
+                             "') synchronous, which only the simulator follows");
   next_trace_ = t;
   next_plan_ = p;
   next_layout_.reset();

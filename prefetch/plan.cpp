@@ -61,6 +61,12 @@ void plan::validate(const trace& t) const {
                          where() + ": recomputes op " + std::to_string(o) + " ('" + t.ops[o].name +
                              "'), which the trace does not mark recomputable");
     }
+    SPILLWAY_EXPECTS_T(usage_error, !steps[k].on_host || t.ops[k].host_capable,
+                       where() + ": is placed on the host, but the trace does not mark the op host_capable");
+    for (op_index o : steps[k].recomputes)
+      SPILLWAY_EXPECTS_T(usage_error, !steps[o].on_host,
+                         where() + ": recomputes op " + std::to_string(o) + " ('" + t.ops[o].name +
+                             "'), which the plan places on the host");
     for (const auto& e : steps[k].evictions)
       SPILLWAY_EXPECTS_T(usage_error, e.tensor < t.tensors.size(),
                          where() + ": eviction names tensor " + std::to_string(e.tensor) + " out of range");
@@ -82,6 +88,12 @@ std::size_t plan::prefetch_count() const noexcept {
 std::size_t plan::recompute_count() const noexcept {
   std::size_t n = 0;
   for (const auto& s : steps) n += s.recomputes.size();
+  return n;
+}
+
+std::size_t plan::host_op_count() const noexcept {
+  std::size_t n = 0;
+  for (const auto& s : steps) n += s.on_host ? 1 : 0;
   return n;
 }
 

@@ -52,6 +52,30 @@ struct prefetch {
 /// other (a value only a later entry needed is dropped after op k). The time a rerun takes is
 /// spent on the compute stream.
 
+/// Note [Host ops]
+/// An op the trace marks host_capable (op_desc::host_capable; the zoo's optimizer steps) may be
+/// placed on the host: plan_step::on_host. It then reads and writes the host-tier copies of its
+/// tensors, never their device copies, and takes no device memory:
+///  - every tensor it reads must have a valid host-tier copy when it starts (a gradient the
+///    backward pass wrote is evicted to the host after its last device write: in a mixed-
+///    precision trace that copy moves the 16-bit gradient, 2 bytes per parameter);
+///  - what it writes is valid in the host tier only from its end; a device copy of such a tensor
+///    is stale from then on and must be dropped, not read or copied out; a device op that reads
+///    it later gets it by a prefetch from the host (the 16-bit weights, 2 bytes per parameter);
+///  - tensors only host ops touch (fp32 master weights, Adam moments) start and end in the host
+///    tier and never cross the link.
+/// Host ops run in one host queue beside the device's compute stream: each starts when the host
+/// is free and the host copies it reads are complete (and no copy still reads the old value of
+/// what it writes), so it overlaps device work. Its cost is host_bytes / host memory bandwidth,
+/// or host_flops / (cores x vector width x clock) when that is larger (offload/profile.hpp).
+/// A step may be synchronous (plan_step::synchronous): the op waits for everything issued before
+/// it. Baselines that model a framework's synchronous optimizer step use it (zero-offload: the
+/// host step after the whole backward pass, the next forward pass after every 16-bit weight is
+/// back, as DeepSpeed runs ZeRO-Offload).
+/// Only plans for simulation use these for now: the executor (prefetch/executor.hpp) has no host
+/// implementation of an op and refuses a plan that places one on the host, or marks a step
+/// synchronous, naming the op.
+
 /// Everything the executor does around op k: prefetches issued before it starts, then the
 /// recomputations (Note [Recomputation]), then the op, then evictions issued after it finishes
 /// (in list order).
@@ -59,6 +83,10 @@ struct plan_step {
   std::vector<prefetch> prefetches;
   std::vector<op_index> recomputes;  ///< earlier recomputable ops run again before this one
   std::vector<eviction> evictions;
+  bool on_host = false;  ///< op k runs on the host (Note [Host ops]); only for host_capable ops
+  /// Op k starts only when everything issued before it has finished: earlier ops, on the
+  /// device and on the host, and every copy, this step's prefetches included (Note [Host ops]).
+  bool synchronous = false;
 };
 
 /// One iteration's plan. steps.size() == trace.ops.size(). A tensor an op touches that is not
@@ -76,12 +104,15 @@ struct plan {
   /// An empty plan for `t`: everything starts on the device, no copies.
   static plan empty_for(const trace& t, std::string policy, std::uint64_t budget);
   /// Structural checks (sizes match, ids in range, prefetch use >= issue, from != device, a
-  /// recomputation names an earlier op the trace marks recomputable);
+  /// recomputation names an earlier op the trace marks recomputable, an op on the host is one
+  /// the trace marks host_capable and is not recomputed);
   /// throws usage_error (a plan made for another trace) naming the op and entry. Memory and timing are the simulator's job.
   void validate(const trace& t) const;
   [[nodiscard]] std::size_t eviction_count() const noexcept;
   [[nodiscard]] std::size_t prefetch_count() const noexcept;
   [[nodiscard]] std::size_t recompute_count() const noexcept;
+  /// Ops placed on the host (Note [Host ops]).
+  [[nodiscard]] std::size_t host_op_count() const noexcept;
 };
 
 }  // namespace spillway

@@ -3,6 +3,7 @@
 #include "prefetch/trace.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "device/error.hpp"
 #include "device/units.hpp"
@@ -102,6 +103,13 @@ void trace::validate() const {
     if (op.measured_seconds && !(*op.measured_seconds >= 0))
       throw config_error("trace: " + op_label(*this, i) + ": field 'seconds' must be >= 0, got " +
                          std::to_string(*op.measured_seconds));
+    if (!(op.host_flops >= 0) || !std::isfinite(op.host_flops))
+      throw config_error("trace: " + op_label(*this, i) + ": field 'host_flops' must be >= 0 and finite, got " +
+                         std::to_string(op.host_flops));
+    if (op.host_capable && op.recomputable)
+      throw config_error("trace: " + op_label(*this, i) +
+                         ": fields 'host_capable' and 'recomputable' are both true; an op that may run on the host "
+                         "is not rerun (Note [Host ops])");
   }
 }
 

@@ -58,6 +58,12 @@ struct op_desc {
   /// only on its inputs and it is deterministic, so a rerun on the same inputs writes the same
   /// bits. Such an op writes only transient tensors and none that it also reads.
   bool recomputable = false;
+  /// The op may run on the host over the host-tier copies of its tensors (Note [Host ops] in
+  /// prefetch/plan.hpp): the zoo sets it for optimizer steps. host_flops and host_bytes are its
+  /// cost there (host-memory traffic; the simulator times it by the profile's host rates).
+  bool host_capable = false;
+  double host_flops = 0;
+  std::uint64_t host_bytes = 0;
 };
 
 /// One iteration. Invariants (checked by validate()): every tensor id is in range, no tensor

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "offload/planner.hpp"
+#include "offload/planner_host.hpp"
 #include "offload/simulator.hpp"
 
 namespace spillway::offload {
@@ -381,6 +382,54 @@ TEST(Bounds, NoFeasiblePlanBeatsTheBound) {
   EXPECT_GT(feasible, 4000);
   EXPECT_GT(recomputing, 300);  // plans that rerun ops are checked, not only swapping ones
   EXPECT_GT(tight, 60);
+}
+
+// The same with host placement (Note [Host placement bound]): the updates of random training
+// steps may run on the host; random plans put a random subset of them there (a random plan
+// for the device view, completed by plan_from_view), and auto and zero-offload plan too. No
+// feasible plan beats the bounds.
+TEST(Bounds, NoPlanWithHostOpsBeatsTheBound) {
+  std::mt19937_64 rng(18);
+  int feasible = 0, hosted = 0;
+  for (int iter = 0; iter < 60; ++iter) {
+    auto t = random_training(rng, true);
+    for (auto& op : t.ops)
+      if (op.name == "adam") {
+        op.host_capable = true;
+        op.phase = op_phase::optimizer;
+        op.host_bytes = 0;
+        for (tensor_id x : op.reads) op.host_bytes += t.tensors[x].bytes;
+      }
+    const auto rep = analyze(t);
+    auto hw = test_hw(200.0 * static_cast<double>(1 + rng() % 20));
+    hw.host_mem_bytes_per_s = 500.0 * static_cast<double>(1 + rng() % 40);
+    hw.host_cores = hw.host_vector_width = 1;
+    hw.host_clock_hz = 1e9;
+    const std::uint64_t lo = rep.min_budget_bytes, hi = std::max(rep.peak_live_bytes, lo);
+    const auto budget = std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
+    const auto b = compute_bounds(t, rep, hw, budget);
+    const auto all = detail::all_host_ops(t, rep, hw);
+    for (int k = 0; k < 40; ++k) {
+      plan p;
+      if (k < 38) {
+        auto some = all;
+        for (auto& c : some) c = c && rng() % 2;
+        const auto v = detail::make_device_view(t, some);
+        if (v.r.min_budget_bytes > budget) continue;
+        p = detail::plan_from_view(t, rep, v, random_plan(v.t, v.r, budget, rng), "random", k % 2 == 0);
+      } else {
+        p = make_planner(k == 38 ? "auto" : "zero-offload")->make_plan(t, rep, hw, budget);
+      }
+      const auto s = simulate(t, rep, p, hw);
+      if (!s.feasible()) continue;
+      ++feasible;
+      hosted += s.host_ops > 0;
+      ASSERT_GE(s.step_seconds, b.lower_bound_seconds * (1 - 1e-9)) << "iteration " << iter << " plan " << k;
+      ASSERT_GE(s.step_seconds, b.state_bound_seconds * (1 - 1e-9)) << "iteration " << iter << " plan " << k;
+    }
+  }
+  EXPECT_GT(feasible, 300);
+  EXPECT_GT(hosted, 150);  // plans with ops on the host are checked, not only device ones
 }
 
 }  // namespace

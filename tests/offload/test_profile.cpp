@@ -14,7 +14,7 @@ namespace {
 
 TEST(Profile, BuiltinsAreValidAndOrdered) {
   const auto names = builtin_profile_names();
-  ASSERT_EQ(names.size(), 4u);
+  ASSERT_EQ(names.size(), 5u);  // h200, a100-80g, v100-32g, v100-16g, titanx-12g
   for (const auto& n : names) EXPECT_NO_THROW(get_profile(n).validate()) << n;
   const auto h200 = get_profile("h200"), v100 = get_profile("v100-16g"), titan = get_profile("titanx-12g");
   EXPECT_EQ(h200.device_bytes, 141'000'000'000ull);

@@ -1,0 +1,236 @@
+// Host placement (Note [Host placement]): the device view of a trace, the plan for the real
+// trace made from a plan for the view, auto's host candidates and the zero-offload baseline.
+#include "offload/planner_host.hpp"
+
+#include <algorithm>
+
+#include "offload/planner_recompute.hpp"
+#include "offload/simulator.hpp"
+
+namespace spillway::offload::detail {
+
+// Note [Host placement]
+// A plan that runs some host_capable ops on the host (Note [Host ops] in prefetch/plan.hpp) is
+// made in two parts. The device part is any device planner's plan for the device view: the
+// trace with the host ops kept in place as ops that touch nothing and take no time, so the
+// tensors only they touch (fp32 master weights, Adam moments) are unused there. The host part
+// is added on top:
+//  - the host ops are marked on_host; the tensors only they touch start and end in the host
+//    tier (no copy at all);
+//  - a tensor they share with device ops must be used on the device only before every host
+//    use (gradients: written by the backward pass, read by the step; 16-bit weights: read by
+//    the forward and backward passes, written by the step). It is homed in the host tier: the
+//    device reads it by a prefetch before its first device use (at op 0 where the view's plan
+//    had it resident from the start), and after its last device use it is copied to the host
+//    when a host op reads that value (the 16-bit gradient), else dropped (the weights: the
+//    host copy is the one the step rewrites). Copies to NVMe in the view's plan become copies
+//    to the host tier, which the host op reads.
+// Ops whose shared tensors break that order stay on the device (placeable_on_host). The result
+// is judged by the simulator on the real trace like every other candidate.
+
+namespace {
+
+struct use_span {
+  std::int64_t first_dev = -1, last_dev = -1, first_host = -1;
+  bool host_reads_first = false;  // the first host use reads the value
+  bool dev_reads_first = false;   // the first device use reads the value
+};
+
+std::vector<use_span> spans(const trace& t, const lifetime_report& r, const std::vector<char>& on_host) {
+  std::vector<use_span> out(t.tensors.size());
+  for (tensor_id x = 0; x < t.tensors.size(); ++x) {
+    auto& s = out[x];
+    for (const auto& u : r.tensors[x].uses) {
+      if (on_host[u.op]) {
+        if (s.first_host < 0) {
+          s.first_host = u.op;
+          s.host_reads_first = u.reads;
+        }
+      } else {
+        if (s.first_dev < 0) {
+          s.first_dev = u.op;
+          s.dev_reads_first = u.reads;
+        }
+        s.last_dev = u.op;
+      }
+    }
+  }
+  return out;
+}
+
+bool any_set(const std::vector<char>& v) { return std::any_of(v.begin(), v.end(), [](char c) { return c != 0; }); }
+
+}  // namespace
+
+std::vector<char> placeable_on_host(const trace& t, const lifetime_report& r, std::vector<char> wanted) {
+  wanted.resize(t.ops.size(), 0);
+  for (op_index k = 0; k < t.ops.size(); ++k)
+    if (!t.ops[k].host_capable) wanted[k] = 0;
+  for (bool changed = true; changed;) {
+    changed = false;
+    const auto sp = spans(t, r, wanted);
+    for (tensor_id x = 0; x < t.tensors.size(); ++x) {
+      const auto& s = sp[x];
+      if (s.first_host < 0 || s.last_dev < s.first_host) continue;
+      // A device use after a host use: the host ops before it stay on the device.
+      for (const auto& u : r.tensors[x].uses)
+        if (wanted[u.op] && static_cast<std::int64_t>(u.op) < s.last_dev) {
+          wanted[u.op] = 0;
+          changed = true;
+        }
+    }
+  }
+  return wanted;
+}
+
+std::vector<char> all_host_ops(const trace& t, const lifetime_report& r, const hw_profile& hw) {
+  std::vector<char> want(t.ops.size(), 0);
+  if (!hw.runs_host_ops()) return want;
+  for (op_index k = 0; k < t.ops.size(); ++k) want[k] = t.ops[k].host_capable ? 1 : 0;
+  return placeable_on_host(t, r, std::move(want));
+}
+
+std::vector<char> cheaper_host_ops(const trace& t, const lifetime_report& r, const hw_profile& hw) {
+  std::vector<char> want(t.ops.size(), 0);
+  if (!hw.runs_host_ops()) return want;
+  for (op_index k = 0; k < t.ops.size(); ++k) {
+    const auto& op = t.ops[k];
+    if (!op.host_capable) continue;
+    // The state only host_capable ops touch would cross the link both ways on the device.
+    double state = 0;
+    auto add = [&](tensor_id x) {
+      for (const auto& u : r.tensors[x].uses)
+        if (!t.ops[u.op].host_capable) return;
+      state += static_cast<double>(t.tensors[x].bytes);
+    };
+    for (tensor_id x : op.reads) add(x);
+    for (tensor_id x : op.writes)
+      if (std::find(op.reads.begin(), op.reads.end(), x) == op.reads.end()) add(x);
+    const double round_trip = state / hw.h2d_bytes_per_s + state / hw.d2h_bytes_per_s;
+    want[k] = hw.host_op_seconds(op) < round_trip ? 1 : 0;
+  }
+  return placeable_on_host(t, r, std::move(want));
+}
+
+device_view make_device_view(const trace& t, const std::vector<char>& on_host) {
+  device_view v;
+  v.t = t;
+  v.on_host = on_host;
+  v.on_host.resize(t.ops.size(), 0);
+  for (op_index k = 0; k < t.ops.size(); ++k) {
+    if (!v.on_host[k]) continue;
+    auto& op = v.t.ops[k];
+    op.reads.clear();
+    op.writes.clear();
+    op.flops = 0;
+    op.bytes = 0;
+    op.measured_seconds = 0.0;
+    op.host_capable = false;
+  }
+  v.r = analyze(v.t);
+  return v;
+}
+
+plan plan_from_view(const trace& t, const lifetime_report& r, const device_view& v, const plan& pv, std::string policy,
+                    bool params_up_front) {
+  plan p = pv;
+  p.policy = std::move(policy);
+  for (op_index k = 0; k < t.ops.size(); ++k) p.steps[k].on_host = v.on_host[k] != 0;
+  const auto sp = spans(t, r, v.on_host);
+  std::vector<char> host_side(t.tensors.size(), 0);
+  for (tensor_id x = 0; x < t.tensors.size(); ++x) host_side[x] = sp[x].first_host >= 0;
+  // The view's copies of host-side tensors: none for those only host ops touch, host instead of
+  // NVMe for shared ones, and the shared ones' evictions after their last device use replaced.
+  for (op_index k = 0; k < t.ops.size(); ++k) {
+    auto& st = p.steps[k];
+    std::erase_if(st.evictions, [&](const eviction& e) {
+      const auto& s = sp[e.tensor];
+      return host_side[e.tensor] && (s.first_dev < 0 || static_cast<std::int64_t>(k) == s.last_dev ||
+                                     (pv.initial_tier[e.tensor] == tier::device && static_cast<std::int64_t>(k) < s.first_dev));
+    });
+    for (auto& e : st.evictions)
+      if (host_side[e.tensor] && e.action == evict_action::evict_to_nvme) e.action = evict_action::evict_to_host;
+    std::erase_if(st.prefetches, [&](const prefetch& f) { return host_side[f.tensor] && sp[f.tensor].first_dev < 0; });
+    for (auto& f : st.prefetches)
+      if (host_side[f.tensor]) f.from = tier::host;
+  }
+  for (tensor_id x = 0; x < t.tensors.size(); ++x) {
+    if (!host_side[x]) continue;
+    const auto& s = sp[x];
+    const bool persistent = is_persistent(t.tensors[x].kind);
+    if (persistent) p.initial_tier[x] = tier::host;
+    if (s.first_dev < 0) continue;
+    const auto first = static_cast<op_index>(s.first_dev), last = static_cast<op_index>(s.last_dev);
+    p.steps[last].evictions.push_back({x, s.host_reads_first ? evict_action::evict_to_host : evict_action::drop});
+    if (!persistent || !s.dev_reads_first || !r.tensors[x].crosses_boundary) continue;
+    // Resident from the start in the view: brought up at op 0 now. Else the view's prefetch
+    // for the first use, moved to op 0 when asked (resident for the whole step).
+    bool had_prefetch = false;
+    for (op_index k = 0; k <= first && !had_prefetch; ++k) {
+      auto& pfs = p.steps[k].prefetches;
+      for (auto it = pfs.begin(); it != pfs.end(); ++it)
+        if (it->tensor == x && it->use == first) {
+          had_prefetch = true;
+          if (params_up_front && k > 0) {
+            const prefetch moved = *it;
+            pfs.erase(it);
+            p.steps[0].prefetches.push_back(moved);
+          }
+          break;
+        }
+    }
+    if (!had_prefetch) p.steps[0].prefetches.push_back({x, tier::host, first});
+  }
+  return p;
+}
+
+std::vector<host_candidate> host_candidates(const trace& t, const lifetime_report& r, const hw_profile& hw,
+                                            std::uint64_t budget, const planner& device_planner) {
+  std::vector<host_candidate> out;
+  std::vector<std::vector<char>> sets;
+  for (auto set : {all_host_ops(t, r, hw), cheaper_host_ops(t, r, hw)})
+    if (any_set(set) && std::find(sets.begin(), sets.end(), set) == sets.end()) sets.push_back(std::move(set));
+  for (const auto& set : sets) {
+    const auto v = make_device_view(t, set);
+    if (v.r.min_budget_bytes > budget) continue;
+    const plan pv = device_planner.make_plan(v.t, v.r, hw, budget);
+    plan p = plan_from_view(t, r, v, pv, device_planner.name());
+    auto sim = simulate(t, r, p, hw);
+    out.push_back({std::move(p), std::move(sim)});
+  }
+  return out;
+}
+
+namespace {
+
+class zero_offload_planner final : public optioned_planner {
+ public:
+  explicit zero_offload_planner(const planner_options& o) : optioned_planner("zero-offload", o) {}
+
+ private:
+  plan do_make_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) const override {
+    const auto checkpoint = make_checkpoint_planner(options());
+    const auto set = all_host_ops(t, r, hw);
+    if (!any_set(set)) {
+      plan p = checkpoint->make_plan(t, r, hw, budget);
+      p.policy = name();
+      return p;
+    }
+    const auto v = make_device_view(t, set);
+    const plan pv = checkpoint->make_plan(v.t, v.r, hw, budget);
+    plan p = plan_from_view(t, r, v, pv, name(), true);
+    // DeepSpeed's step: Adam on the CPU once the backward pass is done, one tensor after another,
+    // and the next forward pass once every 16-bit weight is back on the device.
+    for (op_index k = 0; k < t.ops.size(); ++k) p.steps[k].synchronous = p.steps[k].on_host;
+    p.steps[0].synchronous = true;
+    return p;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<planner> make_zero_offload_planner(const planner_options& opt) {
+  return std::make_unique<zero_offload_planner>(opt);
+}
+
+}  // namespace spillway::offload::detail

@@ -1,0 +1,61 @@
+// Planning with ops on the host (Note [Host placement]): which host_capable ops a plan may put
+// on the host, the device view of a trace with them taken out, and the plan for the real trace
+// made from a plan for that view; the zero-offload baseline.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "offload/planner.hpp"
+#include "offload/simulator.hpp"
+
+namespace spillway::offload::detail {
+
+/// The trace as the device sees it when the ops in `on_host` run on the host: those ops keep
+/// their place but touch no tensor and take no time, so any device planner can plan it.
+struct device_view {
+  trace t;
+  lifetime_report r;
+  std::vector<char> on_host;  ///< per op
+};
+
+/// The largest subset of `wanted` (per op, host_capable ops only) that host placement can
+/// serve: every tensor one of its ops shares with a device op is used on the device only
+/// before every host use in the iteration (Note [Host placement]).
+std::vector<char> placeable_on_host(const trace& t, const lifetime_report& r, std::vector<char> wanted);
+/// Every host_capable op of `t` that can be placed (all false when the profile runs no host ops).
+std::vector<char> all_host_ops(const trace& t, const lifetime_report& r, const hw_profile& hw);
+/// The host_capable ops whose run on the host is cheaper than the round trip of the state only
+/// they touch over the link, placeable.
+std::vector<char> cheaper_host_ops(const trace& t, const lifetime_report& r, const hw_profile& hw);
+
+device_view make_device_view(const trace& t, const std::vector<char>& on_host);
+/// The plan for `t` from plan `pv` for the view `v`: the ops placed on the host, the tensors
+/// only they touch in the host tier all along, the shared ones homed in the host tier, brought
+/// up before their first device use and copied down (or dropped) after their last.
+/// `params_up_front`: prefetch every shared value the device reads first at op 0 (resident
+/// from the start of the step, as ZeRO-Offload keeps its 16-bit parameters).
+plan plan_from_view(const trace& t, const lifetime_report& r, const device_view& v, const plan& pv, std::string policy,
+                    bool params_up_front = false);
+
+/// zero-offload: ZeRO-Offload (Ren et al., USENIX ATC 2021) as DeepSpeed configures it: every
+/// optimizer step on the host, its fp32 master weights and Adam moments in the host tier, the
+/// 16-bit parameters resident on the device, activations checkpointed per layer and recomputed
+/// (the checkpoint planner on the device view); its steps synchronous as DeepSpeed runs them
+/// (each host step after the backward pass, op 0 after every 16-bit weight is up: no one-step
+/// delayed update). Where the profile runs no host ops or the trace has none, the checkpoint plan.
+std::unique_ptr<planner> make_zero_offload_planner(const planner_options& opt);
+
+/// auto's host placements: plans with every placeable host op on the host and with those that
+/// are cheaper there, each planned by `device_planner` on the device view; the best by the
+/// simulator on `t`, with its result; nothing when no op can go to the host.
+struct host_candidate {
+  plan p;
+  sim_result sim;
+};
+std::vector<host_candidate> host_candidates(const trace& t, const lifetime_report& r, const hw_profile& hw,
+                                            std::uint64_t budget, const planner& device_planner);
+
+}  // namespace spillway::offload::detail

@@ -1,0 +1,485 @@
+// Ops on the host (Note [Host ops] in prefetch/plan.hpp): simulator timelines worked out by hand
+// (1 s device ops, 1000 B/s links and host memory), the rules it enforces, the plan and executor
+// refusing what they cannot run, the zero-offload planner's placements, auto against it on
+// random training traces, and the profile and zoo knobs behind them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "device/cpu_device.hpp"
+#include "device/error.hpp"
+#include "device/units.hpp"
+#include "offload/planner.hpp"
+#include "offload/planner_host.hpp"
+#include "offload/profile.hpp"
+#include "offload/simulator.hpp"
+#include "offload/zoo.hpp"
+#include "prefetch/executor.hpp"
+#include "prefetch/executor_stack.hpp"
+
+namespace spillway::offload {
+namespace {
+
+using namespace spillway::literals;
+
+hw_profile unit_hw() {
+  hw_profile hw;
+  hw.name = "unit";
+  hw.device_bytes = 1 << 20;
+  hw.compute_flops_per_s = 1e9;
+  hw.hbm_bytes_per_s = 1e18;
+  hw.h2d_bytes_per_s = 1000;
+  hw.d2h_bytes_per_s = 1000;
+  hw.copy_engines = 2;
+  hw.host_bytes = 1 << 20;
+  hw.nvme_read_bytes_per_s = 500;
+  hw.nvme_write_bytes_per_s = 500;
+  hw.nvme_bytes = 1 << 20;
+  hw.host_mem_bytes_per_s = 1000;  // a host op moving 1000 B takes 1 s
+  hw.host_cores = 1;
+  hw.host_vector_width = 1;
+  hw.host_clock_hz = 1e9;
+  return hw;
+}
+
+op_desc op1s(std::string name, std::vector<tensor_id> r, std::vector<tensor_id> w) {
+  op_desc o;
+  o.name = std::move(name);
+  o.reads = std::move(r);
+  o.writes = std::move(w);
+  o.flops = 1e9;  // 1 s on unit_hw
+  return o;
+}
+op_desc host_op(std::string name, std::vector<tensor_id> r, std::vector<tensor_id> w, std::uint64_t host_bytes) {
+  op_desc o = op1s(std::move(name), std::move(r), std::move(w));
+  o.phase = op_phase::optimizer;
+  o.host_capable = true;
+  o.host_bytes = host_bytes;
+  return o;
+}
+
+// Two layers: f0 (W0 -> A0), f1 (A0, W1 -> A1), b1 (A1, A0, W1 -> G1), b0 (A0, W0 -> G0), then
+// the steps in `order`, each reading its gradient and moment and writing its weight and moment.
+struct two_layers {
+  trace t;
+  tensor_id w[2], g[2], m[2], a[2];
+  op_index step[2];
+};
+two_layers make_two_layers(std::uint64_t host_bytes0, std::uint64_t host_bytes1, bool layer1_first) {
+  two_layers s;
+  auto& t = s.t;
+  for (int l = 0; l < 2; ++l) {
+    s.w[l] = t.add_tensor("W" + std::to_string(l), 1000, tensor_kind::parameter);
+    s.g[l] = t.add_tensor("G" + std::to_string(l), 1000, tensor_kind::gradient);
+    s.m[l] = t.add_tensor("M" + std::to_string(l), 1000, tensor_kind::optimizer_state);
+    s.a[l] = t.add_tensor("A" + std::to_string(l), 1000, tensor_kind::activation);
+  }
+  t.add_op(op1s("f0", {s.w[0]}, {s.a[0]}));
+  t.add_op(op1s("f1", {s.a[0], s.w[1]}, {s.a[1]}));
+  t.add_op(op1s("b1", {s.a[1], s.a[0], s.w[1]}, {s.g[1]}));
+  t.add_op(op1s("b0", {s.a[0], s.w[0]}, {s.g[0]}));
+  const std::uint64_t hb[2] = {host_bytes0, host_bytes1};
+  for (int i = 0; i < 2; ++i) {
+    const int l = layer1_first ? 1 - i : i;
+    s.step[l] = t.add_op(host_op("adam" + std::to_string(l), {s.g[l], s.m[l]}, {s.w[l], s.m[l]}, hb[l]));
+  }
+  t.validate();
+  return s;
+}
+
+// The hand plan: steps on the host, weights up at op 0, gradients down after their last write.
+plan hand_plan(const two_layers& s) {
+  plan p = plan::empty_for(s.t, "hand", 1 << 20);
+  for (int l = 0; l < 2; ++l) {
+    p.steps[s.step[l]].on_host = true;
+    p.initial_tier[s.w[l]] = p.initial_tier[s.g[l]] = p.initial_tier[s.m[l]] = tier::host;
+    p.steps[0].prefetches.push_back({s.w[l], tier::host, static_cast<op_index>(l)});
+  }
+  p.steps[2].evictions = {{s.g[1], evict_action::evict_to_host}, {s.w[1], evict_action::drop}, {s.a[1], evict_action::drop}};
+  p.steps[3].evictions = {{s.g[0], evict_action::evict_to_host}, {s.w[0], evict_action::drop}, {s.a[0], evict_action::drop}};
+  return p;
+}
+
+double track_start(const sim_result& r, sim_track tr, std::uint32_t id) {
+  for (const auto& e : r.timeline)
+    if (e.track == tr && e.id == id) return e.start;
+  return -1;
+}
+
+TEST(HostOps, HandTimelineOverlapsTheBackwardPass) {
+  // Steps in the order their gradients land (layer 1 first), 2 s each on the host.
+  const auto s = make_two_layers(2000, 2000, true);
+  sim_options o;
+  o.record_timeline = true;
+  const auto r = simulate(s.t, hand_plan(s), unit_hw(), o);
+  ASSERT_TRUE(r.feasible()) << r.violations.front();
+  // H2D W0 [0,1], W1 [1,2]; f0 [1,2]; f1 [2,3]; b1 [3,4]; D2H G1 [4,5] beside b0 [4,5]; D2H G0
+  // [5,6]. adam1 waits for G1: [5,7], during b0's copy; adam0 waits for G0 and the host: [7,9].
+  EXPECT_DOUBLE_EQ(track_start(r, sim_track::host, s.step[1]), 5.0);
+  EXPECT_DOUBLE_EQ(track_start(r, sim_track::host, s.step[0]), 7.0);
+  EXPECT_DOUBLE_EQ(track_start(r, sim_track::compute, 3), 4.0);
+  EXPECT_DOUBLE_EQ(r.step_seconds, 9.0);
+  EXPECT_DOUBLE_EQ(r.compute_seconds, 4.0);
+  EXPECT_DOUBLE_EQ(r.host_seconds, 4.0);
+  EXPECT_EQ(r.host_ops, 2u);
+  // Only the 16-bit copies cross the link: weights up, gradients down; the moments never do.
+  EXPECT_EQ(r.h2d_bytes, 2000u);
+  EXPECT_EQ(r.d2h_bytes, 2000u);
+  for (const auto& e : r.timeline)
+    if (e.track == sim_track::h2d || e.track == sim_track::d2h) {
+      EXPECT_TRUE(e.id != s.m[0] && e.id != s.m[1]);
+    }
+}
+
+TEST(HostOps, ALaterHostOpFillsAnIdleStretch) {
+  // Steps in forward order: adam0 (2 s) waits for G0 until 6: [6,8]; adam1 (1 s) is ready at 5
+  // and fits before it: [5,6].
+  const auto s = make_two_layers(2000, 1000, false);
+  sim_options o;
+  o.record_timeline = true;
+  const auto r = simulate(s.t, hand_plan(s), unit_hw(), o);
+  ASSERT_TRUE(r.feasible()) << r.violations.front();
+  EXPECT_DOUBLE_EQ(track_start(r, sim_track::host, s.step[0]), 6.0);
+  EXPECT_DOUBLE_EQ(track_start(r, sim_track::host, s.step[1]), 5.0);
+  EXPECT_DOUBLE_EQ(r.step_seconds, 8.0);
+}
+
+TEST(HostOps, TheNextReadWaitsForTheHostOpAndItsCopyUp) {
+  // W written on the host, then read on the device: its prefetch waits for the host op's end.
+  trace t;
+  const auto w = t.add_tensor("W", 1000, tensor_kind::parameter);
+  const auto m = t.add_tensor("M", 3000, tensor_kind::optimizer_state);
+  t.add_op(host_op("step", {m}, {w, m}, 3000));  // 3 s on the host
+  t.add_op(op1s("idle", {}, {}));
+  t.add_op(op1s("use", {w}, {}));
+  plan p = plan::empty_for(t, "hand", 1 << 20);
+  p.initial_tier[w] = p.initial_tier[m] = tier::host;
+  p.steps[0].on_host = true;
+  p.steps[1].prefetches.push_back({w, tier::host, 2});
+  p.steps[2].evictions.push_back({w, evict_action::drop});
+  sim_options o;
+  o.record_timeline = true;
+  const auto r = simulate(t, p, unit_hw(), o);
+  ASSERT_TRUE(r.feasible()) << r.violations.front();
+  // step [0,3] on the host; idle [0,1] on the device; H2D W [3,4]; use [4,5].
+  EXPECT_DOUBLE_EQ(track_start(r, sim_track::h2d, w), 3.0);
+  EXPECT_DOUBLE_EQ(track_start(r, sim_track::compute, 2), 4.0);
+  EXPECT_DOUBLE_EQ(r.step_seconds, 5.0);
+}
+
+TEST(HostOps, SynchronousStepsWaitForEverythingBefore) {
+  // The hand plan with both steps synchronous: f0 waits for both weights' copies up: [2,3], so
+  // the device work moves by 1 s (b0 [5,6], G0 down [6,7]); adam1 waits for every copy: [7,9];
+  // adam0 waits for adam1: [9,11].
+  const auto s = make_two_layers(2000, 2000, true);
+  plan p = hand_plan(s);
+  p.steps[0].synchronous = p.steps[s.step[0]].synchronous = p.steps[s.step[1]].synchronous = true;
+  sim_options o;
+  o.record_timeline = true;
+  const auto r = simulate(s.t, p, unit_hw(), o);
+  ASSERT_TRUE(r.feasible()) << r.violations.front();
+  EXPECT_DOUBLE_EQ(track_start(r, sim_track::compute, 0), 2.0);
+  EXPECT_DOUBLE_EQ(track_start(r, sim_track::host, s.step[1]), 7.0);
+  EXPECT_DOUBLE_EQ(track_start(r, sim_track::host, s.step[0]), 9.0);
+  EXPECT_DOUBLE_EQ(r.step_seconds, 11.0);
+}
+
+TEST(HostOps, RulesTheSimulatorEnforces) {
+  const auto s = make_two_layers(1000, 1000, true);
+  {  // The gradient never copied down: the host op has nothing to read.
+    plan p = hand_plan(s);
+    p.steps[3].evictions[0].action = evict_action::drop;
+    const auto r = simulate(s.t, p, unit_hw());
+    EXPECT_FALSE(r.feasible());
+    bool missing = false;
+    for (const auto& v : r.violations) missing |= v.find("('adam0') on the host reads 'G0', which has no valid copy") != std::string::npos;
+    EXPECT_TRUE(missing) << ::testing::PrintToString(r.violations);
+  }
+  {  // A weight left on the device while the host rewrites it ends the step stale.
+    plan p = hand_plan(s);
+    p.initial_tier[s.w[0]] = tier::device;
+    p.steps[0].prefetches.erase(p.steps[0].prefetches.begin());
+    p.steps[3].evictions.erase(p.steps[3].evictions.begin() + 1);
+    const auto r = simulate(s.t, p, unit_hw());
+    EXPECT_FALSE(r.feasible());
+    bool stale = false;
+    for (const auto& v : r.violations) stale |= v.find("stale") != std::string::npos;
+    EXPECT_TRUE(stale);
+  }
+  {  // A profile without host rates cannot time a host op: infinite, never chosen.
+    auto hw = unit_hw();
+    hw.host_mem_bytes_per_s = 0;
+    hw.host_cores = hw.host_vector_width = 0;
+    hw.host_clock_hz = 0;
+    EXPECT_FALSE(hw.runs_host_ops());
+    EXPECT_TRUE(std::isinf(hw.host_op_seconds(s.t.ops[s.step[0]])));
+  }
+}
+
+TEST(HostOps, PlanAndExecutorRefuseWhatCannotRunOnTheHost) {
+  const auto s = make_two_layers(1000, 1000, true);
+  plan p = hand_plan(s);
+  p.steps[0].on_host = true;  // f0 is not host_capable
+  try {
+    p.validate(s.t);
+    FAIL() << "a device-only op placed on the host was accepted";
+  } catch (const usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'f0'"), std::string::npos) << e.what();
+  }
+  // The executor runs no op on the host yet: a plan placing one is refused before work starts.
+  device_options o;
+  o.cpu_device_memory = 4_MiB;
+  cpu_device dev(o);
+  executor_stack_options so;
+  so.device_budget = 1_MiB;
+  executor_stack stack(dev, so);
+  const plan good = hand_plan(s);
+  try {
+    stack.exec().follow(&s.t, &good);
+    FAIL() << "the executor accepted a host placement";
+  } catch (const usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'adam1'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("host"), std::string::npos) << e.what();
+  }
+  plan synchronous = plan::empty_for(s.t, "sync", 1_MiB);
+  synchronous.steps[1].synchronous = true;
+  EXPECT_THROW(stack.exec().follow(&s.t, &synchronous), usage_error);
+  const plan device_only = plan::empty_for(s.t, "none", 1_MiB);
+  EXPECT_NO_THROW(stack.exec().follow(&s.t, &device_only));
+}
+
+hw_profile small_v100() {
+  auto hw = get_profile("v100-32g");
+  return hw;
+}
+
+TEST(HostOps, ZeroOffloadPlacesEveryStepOnTheHost) {
+  zoo_options zo;
+  zo.layers = 2;
+  zo.batch = 2;
+  zo.seq = 128;
+  const auto t = make_model_trace("gpt2-small", zo);
+  const auto r = analyze(t);
+  const auto hw = small_v100();
+  const auto budget = std::max(r.min_budget_bytes, r.peak_live_bytes / 3);
+  const auto p = make_planner("zero-offload")->make_plan(t, r, hw, budget);
+  const auto s = simulate(t, r, p, hw);
+  ASSERT_TRUE(s.feasible()) << s.violations.front();
+  std::size_t steps = 0;
+  for (op_index k = 0; k < t.ops.size(); ++k) {
+    EXPECT_EQ(p.steps[k].on_host, t.ops[k].host_capable) << t.ops[k].name;
+    steps += t.ops[k].host_capable;
+  }
+  EXPECT_EQ(s.host_ops, steps);
+  EXPECT_GT(s.recomputes, 0u);  // activations checkpointed per layer
+  std::uint64_t params = 0;
+  for (tensor_id x = 0; x < t.tensors.size(); ++x) {
+    const auto kind = t.tensors[x].kind;
+    if (kind == tensor_kind::parameter) params += t.tensors[x].bytes;
+    if (kind == tensor_kind::optimizer_state || kind == tensor_kind::parameter) {
+      EXPECT_EQ(p.initial_tier[x], tier::host);
+    }
+  }
+  // Master weights and moments never move; every 16-bit parameter comes up at op 0, once.
+  for (const auto& st : p.steps) {
+    for (const auto& e : st.evictions) EXPECT_NE(t.tensors[e.tensor].kind, tensor_kind::optimizer_state);
+    for (const auto& f : st.prefetches) EXPECT_NE(t.tensors[f.tensor].kind, tensor_kind::optimizer_state);
+  }
+  std::uint64_t up_front = 0;
+  for (const auto& f : p.steps[0].prefetches)
+    if (t.tensors[f.tensor].kind == tensor_kind::parameter) up_front += t.tensors[f.tensor].bytes;
+  EXPECT_EQ(up_front, params);
+  EXPECT_LT(s.d2h_bytes, 2 * params);  // gradients down (plus activations at most), no fp32 state
+}
+
+// A random training step whose updates are host_capable: layers of forward ops, backward ops in
+// reverse, one step per layer reading its gradient and moments and writing its weight.
+trace random_host_training(std::mt19937_64& rng) {
+  trace t;
+  auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng); };
+  auto secs = [&] { return 0.2 * static_cast<double>(1 + pick(5)); };
+  auto op = [&](std::string name, std::vector<tensor_id> r, std::vector<tensor_id> w, bool fwd) {
+    op_desc o;
+    o.name = std::move(name);
+    o.reads = std::move(r);
+    o.writes = std::move(w);
+    o.measured_seconds = secs();
+    o.recomputable = fwd;
+    return o;
+  };
+  std::vector<tensor_id> acts{t.add_tensor("input", 1000, tensor_kind::activation)};
+  t.add_op(op("load", {}, {acts[0]}, false));
+  struct layer {
+    tensor_id w, g, m;
+    std::vector<op_index> fwd;
+  };
+  std::vector<layer> layers;
+  for (std::size_t l = 2 + pick(3); l > 0; --l) {
+    layer ly;
+    const std::uint64_t b = 1000 * (1 + pick(4));
+    const std::string n = std::to_string(layers.size());
+    ly.w = t.add_tensor("w" + n, b, tensor_kind::parameter);
+    ly.g = t.add_tensor("g" + n, b, tensor_kind::gradient);
+    ly.m = t.add_tensor("m" + n, 6 * b, tensor_kind::optimizer_state);
+    for (std::size_t k = 1 + pick(2); k > 0; --k) {
+      const auto out = t.add_tensor("a" + std::to_string(t.tensors.size()), 1000 * (1 + pick(3)), tensor_kind::activation);
+      ly.fwd.push_back(t.add_op(op("f" + std::to_string(t.ops.size()), {acts.back(), ly.w}, {out}, true)));
+      acts.push_back(out);
+    }
+    layers.push_back(ly);
+  }
+  auto grad = t.add_tensor("dloss", 1000, tensor_kind::activation);
+  t.add_op(op("loss", {acts.back()}, {grad}, false));
+  for (auto l = layers.rbegin(); l != layers.rend(); ++l)
+    for (auto f = l->fwd.rbegin(); f != l->fwd.rend(); ++f) {
+      std::set<tensor_id> r(t.ops[*f].reads.begin(), t.ops[*f].reads.end());
+      r.insert(grad);
+      if (f != l->fwd.rbegin()) r.insert(l->g);
+      const auto next = t.add_tensor("d" + std::to_string(t.tensors.size()), 1000, tensor_kind::activation);
+      t.add_op(op("b" + std::to_string(t.ops.size()), {r.begin(), r.end()}, {next, l->g}, false));
+      grad = next;
+    }
+  for (const auto& l : layers) {
+    op_desc o = op("adam", {l.g, l.m}, {l.w, l.m}, false);
+    o.phase = op_phase::optimizer;
+    o.host_capable = true;
+    o.host_bytes = t.tensors[l.g].bytes + 2 * t.tensors[l.m].bytes + t.tensors[l.w].bytes;
+    t.add_op(std::move(o));
+  }
+  t.validate();
+  return t;
+}
+
+TEST(HostOps, AutoIsNeverSlowerThanZeroOffload) {
+  std::mt19937_64 rng(18);
+  int hosted = 0;
+  for (int iter = 0; iter < 40; ++iter) {
+    const auto t = random_host_training(rng);
+    const auto r = analyze(t);
+    auto hw = unit_hw();
+    hw.h2d_bytes_per_s = hw.d2h_bytes_per_s = 2000.0 * static_cast<double>(1 + rng() % 20);
+    hw.host_mem_bytes_per_s = 1000.0 * static_cast<double>(1 + rng() % 100);
+    const std::uint64_t lo = r.min_budget_bytes, hi = std::max(r.peak_live_bytes, lo);
+    const auto budget = std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
+    const auto z = simulate(t, r, make_planner("zero-offload")->make_plan(t, r, hw, budget), hw);
+    const auto pa = make_planner("auto")->make_plan(t, r, hw, budget);
+    const auto a = simulate(t, r, pa, hw);
+    ASSERT_TRUE(a.feasible()) << "iteration " << iter << ": " << a.violations.front();
+    if (z.feasible()) {
+      EXPECT_LE(a.step_seconds, z.step_seconds * (1 + 1e-9)) << "iteration " << iter;
+    }
+    hosted += pa.host_op_count() > 0;
+  }
+  EXPECT_GT(hosted, 5);  // auto does choose the host, not only the device plan
+}
+
+TEST(HostOps, PlaceableOpsKeepDeviceUsesBeforeHostUses) {
+  // A step whose weight a later device op reads in the same iteration stays on the device.
+  trace t;
+  const auto w = t.add_tensor("W", 1000, tensor_kind::parameter);
+  const auto m = t.add_tensor("M", 1000, tensor_kind::optimizer_state);
+  t.add_op(op1s("use", {w}, {}));
+  t.add_op(host_op("step", {m}, {w, m}, 1000));
+  t.add_op(op1s("use_again", {w}, {}));
+  const auto r = analyze(t);
+  EXPECT_EQ(detail::all_host_ops(t, r, unit_hw()), std::vector<char>({0, 0, 0}));
+  t.ops.pop_back();
+  const auto r2 = analyze(t);
+  EXPECT_EQ(detail::all_host_ops(t, r2, unit_hw()), std::vector<char>({0, 1}));
+}
+
+TEST(HostOps, ProfileHostFields) {
+  const auto v = get_profile("v100-32g");
+  EXPECT_EQ(v.device_bytes, 32'000'000'000u);
+  EXPECT_DOUBLE_EQ(v.compute_flops_per_s, 125e12 * 0.5);
+  EXPECT_TRUE(v.runs_host_ops());
+  EXPECT_EQ(v.host_cores, 48);
+  op_desc adam;
+  adam.host_bytes = 28'000'000'000;  // a 1B-parameter step in mixed precision
+  adam.host_flops = 12e9;
+  EXPECT_NEAR(v.host_op_seconds(adam), 28e9 / v.host_mem_bytes_per_s, 1e-12);  // bandwidth-bound
+  adam.host_bytes = 1;
+  EXPECT_NEAR(v.host_op_seconds(adam), 12e9 / (48.0 * 64 * 2.7e9), 1e-12);  // then flops-bound
+  // JSON: round trip; all four host fields or none; bad values named.
+  const auto j = profile_to_json(v);
+  EXPECT_DOUBLE_EQ(profile_from_json(j).host_mem_bytes_per_s, v.host_mem_bytes_per_s);
+  auto partial = j;
+  partial.erase("host_cores");
+  EXPECT_THROW((void)profile_from_json(partial), config_error);
+  auto bad = j;
+  bad["host_cores"] = 2.5;
+  try {
+    (void)profile_from_json(bad);
+    FAIL();
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("host_cores"), std::string::npos);
+  }
+  bad = j;
+  bad["host_memory_gbps"] = -1;
+  EXPECT_THROW((void)profile_from_json(bad), config_error);
+  auto none = j;
+  for (const char* f : {"host_memory_gbps", "host_cores", "host_vector_width", "host_ghz"}) none.erase(f);
+  EXPECT_FALSE(profile_from_json(none).runs_host_ops());
+}
+
+double params_of(const trace& t, double bytes_per) {
+  double sum = 0;
+  for (const auto& x : t.tensors)
+    if (x.kind == tensor_kind::parameter) sum += static_cast<double>(x.bytes) / bytes_per;
+  return sum;
+}
+
+TEST(HostOps, ZooShapePrecisionAndClipping) {
+  zoo_options o;
+  o.batch = 1;
+  o.seq = 1024;
+  o.layers = 50;
+  o.hidden = 4096;
+  o.heads = 32;
+  const auto t = make_model_trace("gpt3-13b", o);
+  EXPECT_NEAR(params_of(t, 2) / 1e9, 10.28, 0.05);  // the ZeRO-Offload paper's 10B shape
+  EXPECT_EQ(zoo_size("gpt3-13b", o, t).tokens, 1024u);
+  // Every Adam step may run on the host, moving 28 bytes per parameter there.
+  for (const auto& op : t.ops)
+    if (op.phase == op_phase::optimizer) {
+      ASSERT_TRUE(op.host_capable);
+      EXPECT_EQ(op.host_bytes % 28, 0u);
+      EXPECT_DOUBLE_EQ(op.host_flops, 12.0 * static_cast<double>(op.host_bytes / 28));
+    }
+  o.layers = 2;
+  o.hidden = 256;
+  o.heads = 4;
+  o.seq = 64;
+  zoo_options f = o;
+  f.precision = zoo_precision::fp32;
+  EXPECT_DOUBLE_EQ(params_of(make_model_trace("gpt2-small", f), 4), params_of(make_model_trace("gpt2-small", o), 2));
+  zoo_options c = o;
+  c.clip_grad_norm = true;
+  const auto tc = make_model_trace("gpt2-small", c);
+  const auto norm = tc.find_tensor("grad_norm");
+  ASSERT_TRUE(norm.has_value());
+  for (const auto& op : tc.ops)
+    if (op.category == "optimizer" && op.name != "clip.grad_norm") {
+      EXPECT_NE(std::find(op.reads.begin(), op.reads.end(), *norm), op.reads.end());
+    }
+  EXPECT_EQ(tc.ops.size(), make_model_trace("gpt2-small", o).ops.size() + 1);
+  // Bad knobs are refused with the reason.
+  zoo_options h = o;
+  h.heads = 3;
+  try {
+    (void)make_model_trace("gpt2-small", h);
+    FAIL();
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("do not divide"), std::string::npos);
+  }
+  zoo_options cnn;
+  cnn.hidden = 512;
+  EXPECT_THROW((void)make_model_trace("resnet50", cnn), config_error);
+  EXPECT_THROW((void)parse_zoo_precision("fp8", "--precision"), config_error);
+  EXPECT_EQ(parse_zoo_precision("fp16", "--precision"), zoo_precision::fp16);
+}
+
+}  // namespace
+}  // namespace spillway::offload
