@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/command.hpp"
+#include "bench/plan_host.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
 #include "offload/lifetime.hpp"
@@ -31,7 +32,12 @@ using json = nlohmann::json;
 struct plan_args {
   std::string model, trace_file;
   std::vector<std::string> hw;
-  std::uint32_t batch = 0, seq = 0, layers = 0;
+  std::uint32_t batch = 0, seq = 0, layers = 0, hidden = 0, heads = 0;
+  std::string precision = "default";
+  bool clip = false;
+  std::string largest;
+  std::string host_memory, nvme;
+  bool paper = false;
   std::vector<std::string> budgets;
   std::vector<double> ratios;
   std::vector<std::string> policies;
@@ -48,6 +54,8 @@ struct row {
   sim_result sim;
   bounds b;
   double plan_ms = 0;
+  double model_tflops = 0;     // 6 x parameters x tokens / step (0: not a zoo model)
+  double hardware_tflops = 0;  // the trace's flops plus the reruns' / step
   std::string note;
 };
 
@@ -76,29 +84,34 @@ json row_json(const row& r) {
           {"nvme_read_bytes", r.sim.nvme_read_bytes},
           {"nvme_write_bytes", r.sim.nvme_write_bytes},
           {"plan_ms", r.plan_ms},
+          {"model_tflops", r.model_tflops},
+          {"hardware_tflops", r.hardware_tflops},
+          {"host_ms", ms(r.sim.host_seconds)},
+          {"host_ops", r.sim.host_ops},
           {"feasible", r.feasible},
           {"violations", r.sim.violation_count},
           {"note", r.note}};
 }
 
 void print_header() {
-  std::printf("%-11s %-10s %-10s %10s %5s %10s %7s %7s %7s %9s %8s %9s %9s %9s %9s %8s %s\n", "model", "hw", "policy",
+  std::printf("%-11s %-10s %-12s %10s %5s %10s %7s %7s %7s %9s %8s %9s %9s %9s %9s %8s %6s %6s %s\n", "model", "hw", "policy",
               "budget", "ratio", "step_ms", "/ideal", "/lb", "/state", "stall_ms", "rerun_ms", "peak_GiB", "h2d_GiB", "d2h_GiB",
-              "nvme_GiB", "plan_ms", "ok");
+              "nvme_GiB", "plan_ms", "mTFLOP", "hTFLOP", "ok");
 }
 
 void print_row(const row& r) {
   if (r.below_min) {
-    std::printf("%-11s %-10s %-10s %9.2fG %5.3f  budget below the least any plan needs (%s)\n", r.model.c_str(),
+    std::printf("%-11s %-10s %-12s %9.2fG %5.3f  budget below the least any plan needs (%s)\n", r.model.c_str(),
                 r.hw.c_str(), r.policy.c_str(), gib(r.budget), r.ratio, format_bytes(r.min_budget).c_str());
     return;
   }
-  std::printf("%-11s %-10s %-10s %9.2fG %5.3f %10.2f %7.3f %7.3f %7.3f %9.2f %8.2f %9.2f %9.2f %9.2f %9.2f %8.1f %s\n",
+  std::printf("%-11s %-10s %-12s %9.2fG %5.3f %10.2f %7.3f %7.3f %7.3f %9.2f %8.2f %9.2f %9.2f %9.2f %9.2f %8.1f %6.1f %6.1f %s\n",
               r.model.c_str(), r.hw.c_str(), r.policy.c_str(), gib(r.budget), r.ratio, ms(r.sim.step_seconds),
               r.sim.step_seconds / r.b.ideal_seconds, r.sim.step_seconds / r.b.lower_bound_seconds,
               r.sim.step_seconds / std::max(r.b.ideal_seconds, r.b.state_bound_seconds),
               ms(r.sim.stall_seconds), ms(r.sim.recompute_seconds), gib(r.sim.peak_device_bytes), gib(r.sim.h2d_bytes), gib(r.sim.d2h_bytes),
-              gib(r.sim.nvme_read_bytes + r.sim.nvme_write_bytes), r.plan_ms, r.feasible ? "yes" : "NO");
+              gib(r.sim.nvme_read_bytes + r.sim.nvme_write_bytes), r.plan_ms, r.model_tflops, r.hardware_tflops,
+              r.feasible ? "yes" : "NO");
 }
 
 // Chrome trace (Perfetto): one process per row, tracks compute/h2d/d2h/nvme, a memory counter.
@@ -109,7 +122,7 @@ void add_chrome(json& events, int pid, const row& r, const trace& t) {
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", k},
                       {"args", {{"name", std::string(to_string(static_cast<sim_track>(k)))}}}});
   for (const auto& e : r.sim.timeline) {
-    const bool op = e.track == sim_track::compute || e.track == sim_track::recompute;
+    const bool op = e.track == sim_track::compute || e.track == sim_track::recompute || e.track == sim_track::host;
     events.push_back({{"name", op ? t.ops[e.id].name : t.tensors[e.id].name},
                       {"ph", "X"},
                       {"pid", pid},
@@ -172,7 +185,9 @@ struct runner {
   std::vector<row> rows;
 
   void run(const std::string& model, const trace& t, const hw_profile& hw, const std::vector<std::uint64_t>& budgets,
-           const lifetime_report& rep, const std::vector<std::string>& policies) {
+           const lifetime_report& rep, const std::vector<std::string>& policies, double model_flops = 0) {
+    double trace_flops = 0;
+    for (const auto& op : t.ops) trace_flops += op.flops;
     for (auto budget : budgets) {
       const auto b = compute_bounds(t, rep, hw, budget);
       for (const auto& pol : policies) {
@@ -201,11 +216,33 @@ struct runner {
         so.record_timeline = timeline;
         r.sim = simulate(t, p, hw, so);
         r.feasible = r.sim.feasible();
+        double rerun_flops = 0;
+        for (const auto& st : p.steps)
+          for (op_index o : st.recomputes) rerun_flops += t.ops[o].flops;
+        r.model_tflops = model_flops / r.sim.step_seconds / 1e12;
+        r.hardware_tflops = (trace_flops + rerun_flops) / r.sim.step_seconds / 1e12;
         rows.push_back(std::move(r));
       }
     }
   }
 };
+
+zoo_options zoo_options_for(const plan_args& a) {
+  zoo_options zo;
+  zo.batch = a.batch;
+  zo.seq = a.seq;
+  zo.layers = a.layers;
+  zo.hidden = a.hidden;
+  zo.heads = a.heads;
+  zo.precision = parse_zoo_precision(a.precision, "--precision");
+  zo.clip_grad_norm = a.clip;
+  return zo;
+}
+
+double model_flops(const std::string& model, const zoo_options& zo, const trace& t) {
+  const auto size = zoo_size(model, zo, t);
+  return 6.0 * static_cast<double>(size.parameters) * static_cast<double>(size.tokens);
+}
 
 std::vector<std::uint64_t> budgets_for(const plan_args& a, const lifetime_report& rep) {
   std::vector<std::uint64_t> out;
@@ -279,11 +316,13 @@ int run_zoo(const plan_args& a, runner& run) {
   for (const auto& hwname : hws) {
     const auto hw = get_profile(hwname);
     for (const auto& model : zoo_model_names()) {
-      zoo_options zo{a.batch, a.seq, a.layers};
+      const bool cnn = model == "vgg16" || model.rfind("resnet", 0) == 0;
+      zoo_options zo = zoo_options_for(a);
+      if (cnn) zo.layers = zo.hidden = zo.heads = 0;
       const auto t = make_model_trace(model, zo);
       const auto rep = analyze(t);
       const auto before = run.rows.size();
-      run.run(model, t, hw, budgets_for(a, rep), rep, policies);
+      run.run(model, t, hw, budgets_for(a, rep), rep, policies, model_flops(model, zo, t));
       for (auto i = before; i < run.rows.size(); ++i) print_row(run.rows[i]);
     }
   }
@@ -304,7 +343,7 @@ int run_zoo(const plan_args& a, runner& run) {
     const row& au = *it->second;
     ++cases;
     if (!au.feasible) ++infeasible;
-    for (const char* base : {"lms", "vdnn-all", "vdnn-conv", "checkpoint", "capuchin"}) {
+    for (const char* base : {"lms", "vdnn-all", "vdnn-conv", "checkpoint", "capuchin", "zero-offload"}) {
       auto b = pols.find(base);
       if (b == pols.end() || !b->second->feasible) continue;
       if (au.sim.step_seconds > b->second->sim.step_seconds * (1 + 1e-9)) {
@@ -323,7 +362,7 @@ int run_zoo(const plan_args& a, runner& run) {
   std::printf("\ntargets over %zu cases (model x hw x budget with budget >= least any plan needs):\n", cases);
   verdict(infeasible == 0, "auto feasible wherever the budget allows: " + std::to_string(cases - infeasible) + "/" +
                                std::to_string(cases));
-  verdict(slower == 0, "auto never slower than lms, vdnn, checkpoint or capuchin: " + std::to_string(slower) + " slower" +
+  verdict(slower == 0, "auto never slower than lms, vdnn, checkpoint, capuchin or zero-offload: " + std::to_string(slower) + " slower" +
                            slower_cases);
   recompute_targets(run.rows, verdict);
   char buf[256];
@@ -353,6 +392,26 @@ int run_zoo(const plan_args& a, runner& run) {
 }
 
 int run_plan(const plan_args& a) {
+  if (!a.largest.empty()) {
+    if (a.largest != "gpt") throw config_error("--largest: '" + a.largest + "' is not a family to search (gpt)");
+    largest_args la;
+    la.hw = a.hw.empty() ? std::vector<std::string>{"v100-32g"} : a.hw;
+    la.batch = a.batch ? a.batch : 4;
+    la.seq = a.seq ? a.seq : 1024;
+    la.host_memory = a.host_memory;
+    la.nvme = a.nvme;
+    la.policies = a.policies.empty() ? std::vector<std::string>{"zero-offload", "auto"} : a.policies;
+    return run_largest(la);
+  }
+  if (a.paper) {
+    paper_args pa;
+    pa.batch = a.batch ? a.batch : 10;
+    pa.seq = a.seq ? a.seq : 1024;
+    pa.policies = a.policies.empty() ? std::vector<std::string>{"checkpoint", "zero-offload", "auto"} : a.policies;
+    return run_paper(pa);
+  }
+  if (!a.host_memory.empty() || !a.nvme.empty())
+    throw config_error("--host-memory and --nvme set the tiers for --largest; for other runs give a profile .json");
   runner run;
   run.timeline = !a.chrome_file.empty();
   int code = 0;
@@ -361,7 +420,8 @@ int run_plan(const plan_args& a) {
     code = run_zoo(a, run);
   } else {
     if (a.model.empty() == a.trace_file.empty()) throw config_error("give exactly one of --model and --trace");
-    trace t = a.trace_file.empty() ? make_model_trace(a.model, zoo_options{a.batch, a.seq, a.layers}) : load_trace(a.trace_file);
+    const auto zo = zoo_options_for(a);
+    trace t = a.trace_file.empty() ? make_model_trace(a.model, zo) : load_trace(a.trace_file);
     const std::string name = a.trace_file.empty() ? a.model : a.trace_file;
     if (t.ops.empty()) throw config_error(name + ": the trace has no ops, so there is nothing to plan; give at least one op");
     const auto rep = analyze(t);
@@ -374,7 +434,7 @@ int run_plan(const plan_args& a) {
     for (const auto& hwname : hws) {
       const auto hw = get_profile(hwname);
       const auto before = run.rows.size();
-      run.run(name, t, hw, budgets, rep, policies_for(a));
+      run.run(name, t, hw, budgets, rep, policies_for(a), a.trace_file.empty() ? model_flops(a.model, zo, t) : 0);
       for (auto i = before; i < run.rows.size(); ++i) print_row(run.rows[i]);
     }
     if (!a.chrome_file.empty()) {
@@ -407,9 +467,20 @@ command_registration reg("plan", [](CLI::App& app, int& exit_code) {
   sub->add_option("--batch", a->batch, "batch size (0: model default)");
   sub->add_option("--seq", a->seq, "sequence length / image side (0: model default)");
   sub->add_option("--layers", a->layers, "transformer blocks (0: real depth)");
+  sub->add_option("--hidden", a->hidden, "transformer hidden size (0: the model's)");
+  sub->add_option("--heads", a->heads, "transformer attention heads, a divisor of the hidden size (0: the model's)");
+  sub->add_option("--precision", a->precision, "default, fp32, bf16 or fp16 (16-bit: fp32 master weights and Adam moments)");
+  sub->add_flag("--clip", a->clip, "clip gradients by their global norm (every update waits for the last gradient)");
+  sub->add_option("--largest", a->largest,
+                  "'gpt': the largest GPT (GPT-3 proportions) each policy trains at --batch and --seq on each --hw");
+  sub->add_option("--host-memory", a->host_memory, "with --largest: the host tier's size, e.g. 2TB");
+  sub->add_option("--nvme", a->nvme, "with --largest: the NVMe tier's size, e.g. 4TB (0 for none)");
+  sub->add_flag("--zero-offload-paper", a->paper,
+                "the ZeRO-Offload paper's 10B GPT (50 layers, hidden 4096) on v100-32g, with its targets");
   sub->add_option("--budget", a->budgets, "device budget, e.g. 8GiB (repeatable)");
   sub->add_option("--budget-ratio", a->ratios, "budget as a fraction of peak live bytes (repeatable)");
-  sub->add_option("--policy", a->policies, "none, lms, vdnn-all, vdnn-conv, checkpoint, capuchin, auto or all (repeatable)");
+  sub->add_option("--policy", a->policies,
+                  "none, lms, vdnn-all, vdnn-conv, checkpoint, capuchin, zero-offload, auto or all (repeatable)");
   sub->add_option("--json", a->json_file, "write the rows as JSON")->check(writable_file);
   sub->add_option("--svg", a->svg_file, "plot step time against budget, one line per policy")->check(writable_file);
   sub->add_option("--chrome-trace", a->chrome_file, "write the simulated timelines (Perfetto / chrome://tracing)")->check(writable_file);
