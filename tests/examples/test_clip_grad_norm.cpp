@@ -20,36 +20,25 @@
 #include "examples/common/report.hpp"
 #include "examples/gpt/gpt_model.hpp"
 #include "examples/mlp/mlp_model.hpp"
+#include "example_runs.hpp"
 
 namespace spillway::examples {
 namespace {
 
-using literals::operator""_MiB;
 
-constexpr int steps = 3;
+constexpr int steps = testing::tiny_steps;
 /// Far below the tiny models' gradient norms, so every step clips.
 constexpr double small_norm = 0.05;
 
-run_result run(const std::string& example, const example_options& o) {
-  if (example == "gpt") return run_gpt(o);
-  return example == "mlp" ? run_mlp(o) : run_cnn(o);
-}
+using testing::losses_text;
 
-model_factory factory(const std::string& example, const example_options& o) {
-  if (example == "gpt") return [o] { return make_gpt(o); };
-  if (example == "mlp") return [o] { return make_mlp(o); };
-  return [o] { return make_cnn(o); };
-}
+run_result run(const std::string& example, const example_options& o) { return testing::run_example(example, o); }
 
+model_factory factory(const std::string& example, const example_options& o) { return testing::factory_for(example, o); }
+
+/// The tiny options with clipping at `clip` (0: off).
 example_options tiny_options(const std::string& policy, std::uint64_t budget, double clip) {
-  example_options o;
-  o.backend = "cpu";
-  o.cpu_device_memory = 64_MiB;
-  o.device_budget = budget;
-  o.policy = policy;
-  o.steps = steps;
-  o.seed = 7;
-  o.size = preset::tiny;
+  example_options o = testing::tiny_options(policy, budget);
   o.clip_grad_norm = clip;
   return o;
 }
@@ -73,12 +62,6 @@ const run_result& resident_clipped(const std::string& example) {
   auto it = cache.find(example);
   if (it == cache.end()) it = cache.emplace(example, run(example, tiny_options("none", 0, small_norm))).first;
   return it->second;
-}
-
-std::string losses_text(const run_result& r) {
-  std::string s;
-  for (float l : r.losses) s += format_loss(l) + " ";
-  return s;
 }
 
 class clip_examples : public ::testing::TestWithParam<std::string> {};

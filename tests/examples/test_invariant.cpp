@@ -17,32 +17,21 @@
 #include "examples/common/report.hpp"
 #include "examples/gpt/gpt_model.hpp"
 #include "examples/mlp/mlp_model.hpp"
+#include "example_runs.hpp"
 
 namespace spillway::examples {
 namespace {
 
 using literals::operator""_MiB;
 
-constexpr int steps = 3;
+using testing::losses_text;
+using testing::tiny_options;
+constexpr int steps = testing::tiny_steps;
 
 using runner = std::function<run_result(const example_options&)>;
 
 runner runner_for(const std::string& example) {
-  if (example == "gpt") return [](const example_options& o) { return run_gpt(o); };
-  if (example == "mlp") return [](const example_options& o) { return run_mlp(o); };
-  return [](const example_options& o) { return run_cnn(o); };
-}
-
-example_options tiny_options(const std::string& policy, std::uint64_t budget) {
-  example_options o;
-  o.backend = "cpu";
-  o.cpu_device_memory = 64_MiB;
-  o.device_budget = budget;
-  o.policy = policy;
-  o.steps = steps;
-  o.seed = 7;
-  o.size = preset::tiny;
-  return o;
+  return [example](const example_options& o) { return testing::run_example(example, o); };
 }
 
 // The everything-resident run of each example, made once.
@@ -51,12 +40,6 @@ const run_result& resident(const std::string& example) {
   auto it = cache.find(example);
   if (it == cache.end()) it = cache.emplace(example, runner_for(example)(tiny_options("none", 0))).first;
   return it->second;
-}
-
-std::string losses_text(const run_result& r) {
-  std::string s;
-  for (float l : r.losses) s += format_loss(l) + " ";
-  return s;
 }
 
 class invariant : public ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};
@@ -83,8 +66,9 @@ TEST_P(invariant, losses_match_everything_resident) {
   EXPECT_LE(r.peak_device_bytes, budget) << "device memory in use went past the budget";
   // Below the footprint something has to leave the device and come back, or be made again.
   EXPECT_GT(r.h2d_bytes + r.d2h_bytes + r.recomputes, 0u);
-  if (policy == "checkpoint" && budget_name == "half" && example != "mlp")  // their forward ops are recomputable
+  if (policy == "checkpoint" && budget_name == "half" && example != "mlp") {  // their forward ops are recomputable
     EXPECT_GT(r.recomputes, 0u) << "checkpoint reruns no forward op";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

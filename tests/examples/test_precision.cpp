@@ -18,29 +18,21 @@
 #include "examples/common/report.hpp"
 #include "examples/gpt/gpt_model.hpp"
 #include "examples/mlp/mlp_model.hpp"
+#include "example_runs.hpp"
 
 namespace spillway::examples {
 namespace {
 
-using literals::operator""_MiB;
 
-constexpr int steps = 3;
+constexpr int steps = testing::tiny_steps;
 
-run_result run(const std::string& example, const example_options& o) {
-  if (example == "gpt") return run_gpt(o);
-  if (example == "mlp") return run_mlp(o);
-  return run_cnn(o);
-}
+using testing::losses_text;
 
+run_result run(const std::string& example, const example_options& o) { return testing::run_example(example, o); }
+
+/// The tiny options in precision p.
 example_options tiny_options(const std::string& policy, std::uint64_t budget, precision p) {
-  example_options o;
-  o.backend = "cpu";
-  o.cpu_device_memory = 64_MiB;
-  o.device_budget = budget;
-  o.policy = policy;
-  o.steps = steps;
-  o.seed = 7;
-  o.size = preset::tiny;
+  example_options o = testing::tiny_options(policy, budget);
   o.prec = p;
   return o;
 }
@@ -52,12 +44,6 @@ const run_result& resident(const std::string& example, precision p) {
   auto it = cache.find(key);
   if (it == cache.end()) it = cache.emplace(key, run(example, tiny_options("none", 0, p))).first;
   return it->second;
-}
-
-std::string losses_text(const run_result& r) {
-  std::string s;
-  for (float l : r.losses) s += format_loss(l) + " ";
-  return s;
 }
 
 class bf16_invariant : public ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};
