@@ -113,6 +113,10 @@ std::vector<bench_case> cases() {
   out.push_back({"chain-12 cheap fwd", make_chain(12, 64ull << 20, 16ull << 20, 1e10)});
   // Forward ops of 2 TFLOP (3.4 ms): copies hide behind the backward ops; rerunning costs.
   out.push_back({"chain-12 dear fwd", make_chain(12, 64ull << 20, 16ull << 20, 2e12)});
+  // The program keeps every op on the device: so do the planners it is compared with (Note
+  // [Host ops] in prefetch/plan.hpp).
+  for (auto& c : out)
+    for (auto& op : c.t.ops) op.host_capable = false;
   return out;
 }
 

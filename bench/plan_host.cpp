@@ -94,6 +94,12 @@ int run_paper(const paper_args& a) {
     got[pol] = plan_once(pol, zo, hw);
     print_outcome("10B paper shape", pol, got[pol]);
   }
+  // For comparison, not a target: with global-norm clipping no update starts before the last
+  // gradient, so auto's steps can no longer hide behind the backward pass.
+  auto clipped = zo;
+  clipped.clip_grad_norm = true;
+  for (const auto& pol : a.policies)
+    if (pol != "checkpoint") print_outcome("10B, clipped (info)", pol, plan_once(pol, clipped, hw));
   bool all = true;
   auto verdict = [&](bool ok, const std::string& what) {
     std::printf("%s  %s\n", ok ? "PASS" : "MISS", what.c_str());

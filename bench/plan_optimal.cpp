@@ -602,6 +602,7 @@ std::optional<optimal_result> builder::run(double time_limit_s, std::string* why
     if (name == "none") continue;
     try {
       const plan other = offload::make_planner(name)->make_plan(t_, r_, hw_, budget_);
+      if (other.host_op_count() > 0) continue;  // the program keeps every op on the device
       if (auto v = start_from(&other); !v.empty()) starts.push_back(std::move(v));
     } catch (const std::exception&) {
       // a planner that cannot plan this case offers nothing

@@ -180,7 +180,10 @@ int run(const replay_args& a) {
     zo.batch = a.batch;
     zo.seq = a.seq;
     zo.layers = a.layers;
-    traces.emplace_back(m, make_model_trace(m, zo));
+    trace t = make_model_trace(m, zo);
+    // The executor runs every op on the device (Note [Host ops] in prefetch/plan.hpp): plan so.
+    for (auto& op : t.ops) op.host_capable = false;
+    traces.emplace_back(m, std::move(t));
   }
   if (traces.empty()) throw config_error("replay: give --model NAME (e.g. gpt2-small) or --trace FILE");
   session_config defaults;

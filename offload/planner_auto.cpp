@@ -6,6 +6,8 @@
 #include <limits>
 #include <queue>
 
+#include <oneapi/tbb/parallel_invoke.h>
+
 #include "offload/plan_builder.hpp"
 #include "offload/planner.hpp"
 #include "offload/planner_host.hpp"
@@ -370,22 +372,31 @@ class auto_planner final : public optioned_planner {
 
  private:
   plan do_make_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) const override {
-    plan device = device_plan(t, r, hw, budget);
     if (!hw.runs_host_ops() || std::none_of(t.ops.begin(), t.ops.end(), [](const op_desc& o) { return o.host_capable; }))
-      return device;
+      return device_plan(t, r, hw, budget);
     // Host placement (Note [Host placement]): auto's own plans for the device views, and
-    // zero-offload's, against the device plan; the first of equals wins.
+    // zero-offload's, against the device plan, planned at once; the first of equals wins.
+    plan device, z;
+    sim_result device_sim, z_sim;
+    std::vector<host_candidate> hosted;
+    tbb::parallel_invoke(
+        [&] {
+          device = device_plan(t, r, hw, budget);
+          device_sim = simulate(t, r, device, hw);
+        },
+        [&] { hosted = host_candidates(t, r, hw, budget, *this); },
+        [&] {
+          z = make_zero_offload_planner(options())->make_plan(t, r, hw, budget);
+          z_sim = simulate(t, r, z, hw);
+        });
     best_plan best;
-    const auto sim = simulate(t, r, device, hw);
-    best.offer(std::move(device), sim);
-    for (auto& c : host_candidates(t, r, hw, budget, *this)) {
+    best.offer(std::move(device), device_sim);
+    for (auto& c : hosted) {
       c.p.policy = name();
       best.offer(std::move(c.p), c.sim);
     }
-    plan z = make_zero_offload_planner(options())->make_plan(t, r, hw, budget);
     z.policy = name();
-    const auto zs = simulate(t, r, z, hw);
-    best.offer(std::move(z), zs);
+    best.offer(std::move(z), z_sim);
     return best.take();
   }
   plan device_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) const {
