@@ -33,12 +33,24 @@ enum class cpu_isa { scalar, avx2, avx512, best };
 void cpu_adam_step(float* params, const float* grads, float* m, float* v, std::size_t n,
                    const adam_config& config, std::int64_t step, cpu_isa isa = cpu_isa::best);
 
+/// Mixed precision (the optimizer of a bf16 model placed on the host): the same step on fp32
+/// master weights with bf16 gradients, widened exactly, then weights = to_bf16(master) (round to
+/// nearest even, NaN made quiet), as the mixed adam_step on either backend does, bit for bit.
+void cpu_adam_step(float* master, const bf16* grads, float* m, float* v, bf16* weights, std::size_t n,
+                   const adam_config& config, std::int64_t step, cpu_isa isa = cpu_isa::best);
+
 namespace detail {
 // The bodies over [0, n) of one chunk, each ending in the scalar ops::adam_update for the tail
 // (cpu_adam_isa.cpp). The AVX ones run only where cpu_supports says so.
 void cpu_adam_scalar(float* p, const float* g, float* m, float* v, std::size_t n, const ops::adam_coeffs& c);
 void cpu_adam_avx2(float* p, const float* g, float* m, float* v, std::size_t n, const ops::adam_coeffs& c);
 void cpu_adam_avx512(float* p, const float* g, float* m, float* v, std::size_t n, const ops::adam_coeffs& c);
+void cpu_adam_mixed_scalar(float* p, const bf16* g, float* m, float* v, bf16* w, std::size_t n,
+                           const ops::adam_coeffs& c);
+void cpu_adam_mixed_avx2(float* p, const bf16* g, float* m, float* v, bf16* w, std::size_t n,
+                         const ops::adam_coeffs& c);
+void cpu_adam_mixed_avx512(float* p, const bf16* g, float* m, float* v, bf16* w, std::size_t n,
+                           const ops::adam_coeffs& c);
 }  // namespace detail
 
 }  // namespace spillway::kernels

@@ -165,6 +165,46 @@ INSTANTIATE_TEST_SUITE_P(EveryIsa, CpuAdamIsa,
                          ::testing::Values(cpu_isa::scalar, cpu_isa::avx2, cpu_isa::avx512, cpu_isa::best),
                          [](const ::testing::TestParamInfo<cpu_isa>& info) { return std::string(to_string(info.param)); });
 
+// Mixed precision: bf16 gradients (wild values rounded, so bf16 denormals, infinities and NaN
+// too) and bf16 weights written from the fp32 master, against the mixed adam_step on the cpu
+// backend: master and moments as above, the weights' bits equal (NaN where the device's is NaN).
+TEST_P(CpuAdamIsa, MixedPrecisionMatchesAdamStepOnTheCpuBackend) {
+  const cpu_isa isa = GetParam();
+  if (!cpu_supports(isa)) GTEST_SKIP() << "this CPU has no " << to_string(isa) << " (the body compiles, it cannot run)";
+  std::uint32_t seed = 700;
+  for (std::size_t n : lengths) {
+    for (const adam_config& c : {plain_adam(), adamw()}) {
+      auto p = wild_values(n, seed += 20);
+      auto m = wild_values(n, seed + 1);
+      auto v = wild_values(n, seed + 2, true);
+      std::vector<bf16> w(n, bf16{0});
+      rig r("cpu");
+      float* dp = r.up(p);
+      float* dm = r.up(m);
+      float* dv = r.up(v);
+      bf16* dw = r.up(w);
+      for (std::int64_t step : {1, 2, 1000}) {
+        const auto wide = wild_values(n, seed + 10 + static_cast<std::uint32_t>(step));
+        std::vector<bf16> g(n);
+        for (std::size_t i = 0; i < n; ++i) g[i] = to_bf16(wide[i]);
+        cpu_adam_step(p.data(), g.data(), m.data(), v.data(), w.data(), n, c, step, isa);
+        adam_step(r.ctx(), r.s(), dp, r.up(g), dm, dv, dw, n, c, step);
+        const std::string where = std::string(to_string(isa)) + ", n " + std::to_string(n) + ", step " + std::to_string(step);
+        ASSERT_TRUE(same_results(p, r.down(dp, n))) << "master, " << where;
+        ASSERT_TRUE(same_results(m, r.down(dm, n))) << "m, " << where;
+        ASSERT_TRUE(same_results(v, r.down(dv, n))) << "v, " << where;
+        const auto want = r.down(dw, n);
+        for (std::size_t i = 0; i < n; ++i) {
+          if (std::isnan(to_float(want[i])))
+            ASSERT_TRUE(std::isnan(to_float(w[i]))) << "weights at " << i << ", " << where;
+          else
+            ASSERT_EQ(w[i].bits, want[i].bits) << "weights at " << i << ", " << where;
+        }
+      }
+    }
+  }
+}
+
 TEST(CpuAdam, PlainValuesOverManyChunksMatchAdamStep) {
   // Usual training values (moments from zero) over 16 host chunks and a tail: the parallel
   // partition gives the same bits as the device's.
