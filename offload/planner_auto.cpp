@@ -384,7 +384,16 @@ class auto_planner final : public optioned_planner {
           device = device_plan(t, r, hw, budget);
           device_sim = simulate(t, r, device, hw);
         },
-        [&] { hosted = host_candidates(t, r, hw, budget, *this); },
+        [&] {
+          // The device part of a host placement with a shorter search (two sweep reserves and
+          // late weights, two shares kept over the boundary): the optimizer state is gone from
+          // the view, so fewer copies remain to place.
+          auto quick = options();
+          quick.auto_sweep_reserves = {0.0, 0.15};
+          quick.auto_late_weights = {0.0, 4.0};
+          quick.auto_keep_shares = {0.5, 1.0};
+          hosted = host_candidates(t, r, hw, budget, auto_planner(quick));
+        },
         [&] {
           z = make_zero_offload_planner(options())->make_plan(t, r, hw, budget);
           z_sim = simulate(t, r, z, hw);
