@@ -15,6 +15,7 @@
 #include "offload/planner_host.hpp"
 #include "offload/profile.hpp"
 #include "offload/simulator.hpp"
+#include "offload/trace_json.hpp"
 #include "offload/zoo.hpp"
 #include "prefetch/executor.hpp"
 #include "prefetch/executor_stack.hpp"
@@ -388,6 +389,22 @@ TEST(HostOps, PlaceableOpsKeepDeviceUsesBeforeHostUses) {
   t.ops.pop_back();
   const auto r2 = analyze(t);
   EXPECT_EQ(detail::all_host_ops(t, r2, unit_hw()), std::vector<char>({0, 1}));
+}
+
+TEST(HostOps, TraceJsonKeepsHostFields) {
+  const auto s = make_two_layers(2000, 1000, false);
+  const auto back = trace_from_json(trace_to_json(s.t));
+  EXPECT_TRUE(back.ops[s.step[0]].host_capable);
+  EXPECT_EQ(back.ops[s.step[0]].host_bytes, 2000u);
+  EXPECT_FALSE(back.ops[0].host_capable);
+  auto j = trace_to_json(s.t);
+  j["ops"][0]["host_bytes"] = 10;  // a host cost on an op that may not run there
+  try {
+    (void)trace_from_json(j);
+    FAIL();
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("host_capable"), std::string::npos) << e.what();
+  }
 }
 
 TEST(HostOps, ProfileHostFields) {
