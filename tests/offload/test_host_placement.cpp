@@ -4,6 +4,8 @@
 // random training traces, and the profile and zoo knobs behind them.
 #include <gtest/gtest.h>
 
+#include "unit_hw.hpp"
+
 #include <algorithm>
 #include <random>
 #include <set>
@@ -25,25 +27,7 @@ namespace {
 
 using namespace spillway::literals;
 
-hw_profile unit_hw() {
-  hw_profile hw;
-  hw.name = "unit";
-  hw.device_bytes = 1 << 20;
-  hw.compute_flops_per_s = 1e9;
-  hw.hbm_bytes_per_s = 1e18;
-  hw.h2d_bytes_per_s = 1000;
-  hw.d2h_bytes_per_s = 1000;
-  hw.copy_engines = 2;
-  hw.host_bytes = 1 << 20;
-  hw.nvme_read_bytes_per_s = 500;
-  hw.nvme_write_bytes_per_s = 500;
-  hw.nvme_bytes = 1 << 20;
-  hw.host_mem_bytes_per_s = 1000;  // a host op moving 1000 B takes 1 s
-  hw.host_cores = 1;
-  hw.host_vector_width = 1;
-  hw.host_clock_hz = 1e9;
-  return hw;
-}
+using testing::unit_hw;
 
 op_desc op1s(std::string name, std::vector<tensor_id> r, std::vector<tensor_id> w) {
   op_desc o;

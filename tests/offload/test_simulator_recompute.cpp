@@ -3,27 +3,15 @@
 // must keep.
 #include <gtest/gtest.h>
 
+#include "unit_hw.hpp"
+
 #include "device/error.hpp"
 #include "offload/simulator.hpp"
 
 namespace spillway::offload {
 namespace {
 
-hw_profile unit_hw() {
-  hw_profile hw;
-  hw.name = "unit";
-  hw.device_bytes = 1 << 20;
-  hw.compute_flops_per_s = 1e9;
-  hw.hbm_bytes_per_s = 1e18;
-  hw.h2d_bytes_per_s = 1000;
-  hw.d2h_bytes_per_s = 1000;
-  hw.copy_engines = 2;
-  hw.host_bytes = 1 << 20;
-  hw.nvme_read_bytes_per_s = 500;
-  hw.nvme_write_bytes_per_s = 500;
-  hw.nvme_bytes = 1 << 20;
-  return hw;
-}
+using testing::unit_hw;
 
 op_desc op1s(std::string name, std::vector<tensor_id> r, std::vector<tensor_id> w, bool recomputable = false) {
   op_desc o;
