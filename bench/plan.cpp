@@ -14,6 +14,7 @@
 
 #include "bench/command.hpp"
 #include "bench/plan_host.hpp"
+#include "bench/plan_ranks.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
 #include "offload/lifetime.hpp"
@@ -43,6 +44,7 @@ struct plan_args {
   std::vector<std::string> policies;
   std::string json_file, svg_file, chrome_file;
   bool report = false;
+  ranks_args dp;  // --ranks and its knobs (bench/plan_ranks.hpp)
 };
 
 struct row {
@@ -122,7 +124,8 @@ void add_chrome(json& events, int pid, const row& r, const trace& t) {
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", k},
                       {"args", {{"name", std::string(to_string(static_cast<sim_track>(k)))}}}});
   for (const auto& e : r.sim.timeline) {
-    const bool op = e.track == sim_track::compute || e.track == sim_track::recompute || e.track == sim_track::host;
+    const bool op = e.track == sim_track::compute || e.track == sim_track::recompute || e.track == sim_track::host ||
+                    e.track == sim_track::network;
     events.push_back({{"name", op ? t.ops[e.id].name : t.tensors[e.id].name},
                       {"ph", "X"},
                       {"pid", pid},
@@ -412,6 +415,24 @@ int run_plan(const plan_args& a) {
   }
   if (!a.host_memory.empty() || !a.nvme.empty())
     throw config_error("--host-memory and --nvme set the tiers for --largest; for other runs give a profile .json");
+  if (a.dp.ranks > 0) {
+    if (a.model == "zoo" || a.model.empty() == a.trace_file.empty())
+      throw config_error("--ranks: give exactly one of --model (a zoo model, not 'zoo') and --trace");
+    const auto zo = zoo_options_for(a);
+    const trace t = a.trace_file.empty() ? make_model_trace(a.model, zo) : load_trace(a.trace_file);
+    if (t.ops.empty()) throw config_error(a.trace_file + ": the trace has no ops, so there is nothing to plan");
+    ranks_args dp = a.dp;
+    dp.name = a.trace_file.empty() ? a.model : a.trace_file;
+    dp.hw = a.hw;
+    dp.budgets = a.budgets;
+    dp.ratios = a.ratios;
+    dp.policies = a.policies;
+    if (a.trace_file.empty()) {
+      dp.model_flops = model_flops(a.model, zo, t);
+      dp.tokens = zoo_size(a.model, zo, t).tokens;
+    }
+    return run_ranks(dp, t);
+  }
   runner run;
   run.timeline = !a.chrome_file.empty();
   int code = 0;
@@ -485,6 +506,17 @@ command_registration reg("plan", [](CLI::App& app, int& exit_code) {
   sub->add_option("--svg", a->svg_file, "plot step time against budget, one line per policy")->check(writable_file);
   sub->add_option("--chrome-trace", a->chrome_file, "write the simulated timelines (Perfetto / chrome://tracing)")->check(writable_file);
   sub->add_flag("--report", a->report, "print the lifetime report of the trace");
+  sub->add_option("--ranks", a->dp.ranks,
+                  "data parallel over N ranks (ZeRO; per-rank batch fixed): predict the step and the scaling efficiency");
+  sub->add_option("--ranks-per-node", a->dp.ranks_per_node, "with --ranks: ranks sharing one host (its CPU, memory, NVMe)");
+  sub->add_option("--network", a->dp.network, "with --ranks: each rank's network, e.g. 400Gb/s, 50GB/s, unlimited (default: the profile's)");
+  sub->add_option("--network-latency-us", a->dp.network_latency_us, "with --ranks: latency of one ring step (default: the profile's)");
+  sub->add_option("--zero", a->dp.zero, "with --ranks: ZeRO stage, 1 (all-reduce) or 2 (reduce-scatter; default)");
+  sub->add_option("--bucket", a->dp.bucket, "with --ranks: least bytes per collective (default 200MB)");
+  sub->add_option("--gather", a->dp.gather, "with --ranks: all-gather parameters before_use (default) or after_step");
+  sub->add_option("--link-share", a->dp.link_shares,
+                  "with --ranks: shares of the PCIe link each policy plans its copies for (repeatable; default 1 0.5 0.35 0.25 0.15)");
+  sub->add_option("--gather-ahead", a->dp.gather_ahead, "with --ranks and --gather before_use: buckets gathered ahead (default 2)");
   sub->callback([a, &exit_code] { exit_code = run_plan(*a); });
 });
 

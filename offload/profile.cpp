@@ -48,6 +48,14 @@ hw_profile make(std::string name, double dev_gb, double peak_tf, double sustaine
   return p;
 }
 
+// The network between ranks: the NIC each GPU has to itself, in Gb/s as NICs are sold, and the
+// latency of one ring step (PROFILES.md).
+hw_profile with_network(hw_profile p, double gbit_per_s, double latency_us) {
+  p.network_bytes_per_s = gbit_per_s * GB / 8;
+  p.network_latency_s = latency_us * 1e-6;
+  return p;
+}
+
 std::vector<hw_profile> builtins() {
   // name, device GB, peak TFLOP/s, sustained fraction, HBM GB/s, effective PCIe GB/s per
   // direction, host tier GB, NVMe read/write GB/s, NVMe GB, host CPU. See PROFILES.md.
@@ -58,11 +66,11 @@ std::vector<hw_profile> builtins() {
   constexpr host_cpu xeon_6148{2 * 6 * 2.666 * 8, 0.75, 40, 64, 2.4};  // 2x 20 cores, AVX-512, DDR4-2666
   constexpr host_cpu i7_5930k{1 * 4 * 2.133 * 8, 0.75, 6, 32, 3.5};    // 6 cores, AVX2, DDR4-2133
   return {
-      make("h200", 141, 989, 0.6, 4800, 50, 1000, 13.8, 8.2, 7680, xeon_8480c),
-      make("a100-80g", 80, 312, 0.6, 2039, 25, 512, 13.8, 8.2, 7680, epyc_7742),
-      make("v100-32g", 32, 125, 0.5, 900, 12, 1000, 3.2, 2.08, 3200, xeon_8168),
-      make("v100-16g", 16, 112, 0.5, 900, 12, 256, 3.2, 2.08, 3200, xeon_6148),
-      make("titanx-12g", 12, 6.1, 0.7, 336.5, 12, 64, 3.2, 2.08, 3200, i7_5930k),
+      with_network(make("h200", 141, 989, 0.6, 4800, 50, 1000, 13.8, 8.2, 7680, xeon_8480c), 400, 10),
+      with_network(make("a100-80g", 80, 312, 0.6, 2039, 25, 512, 13.8, 8.2, 7680, epyc_7742), 200, 10),
+      with_network(make("v100-32g", 32, 125, 0.5, 900, 12, 1000, 3.2, 2.08, 3200, xeon_8168), 100, 10),
+      with_network(make("v100-16g", 16, 112, 0.5, 900, 12, 256, 3.2, 2.08, 3200, xeon_6148), 100, 10),
+      with_network(make("titanx-12g", 12, 6.1, 0.7, 336.5, 12, 64, 3.2, 2.08, 3200, i7_5930k), 10, 30),
   };
 }
 
@@ -119,6 +127,12 @@ void hw_profile::validate() const {
     check(host_cores > 0, "host_cores");
     check(host_vector_width > 0, "host_vector_width");
     check(rate(host_clock_hz), "host_ghz");
+  }
+  if (network_bytes_per_s != 0 || network_latency_s != 0) {
+    if (!(network_bytes_per_s > 0))  // infinity is an unlimited network
+      throw config_error("hardware profile '" + name + "': field 'network_gbps' must be positive");
+    if (!(network_latency_s >= 0) || !std::isfinite(network_latency_s))
+      throw config_error("hardware profile '" + name + "': field 'network_latency_us' must be zero or more and finite");
   }
 }
 
@@ -190,6 +204,17 @@ hw_profile profile_from_json(const nlohmann::json& j) {
     p.host_vector_width = whole("host_vector_width");
     p.host_clock_hz = need_number(j, "host_ghz") * 1e9;
   }
+  if (j.contains("network_gbps") != j.contains("network_latency_us"))
+    throw config_error("hardware profile: give both 'network_gbps' and 'network_latency_us' (the network between ranks) or "
+                       "neither");
+  if (j.contains("network_gbps")) {
+    p.network_bytes_per_s = need_number(j, "network_gbps") * GB;
+    const auto& lat = j["network_latency_us"];
+    if (!lat.is_number() || !(lat.get<double>() >= 0) || !std::isfinite(lat.get<double>()))
+      throw config_error("hardware profile: field 'network_latency_us' must be a number of microseconds, zero or more, got " +
+                         lat.dump());
+    p.network_latency_s = lat.get<double>() * 1e-6;
+  }
   p.validate();
   return p;
 }
@@ -211,6 +236,10 @@ nlohmann::json profile_to_json(const hw_profile& p) {
     j["host_cores"] = p.host_cores;
     j["host_vector_width"] = p.host_vector_width;
     j["host_ghz"] = p.host_clock_hz / 1e9;
+  }
+  if (p.has_network() && std::isfinite(p.network_bytes_per_s)) {
+    j["network_gbps"] = p.network_bytes_per_s / GB;
+    j["network_latency_us"] = p.network_latency_s * 1e6;
   }
   return j;
 }

@@ -31,6 +31,13 @@ struct hw_profile {
   int host_cores = 0;                  ///< cores the host ops use, all sockets
   int host_vector_width = 0;           ///< fp32 flops per core per cycle (SIMD lanes x FMA units x 2)
   double host_clock_hz = 0;            ///< sustained all-core clock
+  /// The network between data-parallel ranks (Note [Network stream] in offload/simulator.hpp):
+  /// each rank's bandwidth each way (full duplex) and the latency of one step of a ring
+  /// collective. 0: the profile gives no network; infinity: an unlimited network, on which
+  /// collectives take no time (the reference a real network is compared with).
+  double network_bytes_per_s = 0;
+  double network_latency_s = 0;
+  [[nodiscard]] bool has_network() const noexcept { return network_bytes_per_s > 0; }
 
   /// Duration of an op placed on the host: max(host_bytes / host memory bandwidth,
   /// host_flops / (cores x vector width x clock)); infinite when the profile has no host rates.
@@ -56,6 +63,8 @@ hw_profile get_profile(std::string_view name_or_path);
 /// "nvme_read_gbps": 3.2, "nvme_write_gbps": 2.0, "nvme_capacity": "2TB"} (GB/s are 1e9 B/s).
 /// Optional, all four or none: "host_memory_gbps" (sustained), "host_cores",
 /// "host_vector_width" (fp32 flops per core per cycle), "host_ghz".
+/// Optional, both or neither: "network_gbps" (GB/s each way per rank), "network_latency_us"
+/// (per ring step).
 /// Missing fields are a config_error naming them.
 hw_profile profile_from_json(const nlohmann::json& j);
 nlohmann::json profile_to_json(const hw_profile& p);

@@ -3,15 +3,17 @@
 #include "offload/simulator.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <queue>
 
+#include "device/error.hpp"
 #include "device/units.hpp"
 
 namespace spillway::offload {
 
 std::string_view to_string(sim_track t) noexcept {
-  constexpr std::string_view names[] = {"compute", "h2d", "d2h", "nvme_read", "nvme_write", "recompute", "host"};
+  constexpr std::string_view names[] = {"compute", "h2d", "d2h", "nvme_read", "nvme_write", "recompute", "host", "network"};
   return names[static_cast<int>(t)];
 }
 
@@ -29,6 +31,7 @@ struct tensor_state {
   double nvme_ready = 0;
   bool stale = false;          // a host op wrote the value since this device copy was made
   double host_read_until = 0;  // the last copy up from the host copy ends at
+  double net_read_until = 0;   // the last collective that reads the device copy ends at
 };
 
 /// A tier's bytes held now against its capacity, and whether it has passed it (said once).
@@ -46,6 +49,7 @@ class replay {
 
   sim_result run() {
     p_.validate(t_);
+    if (opt_.comm) opt_.comm->validate(t_);
     start_state();
     const std::size_t n = t_.ops.size();
     double boundary = 0;
@@ -53,19 +57,24 @@ class replay {
       if (k > 0) issue_evictions(k - 1, boundary);
       for (const auto& pf : p_.steps[k].prefetches) issue_prefetch(pf, k, boundary);
       const bool sync = p_.steps[k].synchronous;
-      const double all_done = sync ? std::max({boundary, h2d_free(), d2h_free(), nvme_r_free_, nvme_w_free_, host_end()}) : 0.0;
+      const double all_done =
+          sync ? std::max({boundary, h2d_free(), d2h_free(), nvme_r_free_, nvme_w_free_, host_end(), net_free_}) : 0.0;
       if (p_.steps[k].on_host) {
         run_host_op(k, all_done);
         continue;
       }
       boundary = std::max(boundary, all_done);
+      if (const collective* c = opt_.comm ? opt_.comm->find(k) : nullptr) {
+        run_collective(k, *c, boundary);
+        continue;
+      }
       for (op_index o : p_.steps[k].recomputes) boundary = run_op(o, boundary, k);
       boundary = run_op(k, boundary, k);
     }
     if (n > 0) issue_evictions(static_cast<op_index>(n - 1), boundary);
     double end = boundary;
     end = std::max({end, h2d_free(), d2h_free(), nvme_r_free_, nvme_w_free_});
-    end = std::max(end, host_end());
+    end = std::max({end, host_end(), net_free_});
     while (!frees_.empty()) {
       end = std::max(end, frees_.top().first);
       release_until(frees_.top().first);
@@ -242,7 +251,7 @@ class replay {
         if (needed && s.device_valid && !s.host_valid && !s.nvme_valid && !regenerable(e.tensor, k))
           violation("after " + op_label(k) + ": drops '" + name(e.tensor) + "', whose value is needed later and has no copy");
         if (!needed) release_tiers(e.tensor);
-        frees_.push({at, b});
+        frees_.push({std::max(at, s.net_read_until), b});  // a collective may still read it
       } else {
         const double start = std::max({at, d2h_free_, s.ready});
         const double end = start + static_cast<double>(b) / hw_.d2h_bytes_per_s;
@@ -313,42 +322,52 @@ class replay {
     fetch(pf.tensor, pf.from, at, why);
   }
 
+  // Makes tensor x ready on the device for op k (run before op `at`: a recomputation when
+  // k != at), which reads it or only writes it; returns the op's start pushed past it.
+  double need(tensor_id x, bool reads, op_index k, op_index at, double boundary, double start) {
+    const bool rerun = k != at;
+    auto& s = st_[x];
+    const reason why{reads ? reason::reads : reason::writes, k, x, at, rerun};
+    if (rerun && written_between(x, k, at))
+      violation(describe(why) + ", whose value has changed since the op ran: the rerun would not give the same bits");
+    if (s.on_device) {
+      if (reads && s.stale)
+        violation(describe(why) + " from a stale device copy: a host op wrote it since (Note [Host ops])");
+      return std::max(start, s.ready);
+    }
+    if (!reads) {
+      start = std::max(start, allocate(bytes(x), boundary, why));
+      s.on_device = true;
+      s.ready = 0;
+      return start;
+    }
+    if (!s.host_valid && !s.nvme_valid) {
+      violation(describe(why) + ", whose value was lost");
+      start = std::max(start, allocate(bytes(x), boundary, why));
+      s.on_device = true;
+      return start;
+    }
+    violation(describe(why) + ", which is not resident and was not prefetched (fetched on demand)");
+    ++r_.on_demand_fetches;
+    return std::max(start, fetch(x, s.host_valid ? tier::host : tier::nvme, boundary, why));
+  }
+  // Readies op k's tensors from `boundary` on; returns when it may start.
+  double need_all(op_index k, op_index at, double boundary) {
+    const auto& op = t_.ops[k];
+    double start = boundary;
+    for (tensor_id x : op.reads) start = need(x, true, k, at, boundary, start);
+    for (tensor_id x : op.writes)
+      if (std::find(op.reads.begin(), op.reads.end(), x) == op.reads.end()) start = need(x, false, k, at, boundary, start);
+    for (tensor_id x : op.writes) start = std::max(start, st_[x].net_read_until);  // a collective still reads it
+    return start;
+  }
+
   // Runs op k on the compute queue from `boundary`; when k != at, as a recomputation of op k
   // before op `at` (Note [Recomputation]).
   double run_op(op_index k, double boundary, op_index at) {
     const auto& op = t_.ops[k];
     const bool rerun = k != at;
-    double start = boundary;
-    auto need = [&](tensor_id x, bool reads) {
-      auto& s = st_[x];
-      const reason why{reads ? reason::reads : reason::writes, k, x, at, rerun};
-      if (rerun && written_between(x, k, at))
-        violation(describe(why) + ", whose value has changed since the op ran: the rerun would not give the same bits");
-      if (s.on_device) {
-        if (reads && s.stale)
-          violation(describe(why) + " from a stale device copy: a host op wrote it since (Note [Host ops])");
-        start = std::max(start, s.ready);
-        return;
-      }
-      if (!reads) {
-        start = std::max(start, allocate(bytes(x), boundary, why));
-        s.on_device = true;
-        s.ready = 0;
-        return;
-      }
-      if (!s.host_valid && !s.nvme_valid) {
-        violation(describe(why) + ", whose value was lost");
-        start = std::max(start, allocate(bytes(x), boundary, why));
-        s.on_device = true;
-        return;
-      }
-      violation(describe(why) + ", which is not resident and was not prefetched (fetched on demand)");
-      ++r_.on_demand_fetches;
-      start = std::max(start, fetch(x, s.host_valid ? tier::host : tier::nvme, boundary, why));
-    };
-    for (tensor_id x : op.reads) need(x, true);
-    for (tensor_id x : op.writes)
-      if (std::find(op.reads.begin(), op.reads.end(), x) == op.reads.end()) need(x, false);
+    const double start = need_all(k, at, boundary);
     const double dur = hw_.op_seconds(op);
     const double end = start + dur;
     if (rerun) {
@@ -366,6 +385,40 @@ class replay {
       if (!rerun) release_tiers(x);  // copies elsewhere are stale now; a rerun writes the same bits
     }
     return end;
+  }
+
+  // Runs collective op k on the network queue (Note [Network stream]): the compute stream goes
+  // on; the traffic also takes its share of the PCIe link each way.
+  void run_collective(op_index k, const collective& c, double boundary) {
+    const auto& op = t_.ops[k];
+    const double start = std::max(need_all(k, k, boundary), net_free_);
+    const auto cost = ring_cost_of(c.kind, c.bytes, opt_.comm->ranks);
+    double end = start + cost.steps * hw_.network_latency_s;
+    if (cost.wire_bytes > 0 && std::isfinite(hw_.network_bytes_per_s)) {
+      const double w = static_cast<double>(cost.wire_bytes);
+      end += w / hw_.network_bytes_per_s;
+      if (hw_.copy_engines >= 2) {
+        h2d_free_ = std::max(start, h2d_free_) + w / hw_.h2d_bytes_per_s;
+        d2h_free_ = std::max(start, d2h_free_) + w / hw_.d2h_bytes_per_s;
+        end = std::max({end, h2d_free_, d2h_free_});
+      } else {  // one queue for the link; the sends and the receives cross it at once
+        d2h_free_ = std::max(start, d2h_free_) + w / std::min(hw_.h2d_bytes_per_s, hw_.d2h_bytes_per_s);
+        end = std::max(end, d2h_free_);
+      }
+    }
+    net_free_ = end;
+    ++r_.collectives;
+    r_.network_seconds += end - start;
+    r_.network_bytes += cost.wire_bytes;
+    event(sim_track::network, k, start, end, cost.wire_bytes);
+    for (tensor_id x : op.reads) st_[x].net_read_until = std::max(st_[x].net_read_until, end);
+    for (tensor_id x : op.writes) {
+      auto& s = st_[x];
+      s.device_valid = true;
+      s.stale = false;
+      s.ready = end;
+      release_tiers(x);
+    }
   }
 
   // Runs op k on the host queue (Note [Host ops]): no device memory, no compute stream.
@@ -440,18 +493,20 @@ class replay {
   tier_gauge host_{"host tier", hw_.host_bytes};
   tier_gauge nvme_{"NVMe tier", hw_.nvme_bytes};
   std::vector<std::pair<double, double>> host_busy_;  // host queue: busy stretches in time order
-  double mem_clock_ = 0, h2d_free_ = 0, d2h_free_ = 0, nvme_r_free_ = 0, nvme_w_free_ = 0;
+  double mem_clock_ = 0, h2d_free_ = 0, d2h_free_ = 0, nvme_r_free_ = 0, nvme_w_free_ = 0, net_free_ = 0;
 };
 
 }  // namespace
 
 sim_result simulate(const trace& t, const plan& p, const hw_profile& hw, const sim_options& opt) {
-  const auto lt = analyze(t);
-  return replay(t, lt, p, hw, opt).run();
+  return simulate(t, analyze(t), p, hw, opt);
 }
 
 sim_result simulate(const trace& t, const lifetime_report& r, const plan& p, const hw_profile& hw,
                     const sim_options& opt) {
+  if (opt.comm && opt.comm->ranks > 1 && !opt.comm->collectives.empty() && !hw.has_network())
+    throw config_error("hardware profile '" + hw.name + "' gives no network between ranks: set 'network_gbps' and "
+                       "'network_latency_us' to simulate " + std::to_string(opt.comm->ranks) + " ranks");
   return replay(t, r, p, hw, opt).run();
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "offload/collective.hpp"
 #include "offload/lifetime.hpp"
 #include "offload/profile.hpp"
 #include "prefetch/memory_sample.hpp"
@@ -16,13 +17,14 @@ namespace spillway::offload {
 
 /// recompute: ops run again (Note [Recomputation] in prefetch/plan.hpp); they take the compute
 /// stream like any op but are shown on a track of their own. host: ops placed on the host (Note
-/// [Host ops] in prefetch/plan.hpp), on the host queue beside the device.
-enum class sim_track : std::uint8_t { compute, h2d, d2h, nvme_read, nvme_write, recompute, host };
-inline constexpr int sim_track_count = 7;
+/// [Host ops] in prefetch/plan.hpp), on the host queue beside the device. network: collectives
+/// (Note [Network stream]; id = op index).
+enum class sim_track : std::uint8_t { compute, h2d, d2h, nvme_read, nvme_write, recompute, host, network };
+inline constexpr int sim_track_count = 8;
 std::string_view to_string(sim_track t) noexcept;
 
-/// One interval on one track: an op on compute (id = op index), a copy on the others
-/// (id = tensor id).
+/// One interval on one track: an op on compute, recompute, host or network (id = op index), a
+/// copy on the others (id = tensor id).
 struct sim_event {
   sim_track track = sim_track::compute;
   std::uint32_t id = 0;
@@ -34,7 +36,29 @@ struct sim_event {
 struct sim_options {
   bool record_timeline = false;
   std::size_t max_violations = 16;  ///< messages kept; violation_count counts them all
+  /// The collectives of a rank's trace (offload/data_parallel.hpp): their ops run on the
+  /// network stream over the profile's network (Note [Network stream]). nullptr: every op
+  /// runs on the compute stream, as in a one-process run.
+  const comm_schedule* comm = nullptr;
 };
+
+/// Note [Network stream]
+/// With sim_options::comm, each op the schedule lists is a collective (Note [Ring collectives]
+/// in offload/collective.hpp) on one in-order network queue beside the copy queues. At its place
+/// in the trace (after the previous op ends, after that boundary's evictions and prefetches)
+/// it is issued: what it reads must be resident as for any op, what it only writes is
+/// allocated then, and it starts when the network is free and its reads are ready. It does not
+/// hold up the compute stream: a later op waits for it only through a tensor (reading what it
+/// writes, writing what it reads), and memory it reads is freed (dropped) only when it ends.
+/// A collective moving w wire bytes each way over `ranks` ranks in s steps takes
+/// s x network latency + w / network bandwidth on the network, and the traffic crosses the
+/// GPU's PCIe link (the NIC reads and writes device memory through it, GPUDirect RDMA): w is
+/// queued on the H2D queue and w on the D2H queue from its start, behind the copies issued
+/// before it and ahead of those issued after (one copy engine: max of the two on the shared
+/// queue, the link being full duplex). It ends when the network part and both link parts are
+/// done. An unlimited network (bandwidth infinity) moves the bytes in no time and takes no
+/// link time: only the latency is left (none at 0). The step ends when the last collective
+/// has ended too. Without a schedule, or for ops it does not list, nothing changes.
 
 /// Note [Simulator model]
 /// Three in-order queues serve copies (H2D, D2H; one shared queue when the profile has one
@@ -72,6 +96,11 @@ struct sim_result {
   std::uint64_t peak_device_bytes = 0, peak_host_bytes = 0, peak_nvme_bytes = 0;
   /// Bytes moved: over the link each way (h2d, d2h), and read from and written to the NVMe tier.
   std::uint64_t h2d_bytes = 0, d2h_bytes = 0, nvme_read_bytes = 0, nvme_write_bytes = 0;
+  /// Collectives run (Note [Network stream]), the time the network queue was busy, and the
+  /// bytes this rank sent (as many received).
+  std::size_t collectives = 0;
+  double network_seconds = 0;
+  std::uint64_t network_bytes = 0;
   std::size_t on_demand_fetches = 0;
   std::size_t violation_count = 0;
   std::vector<std::string> violations;  ///< first max_violations messages
