@@ -227,7 +227,27 @@ class zero_offload_planner final : public optioned_planner {
   }
 };
 
+class all_on_host_planner final : public planner {
+ public:
+  explicit all_on_host_planner(std::unique_ptr<planner> device) : device_(std::move(device)) {}
+  [[nodiscard]] std::string name() const override { return device_->name(); }
+
+ private:
+  plan do_make_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) const override {
+    const auto set = all_host_ops(t, r, hw);
+    if (!any_set(set)) return device_->make_plan(t, r, hw, budget);
+    const auto v = make_device_view(t, set);
+    const plan pv = device_->make_plan(v.t, v.r, hw, budget);
+    return plan_from_view(t, r, v, pv, device_->name());
+  }
+  std::unique_ptr<planner> device_;
+};
+
 }  // namespace
+
+std::unique_ptr<planner> make_all_on_host_planner(std::unique_ptr<planner> device_planner) {
+  return std::make_unique<all_on_host_planner>(std::move(device_planner));
+}
 
 std::unique_ptr<planner> make_zero_offload_planner(const planner_options& opt) {
   return std::make_unique<zero_offload_planner>(opt);

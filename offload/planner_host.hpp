@@ -48,6 +48,12 @@ plan plan_from_view(const trace& t, const lifetime_report& r, const device_view&
 /// delayed update). Where the profile runs no host ops or the trace has none, the checkpoint plan.
 std::unique_ptr<planner> make_zero_offload_planner(const planner_options& opt);
 
+/// Every placeable host_capable op on the host, whatever the device planner (a Session's setting
+/// host_ops = host): the device part is `device_planner`'s plan for the device view; its plan
+/// for the whole trace where no op can be placed or the profile runs no host ops. Named as the
+/// device planner.
+std::unique_ptr<planner> make_all_on_host_planner(std::unique_ptr<planner> device_planner);
+
 /// auto's host placements: plans with every placeable host op on the host and with those that
 /// are cheaper there, each planned by `device_planner` on the device view; the best by the
 /// simulator on `t`, with its result; nothing when no op can go to the host.

@@ -170,7 +170,9 @@ const row rows[] = {
      read_as::count, place<std::uint64_t>{nullptr, &nv::rings}, 64},
     {{"nvme.io_timeout_ms", "MS", "NVMe tier: milliseconds an I/O may take before its move fails and it is cancelled (0: no limit)"},
      read_as::count, place<std::uint64_t>{nullptr, &nv::io_timeout_ms}, 86'400'000},
-    {{"policy", "none|lms|vdnn|checkpoint|capuchin|auto", "swap policy"}, read_as::text, place<std::string>{&sc::policy}},
+    {{"policy", "none|lms|vdnn|checkpoint|capuchin|zero-offload|auto", "swap policy"}, read_as::text, place<std::string>{&sc::policy}},
+    {{"host_ops", "auto|host|device", "where ops given a host implementation (host_capable_op) run: as the planner finds best, on the host, or on the device"},
+     read_as::text, place<std::string>{&sc::host_ops}},
     {{"lms_swapout_threshold", "N", "lms: ops a tensor must sit idle before it is swapped out (0: tuned)"},
      read_as::count, place<std::uint64_t>{&sc::lms_swapout_threshold}, u32_max},
     {{"lms_swapin_ahead", "N", "lms: ops ahead of use to start a swap-in (0: tuned)"},
@@ -379,8 +381,10 @@ void session_config::validate() const {
   if (backend != "auto" && backend != "cpu" && backend != "cuda")
     bad("backend", in_quotes(backend) + " is not a backend (auto, cpu, cuda)");
   if (policy != "none" && policy != "lms" && policy != "vdnn" && policy != "auto" && policy != "checkpoint" &&
-      policy != "capuchin")
-    bad("policy", in_quotes(policy) + " is not a policy (none, lms, vdnn, auto, checkpoint, capuchin)");
+      policy != "capuchin" && policy != "zero-offload")
+    bad("policy", in_quotes(policy) + " is not a policy (none, lms, vdnn, auto, checkpoint, capuchin, zero-offload)");
+  if (host_ops != "auto" && host_ops != "host" && host_ops != "device")
+    bad("host_ops", in_quotes(host_ops) + " is not a host-op placement (auto, host, device)");
   if (vdnn_variant != "all" && vdnn_variant != "conv")
     bad("vdnn_variant", in_quotes(vdnn_variant) + " is not a vdnn variant (all, conv)");
   for (auto [key, v] : {std::pair{"cpu_device_memory", cpu_device_memory}, std::pair{"device_budget", device_budget},

@@ -51,7 +51,11 @@ struct session_config {
   } nvme;
 
   // What to move and when.
-  std::string policy = "auto";            ///< none, lms, vdnn, auto, checkpoint or capuchin
+  std::string policy = "auto";            ///< none, lms, vdnn, auto, checkpoint, capuchin or zero-offload
+  /// Where ops given a host implementation (Session::host_capable_op) run: "auto" (the planner
+  /// weighs the host against the device; auto and zero-offload place them), "host" (every one
+  /// the plan can serve runs on the host, whatever the policy) or "device".
+  std::string host_ops = "auto";
   // lms knobs; 0 = let the planner tune it (it tries a small grid, as TFLMS users do by hand).
   std::uint64_t lms_swapout_threshold = 0;///< lms: ops a tensor must sit idle before it is swapped out
   std::uint64_t lms_swapin_ahead = 0;     ///< lms: ops ahead of use to start a swap-in

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -26,6 +27,7 @@
 #include "offload/session_trace.hpp"
 #include "offload/lifetime.hpp"
 #include "offload/planner.hpp"
+#include "offload/planner_host.hpp"
 #include "offload/profile.hpp"
 #include "offload/swap_policy.hpp"
 #include "prefetch/executor.hpp"
@@ -195,7 +197,7 @@ class session_impl {
   /// accumulations (Note [Accumulation]), makes the tensors resident and gathers named parents.
   std::uint32_t open_op(std::string_view name, std::span<const tensor_handle> reads,
                         std::span<const tensor_handle> writes, std::span<const tensor_handle> accumulates,
-                        double flops, op_phase phase, bool recomputable = false);
+                        double flops, op_phase phase, bool recomputable = false, double host_bytes = -1);
   /// Session::recomputable_op's checks, before any work (Note [Recomputable ops] in session_ops.cpp).
   void check_recomputable(const std::string& name, std::span<const tensor_handle> reads,
                           std::span<const tensor_handle> writes) const;
@@ -207,6 +209,13 @@ class session_impl {
   [[nodiscard]] void* op_ptr(tensor_handle t) const;
   /// Session::read: inside an iteration, an op of the trace that reads the tensor (Note [Phases]).
   void read(tensor_handle t, void* host);
+  /// Session::host_capable_op (session_host_ops.cpp): its checks before any work, and its host
+  /// body run over the host-tier copies when the plan places op k on the host.
+  void check_host_capable(const std::string& name, std::span<const tensor_handle> reads,
+                          std::span<const tensor_handle> writes) const;
+  void run_host_body(std::uint32_t k, const Session::host_body& body);
+  /// Host memory bandwidth for the planner's host-op estimates, measured once when first needed.
+  double host_memory_rate();
   /// Session::op_scope::run (session_host_run.cpp).
   void run_on_host(const std::function<void(const Session::op_scope::host_access&)>& f,
                    const Session::op_scope::host_access& access, std::vector<std::pair<tensor_id, void*>>& ptrs);
@@ -227,7 +236,8 @@ class session_impl {
     const trace& planned = active->recorded;
     if (k >= planned.ops.size()) return false;
     const auto& p = planned.ops[k];
-    return p.name == d.name && p.reads == d.reads && p.writes == d.writes && p.recomputable == d.recomputable;
+    return p.name == d.name && p.reads == d.reads && p.writes == d.writes && p.recomputable == d.recomputable &&
+           p.host_capable == d.host_capable;
   }
 
   /// Session::set_device_budget: checked first, so a refused budget changes nothing.
@@ -349,7 +359,17 @@ class session_impl {
     if (cfg.lms_swapout_threshold) po.swapout_threshold = static_cast<std::uint32_t>(cfg.lms_swapout_threshold);
     if (cfg.lms_swapin_ahead) po.swapin_ahead = static_cast<std::uint32_t>(cfg.lms_swapin_ahead);
     if (cfg.lms_swapin_groupby) po.swapin_groupby = static_cast<std::uint32_t>(cfg.lms_swapin_groupby);
+    // Ops with a host implementation (Note [Host-capable ops] in session_host_ops.cpp): the host
+    // as a resource, rated by its measured memory bandwidth, unless host_ops keeps them on the device.
+    const bool host_capable = std::any_of(t.ops.begin(), t.ops.end(), [](const op_desc& o) { return o.host_capable; });
+    if (host_capable && cfg.host_ops != "device") {
+      hw.host_mem_bytes_per_s = host_memory_rate();
+      hw.host_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      hw.host_vector_width = 16;  // 8 fp32 lanes, one FMA unit
+      hw.host_clock_hz = 2e9;
+    }
     auto p = offload::make_planner(planner_name(cfg), po);
+    if (host_capable && cfg.host_ops == "host") p = offload::detail::make_all_on_host_planner(std::move(p));
     // Plan under the budget by the packing margin (Note [Headroom]) and lower still until the
     // packed layout of the plan's allocations fits; the executor's on-demand path covers what the
     // plan misses.
@@ -436,6 +456,9 @@ class session_impl {
   bool following = false;
   bool in_iteration = false;
   bool op_open = false;
+  bool open_on_host = false;      // the open op runs on the host (begin_host_op)
+  std::vector<void*> host_ptrs;   // its host pointers: its trace reads, then its trace writes
+  double host_rate = 0;           // host_memory_rate(), once measured
   bool ratio_applied = false;  // the device_budget_ratio setting was resolved
   std::vector<iteration_report> history;
   std::chrono::steady_clock::time_point iteration_start;

@@ -26,7 +26,7 @@ void add_once(std::vector<tensor_id>& list, tensor_id id) {
 std::uint32_t session_impl::open_op(std::string_view name, std::span<const tensor_handle> reads,
                                     std::span<const tensor_handle> writes,
                                     std::span<const tensor_handle> accumulates, double flops, op_phase phase,
-                                    bool recomputable) {
+                                    bool recomputable, double host_bytes) {
   const std::string op_name(name);
   SPILLWAY_EXPECTS_T(usage_error, in_iteration, "op \"" + op_name + "\" outside begin_iteration()/end_iteration()");
   SPILLWAY_EXPECTS_T(usage_error, !op_open, "op \"" + op_name + "\" started inside another op's scope");
@@ -81,6 +81,11 @@ std::uint32_t session_impl::open_op(std::string_view name, std::span<const tenso
   }
   for (auto id : d.reads) d.bytes += tensors[id].bytes;
   for (auto id : d.writes) d.bytes += tensors[id].bytes;
+  if (host_bytes >= 0) {  // Session::host_capable_op
+    d.host_capable = true;
+    d.host_flops = flops;
+    d.host_bytes = host_bytes > 0 ? static_cast<std::uint64_t>(host_bytes) : d.bytes;
+  }
   std::uint64_t gather_bytes = 0;
   for (const auto& n : named)
     if (is_split(n.id)) gather_bytes += device_budget::placed(tensors[n.id].bytes);
@@ -96,6 +101,13 @@ std::uint32_t session_impl::open_op(std::string_view name, std::span<const tenso
   touched.insert(d.reads.begin(), d.reads.end());
   touched.insert(d.writes.begin(), d.writes.end());
   for (const auto& n : named) named_ever.insert(n.id);
+  if (d.host_capable && following && exec->placed_on_host(k)) {  // Note [Host ops in the executor]
+    host_ptrs = exec->begin_host_op(k, d.reads, d.writes, d.name);
+    op_open = true;
+    open_on_host = true;
+    open_named = std::move(named);
+    return k;
+  }
   exec->begin_op(k, d.reads, d.writes, d.name);
   op_open = true;
   open_named = std::move(named);
@@ -115,6 +127,13 @@ std::uint32_t session_impl::open_op(std::string_view name, std::span<const tenso
 
 void session_impl::end_op(std::uint32_t k) {
   op_open = false;
+  if (open_on_host) {
+    open_on_host = false;
+    open_named.clear();
+    host_ptrs.clear();
+    exec->end_host_op(k);
+    return;
+  }
   std::exception_ptr failure;
   try {
     const stream s = exec->compute_stream();

@@ -170,6 +170,7 @@ class Session {
 
      private:
       friend class op_scope;
+      friend class spillway::session_impl;
       explicit host_access(const op_scope* op) : op_(op) {}
       [[nodiscard]] void* raw_ptr(tensor_handle t) const;
       const op_scope* op_;
@@ -243,6 +244,29 @@ class Session {
   /// The same, for lists built at run time.
   void recomputable_op(std::string_view name, std::span<const tensor_handle> reads,
                        std::span<const tensor_handle> writes, const op_body& body, double flops = 0);
+
+  /// Host code over host pointers to an op's tensors (access.ptr()), for host_capable_op.
+  using host_body = std::function<void(const op_scope::host_access& access)>;
+  /// An op with a device and a host implementation, such as an optimizer step (Note [Host ops]
+  /// in prefetch/plan.hpp): the plan decides where it runs. On the device, `device_body` launches
+  /// its work through `op` (ptr(), stream(), workspace(), run()) as in an op() scope. On the host,
+  /// `host_body` runs on the calling thread over the host-tier copies of the op's tensors while
+  /// the device works through what was enqueued before it; only what device ops also use crosses
+  /// the link (gradients down, updated weights up), and tensors only such ops touch (fp32 master
+  /// weights, optimizer moments) stay in host memory all along. Both bodies must give the same
+  /// bits from the same inputs (kernels/cpu_adam.hpp does, for adam_step). The recording
+  /// iteration runs `device_body`; the setting host_ops says what plans may do (auto: the planner
+  /// weighs both places; host: every such op it can serve on the host; device: none). `writes`
+  /// lists tensors it overwrites entirely, one it updates in place goes in both lists; it names
+  /// no parent split into views (name the views). `host_bytes`: the bytes the host body streams
+  /// through memory, for the planner's estimate (0: the bytes of its tensors, each list counted).
+  void host_capable_op(std::string_view name, std::initializer_list<tensor_handle> reads,
+                       std::initializer_list<tensor_handle> writes, const op_body& device_body,
+                       const host_body& host_body, double flops = 0, double host_bytes = 0);
+  /// The same, for lists built at run time.
+  void host_capable_op(std::string_view name, std::span<const tensor_handle> reads,
+                       std::span<const tensor_handle> writes, const op_body& device_body,
+                       const host_body& host_body, double flops = 0, double host_bytes = 0);
 
   /// Reports of every finished iteration, in order.
   [[nodiscard]] const std::vector<iteration_report>& history() const noexcept;

@@ -142,18 +142,6 @@ void executor::read(tensor_id id, void* host) {
 }
 
 void executor::follow(const trace* t, const plan* p, const device_layout* layout) {
-  // Note [Host ops] in prefetch/plan.hpp: no op has a host implementation here yet.
-  if (p != nullptr && t != nullptr)
-    for (std::size_t k = 0; k < p->steps.size() && k < t->ops.size(); ++k)
-      SPILLWAY_EXPECTS_T(usage_error, !p->steps[k].on_host,
-                         "plan '" + p->policy + "' places op " + std::to_string(k) + " ('" + t->ops[k].name +
-                             "') on the host, but the executor has no host implementation of it: it runs every op "
-                             "on the device (plan for the device, or simulate such a plan instead)");
-  if (p != nullptr && t != nullptr)
-    for (std::size_t k = 0; k < p->steps.size() && k < t->ops.size(); ++k)
-      SPILLWAY_EXPECTS_T(usage_error, !p->steps[k].synchronous,
-                         "plan '" + p->policy + "' marks op " + std::to_string(k) + " ('" + t->ops[k].name +
-                             "') synchronous, which only the simulator follows");
   next_trace_ = t;
   next_plan_ = p;
   next_layout_.reset();
@@ -510,16 +498,12 @@ void executor::begin_op(op_index k, std::span<const tensor_id> reads, std::span<
 
   // The plan's prefetches for this op (and later ones). Never evict for them: a prefetch that
   // does not fit is left to be fetched on demand.
-  alloc_slot_ = layout_slot::prefetch(k);
-  if (plan_ != nullptr && k < plan_->steps.size()) {
-    for (const auto& p : plan_->steps[k].prefetches) {
-      if (p.tensor >= tensors_.size() || !tensors_[p.tensor]) continue;
-      auto& st = *tensors_[p.tensor];
-      if (st.dev != nullptr || !st.tier_current || st.released) continue;
-      if (!budget().admits(in_use_, st.desc.bytes) || !fetch(p.tensor, false)) ++stats_.prefetches_deferred;
-    }
-    if (!plan_->steps[k].recomputes.empty()) run_recomputes(k);
-  }
+  // A plan that runs op k on the host, followed by an owner that runs it on the device, no longer
+  // describes the iteration (Note [Host ops in the executor]).
+  if (placed_on_host(k)) abandon_plan();
+  issue_prefetches(k);
+  if (plan_ != nullptr && k < plan_->steps.size() && !plan_->steps[k].recomputes.empty()) run_recomputes(k);
+  wait_if_synchronous(k);
 
   alloc_slot_ = layout_slot::place(k);
   try {
@@ -536,6 +520,25 @@ void executor::begin_op(op_index k, std::span<const tensor_id> reads, std::span<
   wait_pinned();
   open_op_ = (options_.timeline || timing_) ? stamp_start(compute_, timeline_item::track::compute, name) : nullptr;
   op_open_ = true;
+}
+
+void executor::issue_prefetches(op_index k) {
+  alloc_slot_ = layout_slot::prefetch(k);
+  if (plan_ == nullptr || k >= plan_->steps.size()) return;
+  for (const auto& p : plan_->steps[k].prefetches) {
+    if (p.tensor >= tensors_.size() || !tensors_[p.tensor]) continue;
+    auto& st = *tensors_[p.tensor];
+    if (st.dev != nullptr || !st.tier_current || st.released) continue;
+    if (!budget().admits(in_use_, st.desc.bytes) || !fetch(p.tensor, false)) ++stats_.prefetches_deferred;
+  }
+}
+
+void executor::wait_if_synchronous(op_index k) {
+  if (plan_ == nullptr || k >= plan_->steps.size() || !plan_->steps[k].synchronous) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  synchronize_streams();
+  backing_->drain();
+  host_stall_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void executor::wait_pinned() {
@@ -624,35 +627,38 @@ void executor::end_op(op_index k) {
     ++st.version;
   }
   note_op_outputs(k);
-  if (plan_ != nullptr && k < plan_->steps.size()) {
-    for (const auto& e : plan_->steps[k].evictions) {
-      if (e.tensor >= tensors_.size() || !tensors_[e.tensor]) continue;
-      auto& st = *tensors_[e.tensor];
-      if (st.dev == nullptr) continue;
-      switch (e.action) {
-        case evict_action::evict_to_host: evict(e.tensor, tier::host, false); break;
-        case evict_action::evict_to_nvme: evict(e.tensor, tier::nvme, false); break;
-        case evict_action::drop:
-          // Note [Transients live until release]
-          if (st.tier_current || !st.dev_valid) {
-            drop_device(e.tensor);
-          } else if (is_persistent(st.desc.kind)) {
-            if (value_dead_after(e.tensor, k)) {
-              drop_device(e.tensor);
-            } else {
-              evict(e.tensor, options_.spill_tier, false);  // the plan was wrong: keep the value
-            }
-          } else if (reruns_.drop_awaits_rerun(e.tensor, k)) {  // Note [Drops for recomputation]
-            drop_device(e.tensor);
-            st.awaiting_rerun = true;
-          }
-          break;
-      }
-    }
-  }
+  apply_evictions(k);
   free_rerun_temps();
   pinned_.clear();
   writes_.clear();
+}
+
+void executor::apply_evictions(op_index k) {
+  if (plan_ == nullptr || k >= plan_->steps.size()) return;
+  for (const auto& e : plan_->steps[k].evictions) {
+    if (e.tensor >= tensors_.size() || !tensors_[e.tensor]) continue;
+    auto& st = *tensors_[e.tensor];
+    if (st.dev == nullptr) continue;
+    switch (e.action) {
+      case evict_action::evict_to_host: evict(e.tensor, tier::host, false); break;
+      case evict_action::evict_to_nvme: evict(e.tensor, tier::nvme, false); break;
+      case evict_action::drop:
+        // Note [Transients live until release]
+        if (st.tier_current || !st.dev_valid) {
+          drop_device(e.tensor);
+        } else if (is_persistent(st.desc.kind)) {
+          if (value_dead_after(e.tensor, k)) {
+            drop_device(e.tensor);
+          } else {
+            evict(e.tensor, options_.spill_tier, false);  // the plan was wrong: keep the value
+          }
+        } else if (reruns_.drop_awaits_rerun(e.tensor, k)) {  // Note [Drops for recomputation]
+          drop_device(e.tensor);
+          st.awaiting_rerun = true;
+        }
+        break;
+    }
+  }
 }
 
 void executor::free_scratch() {

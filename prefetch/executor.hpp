@@ -40,7 +40,7 @@ struct executor_options {
 
 /// One item of the timeline: an op on the compute track or a copy on a copy track.
 struct timeline_item {
-  enum class track : std::uint8_t { compute, h2d, d2h, stall, nvme_read, nvme_write };
+  enum class track : std::uint8_t { compute, h2d, d2h, stall, nvme_read, nvme_write, host };
   track where = track::compute;
   std::string name;
   double start_us = 0;  ///< since the executor was made
@@ -98,6 +98,21 @@ class executor {
                 const std::string& name);
   /// Records the op's completion, marks what it wrote, and issues the plan's evictions after k.
   void end_op(op_index k);
+  /// Whether the plan this iteration follows places op k on the host (Note [Host ops] in
+  /// prefetch/plan.hpp). An owner that then runs op k on the device (begin_op) departs from the
+  /// plan: the rest of the iteration runs on demand.
+  [[nodiscard]] bool placed_on_host(op_index k) const noexcept;
+  /// Op k on the host (Note [Host ops in the executor] in executor_host.cpp): issues the plan's
+  /// prefetches for k and waits, on this thread, until every tensor the op names has a current
+  /// host-tier copy that no copy still uses (a value only on the device is copied out first).
+  /// Returns the host pointer of each tensor, in the order of `reads` then `writes`. The owner
+  /// runs the op's host code over them on this thread, then calls end_host_op(k); device work
+  /// enqueued before runs on meanwhile, and device copies of what the op writes are dropped.
+  [[nodiscard]] std::vector<void*> begin_host_op(op_index k, std::span<const tensor_id> reads,
+                                                 std::span<const tensor_id> writes, const std::string& name);
+  /// After op k's host code: what it wrote is current in its host-tier copy (only there), then
+  /// the plan's evictions after k.
+  void end_host_op(op_index k);
   /// A transient tensor's life ends; its device memory and tier copy go back.
   void release(tensor_id id);
   /// A tensor's device memory and tier copy go back and it holds no value from now on, whatever
@@ -141,6 +156,9 @@ class executor {
   void place_op_tensors(std::span<const tensor_id> reads, std::span<const tensor_id> writes);
   void wait_pinned();                            // compute waits for the loads of pinned_ tensors
   void free_scratch();                           // the open op's scratch, freed on compute
+  void issue_prefetches(op_index k);             // the plan's prefetches at step k
+  void apply_evictions(op_index k);              // the plan's evictions after op k
+  void wait_if_synchronous(op_index k);          // a synchronous step waits for all earlier work
   // Recomputation (executor_recompute.cpp, Note [Rerun checks]).
   void run_recomputes(op_index k);
   void rerun(op_index o, op_index k, std::vector<tensor_id>& made);
@@ -204,7 +222,9 @@ class executor {
   std::vector<tensor_id> pinned_;  // the current op's tensors: never evicted while it runs
   std::vector<tensor_id> writes_;  // the current op's written tensors
   std::vector<std::pair<void*, std::uint64_t>> scratch_;  // the current op's scratch
-  bool op_open_ = false;           // between begin_op and end_op
+  bool op_open_ = false;           // between begin_op and end_op (or begin_host_op and end_host_op)
+  bool host_op_open_ = false;      // between begin_host_op and end_host_op
+  double host_op_start_us_ = 0;
   timeline_item* open_op_ = nullptr;
   std::vector<timeline_item*> op_items_;  // this iteration's ops, in order, for op_ms
   std::uint64_t in_use_ = 0;

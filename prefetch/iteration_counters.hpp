@@ -21,6 +21,8 @@ struct iteration_counters {
   bool layout = false;                       ///< device addresses came from a packed layout of the plan (prefetch/layout.hpp)
   std::uint64_t layout_misses = 0;           ///< allocations with no planned address, or with it taken (the run left the plan)
   std::uint64_t recomputes = 0;              ///< ops run again before a later op (Note [Recomputation] in plan.hpp)
+  std::uint64_t host_ops = 0;                ///< ops the plan ran on the host (Note [Host ops] in plan.hpp)
+  double host_op_ms = 0;                     ///< SUM of their wall times, on the thread that ran them
 };
 
 }  // namespace spillway

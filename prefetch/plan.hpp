@@ -72,9 +72,9 @@ struct prefetch {
 /// it. Baselines that model a framework's synchronous optimizer step use it (zero-offload: the
 /// host step after the whole backward pass, the next forward pass after every 16-bit weight is
 /// back, as DeepSpeed runs ZeRO-Offload).
-/// Only plans for simulation use these for now: the executor (prefetch/executor.hpp) has no host
-/// implementation of an op and refuses a plan that places one on the host, or marks a step
-/// synchronous, naming the op.
+/// The executor runs such a step on the thread that issues the iteration (Note [Host ops in the
+/// executor] in prefetch/executor_host.cpp), with the host body the program gave the op
+/// (Session::host_capable_op).
 
 /// Everything the executor does around op k: prefetches issued before it starts, then the
 /// recomputations (Note [Recomputation]), then the op, then evictions issued after it finishes

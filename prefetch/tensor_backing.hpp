@@ -62,6 +62,14 @@ class tensor_backing {
   virtual void put(tensor_id id, const std::string& name, const void* host, std::uint64_t bytes, tier to) = 0;
   /// Reads tensor `id`'s tier copy into host memory, synchronously (throws io_error on failure).
   virtual void get(tensor_id id, const std::string& name, void* host, std::uint64_t bytes) = 0;
+  /// The host-tier bytes of tensor `id`'s copy, for an op that runs on the host (Note [Host ops]
+  /// in prefetch/plan.hpp), once the moves in flight on it have finished: a copy in the NVMe tier
+  /// is read into the host tier first (and leaves NVMe), and a tensor with no copy gets an
+  /// uninitialised host-tier block of `bytes`. The host op reads and writes it in place; a later
+  /// load() copies what it left. Valid until the next save, put or discard of `id`. Throws
+  /// out_of_memory when the host tier has no room, io_error when the NVMe read fails (the copy
+  /// stays there).
+  [[nodiscard]] virtual void* host_copy(tensor_id id, const std::string& name, std::uint64_t bytes) = 0;
   /// The tier holding tensor `id`'s copy, if any.
   [[nodiscard]] virtual std::optional<tier> where(tensor_id id) const = 0;
   /// Drops tensor `id`'s tier copy once the moves in flight on it have finished.

@@ -422,6 +422,40 @@ void tier_backing::get(tensor_id id, const std::string& name, void* dst, std::ui
   counters_.nvme_read_bytes += bytes;
 }
 
+void* tier_backing::host_copy(tensor_id id, const std::string& name, std::uint64_t bytes) {
+  settle(id);
+  std::unique_lock lock(mutex_);
+  {
+    auto& c = slot(id);
+    if (c.where == tier::host) return c.host;
+  }
+  void* block = allocate_host(name, bytes, lock);
+  auto& c = slot(id);
+  if (c.where == tier::nvme) {
+    const std::string file_name = c.nvme_name;
+    lock.unlock();
+    void* staging = staging_block(bytes);  // the file holds whole blocks: read into a block as long
+    try {
+      nvme_->read(file_name, staging, capacity_of(bytes)).wait();
+    } catch (...) {
+      free_staging(staging, bytes);
+      std::lock_guard relock(mutex_);
+      host_.deallocate(block, bytes);
+      throw;
+    }
+    std::memcpy(block, staging, bytes);
+    free_staging(staging, bytes);
+    lock.lock();
+    counters_.nvme_read_bytes += bytes;
+  }
+  auto& now = slot(id);
+  free_copy(now);
+  now.where = tier::host;
+  now.host = block;
+  now.bytes = bytes;
+  return block;
+}
+
 std::optional<tier> tier_backing::where(tensor_id id) const {
   std::lock_guard lock(mutex_);
   if (id >= copies_.size()) return std::nullopt;

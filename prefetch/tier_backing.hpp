@@ -26,6 +26,7 @@ class tier_backing final : public tensor_backing {
   move_handle load(tensor_id id, const std::string& name, void* dst, std::uint64_t bytes, stream s) override;
   void put(tensor_id id, const std::string& name, const void* host, std::uint64_t bytes, tier to) override;
   void get(tensor_id id, const std::string& name, void* host, std::uint64_t bytes) override;
+  [[nodiscard]] void* host_copy(tensor_id id, const std::string& name, std::uint64_t bytes) override;
   [[nodiscard]] std::optional<tier> where(tensor_id id) const override;
   void keep_io_spans(bool on) override { keep_spans_ = on; }
   [[nodiscard]] std::vector<io_span> take_io_spans() override;

@@ -7,6 +7,7 @@
 
 #include "device/error.hpp"
 #include "examples/common/device_io.hpp"
+#include "kernels/cpu_adam.hpp"
 #include "kernels/grad_norm.hpp"
 
 #include "kernels/bf16.hpp"
@@ -48,17 +49,36 @@ void parameter_set::adam_step(Session& s, kernels::kernel_context& ctx, const ke
       const std::size_t first = c * moment_chunk;
       const std::size_t n = std::min(moment_chunk, p.count - first);
       const std::string op_name = p.m.size() == 1 ? p.name + ".adam" : p.name + ".adam." + std::to_string(c);
+      // Note [Host-capable ops] in offload/session_host_ops.cpp: the plan runs each step on the
+      // device (adam_step) or on the host (cpu_adam_step, the same bits), 28 bytes per parameter.
+      const double host_bytes = 28.0 * static_cast<double>(n);
       if (prec_ == precision::bf16) {
-        auto op = s.op(op_name, {p.master, p.grad, p.m[c], p.v[c]}, {p.master, p.m[c], p.v[c], p.value},
-                       13.0 * static_cast<double>(n));
-        kernels::adam_step(ctx, op.stream(), op.ptr<float>(p.master) + first, op.ptr<kernels::bf16>(p.grad) + first,
-                           op.ptr<float>(p.m[c]), op.ptr<float>(p.v[c]), op.ptr<kernels::bf16>(p.value) + first, n,
-                           warmed, step);
+        s.host_capable_op(
+            op_name, {p.master, p.grad, p.m[c], p.v[c]}, {p.master, p.m[c], p.v[c], p.value},
+            [&](const Session::op_scope& op) {
+              kernels::adam_step(ctx, op.stream(), op.ptr<float>(p.master) + first,
+                                 op.ptr<kernels::bf16>(p.grad) + first, op.ptr<float>(p.m[c]), op.ptr<float>(p.v[c]),
+                                 op.ptr<kernels::bf16>(p.value) + first, n, warmed, step);
+            },
+            [&](const host_access& x) {
+              kernels::cpu_adam_step(x.ptr<float>(p.master) + first, x.ptr<kernels::bf16>(p.grad) + first,
+                                     x.ptr<float>(p.m[c]), x.ptr<float>(p.v[c]), x.ptr<kernels::bf16>(p.value) + first,
+                                     n, warmed, step);
+            },
+            13.0 * static_cast<double>(n), host_bytes);
         continue;
       }
-      auto op = s.op(op_name, {p.value, p.grad, p.m[c], p.v[c]}, {p.value, p.m[c], p.v[c]}, 12.0 * static_cast<double>(n));
-      kernels::adam_step(ctx, op.stream(), op.ptr<float>(p.value) + first, op.ptr<float>(p.grad) + first,
-                         op.ptr<float>(p.m[c]), op.ptr<float>(p.v[c]), n, warmed, step);
+      s.host_capable_op(
+          op_name, {p.value, p.grad, p.m[c], p.v[c]}, {p.value, p.m[c], p.v[c]},
+          [&](const Session::op_scope& op) {
+            kernels::adam_step(ctx, op.stream(), op.ptr<float>(p.value) + first, op.ptr<float>(p.grad) + first,
+                               op.ptr<float>(p.m[c]), op.ptr<float>(p.v[c]), n, warmed, step);
+          },
+          [&](const host_access& x) {
+            kernels::cpu_adam_step(x.ptr<float>(p.value) + first, x.ptr<float>(p.grad) + first, x.ptr<float>(p.m[c]),
+                                   x.ptr<float>(p.v[c]), n, warmed, step);
+          },
+          12.0 * static_cast<double>(n), host_bytes);
     }
   }
 }

@@ -84,6 +84,7 @@ float training_run::step(const step_observer& on_step) {
   r_.nvme_read_bytes += rep.nvme_read_bytes;
   r_.nvme_write_bytes += rep.nvme_write_bytes;
   r_.recomputes += rep.recomputes;
+  r_.host_ops += rep.host_ops;
   if (rep.planned) {  // the recording step runs on demand by design
     r_.on_demand_fetches += rep.on_demand_fetches;
     r_.on_demand_evictions += rep.on_demand_evictions;
@@ -96,6 +97,9 @@ float training_run::step(const step_observer& on_step) {
     // (device_budget_ratio); a ratio above 1 is the trainer's to apply.
     r_.footprint_bytes = s_->footprint_bytes();
     r_.min_budget_bytes = s_->least_budget_bytes();
+    const auto& ops = s_->recorded_trace().ops;
+    r_.host_capable_ops = static_cast<std::uint64_t>(
+        std::count_if(ops.begin(), ops.end(), [](const op_desc& o) { return o.host_capable; }));
     if (o_.budget_ratio > 1) s_->set_device_budget(budget_above_footprint());
     r_.device_budget_bytes = s_->device_budget();
   }

@@ -52,6 +52,8 @@ struct run_result {
   std::uint64_t nvme_read_bytes = 0;
   std::uint64_t nvme_write_bytes = 0;
   std::uint64_t recomputes = 0;  ///< ops run again by the plan, over the steps (iteration_counters::recomputes)
+  std::uint64_t host_ops = 0;    ///< ops the plan ran on the host, over the steps (iteration_counters::host_ops)
+  std::uint64_t host_capable_ops = 0;  ///< ops of a recorded step with a host implementation (the Adam ops)
   std::uint64_t on_demand_fetches = 0;       ///< after the recording step
   std::uint64_t on_demand_evictions = 0;     ///< after the recording step
   std::uint64_t prefetches_deferred = 0;     ///< after the recording step

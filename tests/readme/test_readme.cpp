@@ -52,7 +52,7 @@ TEST(Readme, TheTrainingLoopRunsAndIsPlannedAfterItsFirstIteration) {
   // sets MALLOC_PERTURB_ (6 GiB written twice). Turned off here; the test reads no fresh memory.
   ASSERT_EQ(::setenv("SPILLWAY_CPU_DEVICE_MEMORY", "8GiB", 1), 0);
   ::mallopt(M_PERTURB, 0);
-  int sessions = 0, loops = 0, flat_loops = 0;
+  int sessions = 0, loops = 0, flat_loops = 0, host_loops = 0;
   for (const auto& b : readme::blocks) {
     rig r;
     const readme::outcome out = b.run(r.stand_ins());
@@ -77,6 +77,13 @@ TEST(Readme, TheTrainingLoopRunsAndIsPlannedAfterItsFirstIteration) {
       for (const auto& h : out.history) EXPECT_EQ(h.policy, h.planned ? "auto" : "on-demand");
       EXPECT_EQ(ops, (std::vector<std::string>{"load batch", "fc.forward", "fc.backward", "sgd"}));
       for (const char* name : {"fc.weight", "fc.weight.grad", "x", "fc.out"}) EXPECT_TRUE(tensors.contains(name)) << name;
+    } else if (ops.front() == "fc.backward") {  // the loop with a host-capable step, run on the host
+      ++host_loops;
+      EXPECT_EQ(ops, (std::vector<std::string>{"fc.backward", "sgd"}));
+      EXPECT_TRUE(out.recorded.ops.back().host_capable);
+      EXPECT_TRUE(tensors.contains("w.momentum"));
+      EXPECT_EQ(out.history[0].host_ops, 0u);  // recorded on the device
+      for (std::size_t i = 1; i < out.history.size(); ++i) EXPECT_EQ(out.history[i].host_ops, 1u) << "iteration " << i + 1;
     } else {  // the flat-buffer loop: its ops name the views, and the optimizer every piece
       ++flat_loops;
       for (const char* name : {"w0", "w3", "grads[0:1024]", "y2"}) EXPECT_TRUE(tensors.contains(name)) << name;
@@ -85,9 +92,10 @@ TEST(Readme, TheTrainingLoopRunsAndIsPlannedAfterItsFirstIteration) {
       EXPECT_EQ(out.recorded.ops.back().reads.size(), 8u) << "sgd over the flat buffers reads every view";
     }
   }
-  EXPECT_GE(sessions, 2) << "README blocks that open a spillway::Session";
+  EXPECT_GE(sessions, 3) << "README blocks that open a spillway::Session";
   EXPECT_EQ(loops, 1) << "the training loop block";
   EXPECT_EQ(flat_loops, 1) << "the flat-buffer block";
+  EXPECT_EQ(host_loops, 1) << "the host_capable_op block";
 }
 
 }  // namespace
