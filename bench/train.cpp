@@ -102,7 +102,7 @@ std::string fmt(const char* f, auto... args) {
 
 std::string table_line(const std::string& policy, const std::string& budget, const run_result& r, double ratio,
                        const std::string& match) {
-  return fmt("%-8s %-16s %9.1f %7.3f %11s %11s %11s %11s %9.1f %6s", policy.c_str(), budget.c_str(), r.median_step_ms(),
+  return fmt("%-15s %-16s %9.1f %7.3f %11s %11s %11s %11s %9.1f %6s", policy.c_str(), budget.c_str(), r.median_step_ms(),
              ratio, format_bytes(r.h2d_bytes).c_str(), format_bytes(r.d2h_bytes).c_str(),
              format_bytes(r.nvme_read_bytes + r.nvme_write_bytes).c_str(), format_bytes(r.peak_device_bytes).c_str(),
              r.stall_ms, match.c_str());
@@ -217,7 +217,7 @@ int run(const train_args& a) {
             << format_bytes(footprint) << ", least budget " << format_bytes(least) << "\n"
             << "runs interleaved step by step; ratio = median over planned steps of step time / the resident "
                "step just before it\n\n";
-  std::cout << fmt("%-8s %-16s %9s %7s %11s %11s %11s %11s %9s %6s", "policy", "budget", "step ms", "ratio", "h2d", "d2h",
+  std::cout << fmt("%-15s %-16s %9s %7s %11s %11s %11s %11s %9s %6s", "policy", "budget", "step ms", "ratio", "h2d", "d2h",
                    "nvme", "peak dev", "stall ms", "losses")
             << "\n";
   std::cout << table_line("resident", "all", resident, 1.0, "ref") << std::endl;
@@ -227,7 +227,7 @@ int run(const train_args& a) {
     row w = std::move(st.w);
     const std::uint64_t budget = static_cast<std::uint64_t>(std::llround(w.budget_ratio * static_cast<double>(footprint)));
     if (w.skipped) {
-      std::cout << fmt("%-8s %-16s skipped: below the least budget any plan needs (%s)", w.policy.c_str(),
+      std::cout << fmt("%-15s %-16s skipped: below the least budget any plan needs (%s)", w.policy.c_str(),
                        fmt("%.3g (%s)", w.budget_ratio, format_bytes(budget).c_str()).c_str(), format_bytes(least).c_str())
                 << std::endl;
       rows.push_back(std::move(w));

@@ -44,7 +44,11 @@ void parameter_set::adam_step(Session& s, kernels::kernel_context& ctx, const ke
                               std::int64_t step) const {
   kernels::adam_config warmed = config;
   warmed.lr = warmup_lr(config.lr, step);
-  for (const auto& p : params_) {
+  // Last registered first: the backward pass gives the last layers' gradients first, so a step
+  // the plan runs on the host can start while the device works on earlier layers' backward ops
+  // (Note [Host ops in the executor]). Each update is independent of the others: same bits.
+  for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
+    const parameter& p = *it;
     for (std::size_t c = 0; c < p.m.size(); ++c) {
       const std::size_t first = c * moment_chunk;
       const std::size_t n = std::min(moment_chunk, p.count - first);

@@ -66,7 +66,8 @@ class parameter_set {
   parameter add(Session& s, const std::string& name, const std::vector<float>& initial);
 
   /// One Adam step over every parameter, one op per moment chunk ("<name>.adam", or
-  /// "<name>.adam.<chunk>" when chunked), in registration order. In bf16 each op also reads and
+  /// "<name>.adam.<chunk>" when chunked), the last registered first (the order the backward pass
+  /// gives the gradients in). In bf16 each op also reads and
   /// writes the master and writes the bf16 weights rounded from it. `step` counts from 1; the
   /// learning rate warms up linearly over the first warmup_steps steps (see warmup_lr).
   void adam_step(Session& s, kernels::kernel_context& ctx, const kernels::adam_config& config,
