@@ -427,6 +427,7 @@ int run_plan(const plan_args& a) {
     dp.budgets = a.budgets;
     dp.ratios = a.ratios;
     dp.policies = a.policies;
+    dp.chrome_file = a.chrome_file;
     if (a.trace_file.empty()) {
       dp.model_flops = model_flops(a.model, zo, t);
       dp.tokens = zoo_size(a.model, zo, t).tokens;
@@ -515,7 +516,11 @@ command_registration reg("plan", [](CLI::App& app, int& exit_code) {
   sub->add_option("--bucket", a->dp.bucket, "with --ranks: least bytes per collective (default 200MB)");
   sub->add_option("--gather", a->dp.gather, "with --ranks: all-gather parameters before_use (default) or after_step");
   sub->add_option("--link-share", a->dp.link_shares,
-                  "with --ranks: shares of the PCIe link each policy plans its copies for (repeatable; default 1 0.5 0.35 0.25 0.15)");
+                  "with --ranks: shares of the PCIe link each policy plans its copies for (repeatable; default 1 0.5 0.35 0.25 0.15 0.1)");
+  sub->add_option("--early-step-share", a->dp.early_step_shares,
+                  "with --ranks: shares of the parameters stepped and gathered in the backward pass to try (repeatable; default 0 0.25 0.5 0.75 1)");
+  sub->add_option("--early-step-lag", a->dp.early_step_lag,
+                  "with --ranks: buckets an early step waits after its gradients' collective (default 8)");
   sub->add_option("--gather-ahead", a->dp.gather_ahead, "with --ranks and --gather before_use: buckets gathered ahead (default 2)");
   sub->callback([a, &exit_code] { exit_code = run_plan(*a); });
 });

@@ -7,7 +7,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <limits>
+#include <optional>
+
+#include <nlohmann/json.hpp>
 
 #include "device/error.hpp"
 #include "device/units.hpp"
@@ -46,6 +50,7 @@ struct rank_row {
   bool feasible = false, free_feasible = false, one_feasible = false;
   sim_result sim;         // N ranks on the network
   double share = 1;       // the link share its plan was made for
+  double early = 0;       // the share of the optimizer step run in the backward pass
   double free_step = 0;   // N ranks on an unlimited network, planned for it
   double same_free = 0;   // the network plan on an unlimited network
   double one_step = 0;    // one rank, its own plan
@@ -74,6 +79,34 @@ std::string rate_text(double bytes_per_s) {
   return buf;
 }
 
+// The fastest rank plan's timeline (Perfetto / chrome://tracing): one track per stream.
+void write_timeline(const std::string& path, const data_parallel_plan& d, const hw_profile& hw) {
+  sim_options so;
+  so.comm = &d.rank.comm;
+  so.record_timeline = true;
+  const auto sim = simulate(d.rank.t, d.report, d.best.p, hw, so);
+  nlohmann::json events = nlohmann::json::array();
+  for (int k = 0; k < sim_track_count; ++k)
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", k},
+                      {"args", {{"name", std::string(to_string(static_cast<sim_track>(k)))}}}});
+  for (const auto& e : sim.timeline) {
+    const bool op = e.track == sim_track::compute || e.track == sim_track::recompute || e.track == sim_track::host ||
+                    e.track == sim_track::network;
+    events.push_back({{"name", op ? d.rank.t.ops[e.id].name : d.rank.t.tensors[e.id].name},
+                      {"ph", "X"},
+                      {"pid", 0},
+                      {"tid", static_cast<int>(e.track)},
+                      {"ts", e.start * 1e6},
+                      {"dur", (e.end - e.start) * 1e6},
+                      {"args", {{"bytes", e.bytes}}}});
+  }
+  for (const auto& m : sim.memory)
+    events.push_back({{"name", "device memory"}, {"ph", "C"}, {"pid", 0}, {"ts", m.at_us}, {"args", {{"allocated", m.bytes}}}});
+  std::ofstream o(path);
+  if (!o) throw config_error("cannot write chrome trace '" + path + "'");
+  o << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << "\n";
+}
+
 }  // namespace
 
 int run_ranks(const ranks_args& a, const trace& t) {
@@ -88,12 +121,14 @@ int run_ranks(const ranks_args& a, const trace& t) {
   else if (a.gather == "after_step") o.gather = gather_placement::after_step;
   else throw config_error("--gather: '" + a.gather + "' is not a placement (before_use, after_step)");
   o.gather_ahead = a.gather_ahead;
+  o.early_step_lag = a.early_step_lag;
   const auto policies = a.policies.empty() ? std::vector<std::string>{"auto", "zero-offload", "lms", "checkpoint"} : a.policies;
   const auto hws = a.hw.empty() ? std::vector<std::string>{"h200"} : a.hw;
 
   const auto rep1 = analyze(t);
   const auto rt = make_rank_trace(t, o);
   const auto one_rank = make_rank_trace(t, {.ranks = 1});
+  const auto early_shares = a.early_step_shares.empty() ? std::vector<double>{0, 0.25, 0.5, 0.75, 1} : a.early_step_shares;
   const auto repn = analyze(rt.t);
   std::vector<std::pair<std::string, std::uint64_t>> budgets;
   for (const auto& s : a.budgets) budgets.push_back({s, parse_size(s, "--budget")});
@@ -101,8 +136,8 @@ int run_ranks(const ranks_args& a, const trace& t) {
   if (budgets.empty() && ratios.empty()) ratios = {0.25};
   for (double r : ratios) {
     if (!(r > 0) || !(r <= 64)) throw config_error("--budget-ratio: cannot use " + std::to_string(r) + ": give a fraction such as 0.25");
-    char label[32];
-    std::snprintf(label, sizeof label, "%g of 1 rank", r);
+    char label[48];
+    std::snprintf(label, sizeof label, "%g x one-rank peak", r);
     budgets.push_back({label, static_cast<std::uint64_t>(static_cast<double>(rep1.peak_live_bytes) * r)});
   }
 
@@ -122,7 +157,8 @@ int run_ranks(const ranks_args& a, const trace& t) {
 
   bool all_ok = true;
   for (const auto& hwname : hws) {
-    hw_profile hw = per_rank(get_profile(hwname), a.ranks_per_node);
+    const hw_profile alone = get_profile(hwname);  // one rank has its host to itself
+    hw_profile hw = per_rank(alone, a.ranks_per_node);
     if (!a.network.empty()) hw.network_bytes_per_s = parse_network_rate(a.network, "--network");
     if (a.network_latency_us >= 0) hw.network_latency_s = a.network_latency_us * 1e-6;
     if (!hw.has_network())
@@ -130,14 +166,16 @@ int run_ranks(const ranks_args& a, const trace& t) {
     hw_profile free_hw = hw;  // the reference: an unlimited network, no latency
     free_hw.network_bytes_per_s = std::numeric_limits<double>::infinity();
     free_hw.network_latency_s = 0;
-    std::printf("\n%s, network %s, %.1f us per ring step%s\n", hw.name.c_str(), rate_text(hw.network_bytes_per_s).c_str(),
+    std::printf("\n%s, network %s, %.1f us per ring step, %s\n", hw.name.c_str(), rate_text(hw.network_bytes_per_s).c_str(),
                 hw.network_latency_s * 1e6,
-                a.ranks_per_node > 1 ? (", host shared by " + std::to_string(a.ranks_per_node) + " ranks").c_str() : "");
+                a.ranks_per_node > 1 ? ("one host (CPU, memory, NVMe) shared by " + std::to_string(a.ranks_per_node) + " ranks").c_str()
+                                     : "each rank with the profile's host to itself (--ranks-per-node to share one)");
     for (const auto& [label, budget] : budgets) {
       std::printf("budget %s per rank (%s)\n", format_bytes(budget).c_str(), label.c_str());
-      std::printf("  %-13s %10s %5s %11s %7s %10s %6s %8s %8s %8s %8s %9s %8s %s\n", "policy", "step_ms", "link", "free_net_ms",
+      std::printf("  %-13s %10s %5s %5s %11s %7s %10s %6s %8s %8s %8s %8s %9s %8s %s\n", "policy", "step_ms", "link", "early", "free_net_ms",
                   "/same", "1rank_ms", "eff", "net_ms", "net_GiB", "h2d_GiB", "d2h_GiB", "peak_GiB", "plan_ms", "ok");
       std::vector<rank_row> rows;
+      std::optional<data_parallel_plan> fastest;  // for --chrome-trace
       for (const auto& pol : policies) {
         rank_row row;
         row.policy = pol;
@@ -145,23 +183,25 @@ int run_ranks(const ranks_args& a, const trace& t) {
         po.policies = {pol};
         if (!a.link_shares.empty()) po.link_shares = a.link_shares;
         if (budget >= rep1.min_budget_bytes) {
-          const auto one = plan_rank(one_rank, rep1, hw, budget, po);
+          const auto one = plan_rank(one_rank, rep1, alone, budget, po);
           row.one_feasible = one.found;
           row.one_step = one.sim.step_seconds;
         }
         if (budget >= repn.min_budget_bytes) {
           const auto t0 = std::chrono::steady_clock::now();
-          const auto net = plan_rank(rt, repn, hw, budget, po);
+          const auto net = plan_data_parallel(t, o, early_shares, hw, budget, po);
           row.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-          row.feasible = net.found;
-          row.sim = net.sim;
-          row.share = net.link_share;
+          row.feasible = net.best.found;
+          if (net.best.found && (!fastest || net.best.sim.step_seconds < fastest->best.sim.step_seconds)) fastest = net;
+          row.sim = net.best.sim;
+          row.share = net.best.link_share;
+          row.early = net.early_step_share;
           sim_options so;
-          so.comm = &rt.comm;
-          row.same_free = net.found ? simulate(rt.t, repn, net.p, free_hw, so).step_seconds : 0;
-          const auto free = plan_rank(rt, repn, free_hw, budget, po);
-          row.free_feasible = free.found;
-          row.free_step = free.sim.step_seconds;
+          so.comm = &net.rank.comm;
+          row.same_free = net.best.found ? simulate(net.rank.t, net.report, net.best.p, free_hw, so).step_seconds : 0;
+          const auto free = plan_data_parallel(t, o, early_shares, free_hw, budget, po);
+          row.free_feasible = free.best.found;
+          row.free_step = free.best.sim.step_seconds;
         }
         if (budget < repn.min_budget_bytes) {
           std::printf("  %-13s budget below the least any plan of a rank needs (%s)\n", pol.c_str(),
@@ -169,8 +209,8 @@ int run_ranks(const ranks_args& a, const trace& t) {
         } else if (!row.feasible || !row.free_feasible) {
           std::printf("  %-13s no feasible plan%s\n", pol.c_str(), row.feasible ? " on an unlimited network" : "");
         } else {
-          std::printf("  %-13s %10.2f %5.2f %11.2f %7.3f %10.2f %6.3f %8.2f %8.2f %8.2f %8.2f %9.2f %8.1f %s\n", pol.c_str(),
-                      ms(row.sim.step_seconds), row.share, ms(row.free_step), row.sim.step_seconds / row.same_free,
+          std::printf("  %-13s %10.2f %5.2f %5.2f %11.2f %7.3f %10.2f %6.3f %8.2f %8.2f %8.2f %8.2f %9.2f %8.1f %s\n", pol.c_str(),
+                      ms(row.sim.step_seconds), row.share, row.early, ms(row.free_step), row.sim.step_seconds / row.same_free,
                       row.one_feasible ? ms(row.one_step) : NAN, row.one_feasible ? row.one_step / row.sim.step_seconds : NAN,
                       ms(row.sim.network_seconds), gib(row.sim.network_bytes), gib(row.sim.h2d_bytes), gib(row.sim.d2h_bytes),
                       gib(row.sim.peak_device_bytes), row.plan_ms, row.feasible ? "yes" : "NO");
@@ -189,12 +229,15 @@ int run_ranks(const ranks_args& a, const trace& t) {
         all_ok = false;
         continue;
       }
+      if (!a.chrome_file.empty() && fastest) write_timeline(a.chrome_file, *fastest, hw);
       const double ratio = best->sim.step_seconds / best_free->free_step;
       const double eff = best_one->one_step / best->sim.step_seconds;
       std::printf("  predicted: %u-rank step %.2f ms (%s), %.2f ms on an unlimited network (%s), 1-rank step %.2f ms (%s)\n",
                   a.ranks, ms(best->sim.step_seconds), best->policy.c_str(), ms(best_free->free_step), best_free->policy.c_str(),
                   ms(best_one->one_step), best_one->policy.c_str());
-      std::printf("  scaling efficiency %.3f: %u ranks do %.2fx the work of one per second\n", eff, a.ranks, eff * a.ranks);
+      std::printf("  scaling efficiency %.3f: %u ranks do %.2fx the work of one per second%s\n", eff, a.ranks, eff * a.ranks,
+                  eff > 1 ? " (above 1: each rank holds 1/N of the optimizer state, so at the same budget it swaps or recomputes less)"
+                          : "");
       if (a.model_flops > 0)
         std::printf("  model TFLOP/s per rank: %.1f on %u ranks, %.1f alone\n", a.model_flops / best->sim.step_seconds / 1e12, a.ranks,
                     a.model_flops / best_one->one_step / 1e12);

@@ -24,7 +24,10 @@ struct ranks_args {
   std::string bucket = "200MB";
   std::string gather = "before_use";   ///< before_use or after_step
   std::uint32_t gather_ahead = 2;
+  std::uint32_t early_step_lag = 8;
   std::vector<double> link_shares;     ///< Note [Planning with the network]; empty: the library's
+  std::vector<double> early_step_shares;  ///< tried (Note [Data parallel]); empty: 0, 1/4, 1/2, 3/4, 1
+  std::string chrome_file;             ///< the fastest rank plan's timeline ("" for none)
   std::uint64_t tokens = 0;            ///< tokens (images) in one rank's batch, for the output (0: not a zoo model)
   double model_flops = 0;              ///< 6 x parameters x tokens of one rank's batch (0: unknown)
 };

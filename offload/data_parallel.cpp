@@ -37,11 +37,14 @@ class rank_rewrite {
     find_gradients();
     find_parameters();
     gathers_before_.resize(t_.ops.size());
+    choose_early_steps();
     if (o_.gather == gather_placement::before_use) place_gathers();
     for (op_index k = 0; k < t_.ops.size(); ++k) {
       const auto& op = t_.ops[k];
       for (std::size_t b : gathers_before_[k]) emit_gather(gather_buckets_[b], op_phase::forward, op.layer);
       if (op.phase == op_phase::optimizer) {
+        if (early_op_[k]) continue;  // run after its gradients' collective
+        emit_early_steps(true);
         if (std::any_of(op.reads.begin(), op.reads.end(), [&](tensor_id x) { return contains(grads_open_.tensors, x); }))
           flush_grads(op.layer);
         emit_optimizer(op);
@@ -57,6 +60,7 @@ class rank_rewrite {
       }
     }
     flush_grads(-1);
+    emit_early_steps(true);
     flush_params(-1);
     r_.t.validate();
     r_.comm.validate(r_.t);
@@ -121,7 +125,7 @@ class rank_rewrite {
       const auto& op = t_.ops[k];
       if (op.phase == op_phase::optimizer) continue;
       for (tensor_id w : op.reads) {
-        if (param_shard_[w] == no_shard || seen[w]) continue;
+        if (param_shard_[w] == no_shard || seen[w] || early_param_[w]) continue;
         seen[w] = 1;
         gathered_early_.push_back(w);
         if (open.tensors.empty()) open_first = k;
@@ -183,9 +187,92 @@ class rank_rewrite {
     std::vector<tensor_id> shards;
     for (tensor_id g : grads_open_.tensors) shards.push_back(grad_shard_[g]);
     const auto kind = o_.stage == zero_stage::two ? collective_kind::reduce_scatter : collective_kind::all_reduce;
+    emit_early_steps();  // those of the buckets before: their collectives have had a bucket's time
     emit_collective(std::string(to_string(kind)) + ".grads" + std::to_string(grad_buckets_++), kind, grads_open_.tensors,
                     shards, op_phase::backward, layer, grads_open_.bytes);
+    for (tensor_id g : grads_open_.tensors) reduced_[g] = static_cast<std::uint32_t>(grad_buckets_);  // 1 + the bucket's number
     grads_open_ = {};
+  }
+
+  // The early steps whose gradients were all reduced early_step_lag buckets ago (all of them
+  // reduced when `all`) (Note [Data parallel]).
+  void emit_early_steps(bool all = false) {
+    std::erase_if(early_pending_, [&](op_index k) {
+      const auto& op = t_.ops[k];
+      const auto ready = [&](tensor_id x) {
+        if (grad_shard_[x] == no_shard) return true;
+        return reduced_[x] != 0 && (all || reduced_[x] + o_.early_step_lag <= grad_buckets_ + 1);
+      };
+      if (!std::all_of(op.reads.begin(), op.reads.end(), ready)) return false;
+      emit_optimizer(op);
+      return true;
+    });
+  }
+
+  // Optimizer ops to run in the backward pass: those of the parameters read last in the forward
+  // pass, up to early_step_share of the parameter bytes, where the op may move.
+  void choose_early_steps() {
+    early_op_.assign(t_.ops.size(), 0);
+    early_param_.assign(t_.tensors.size(), 0);
+    reduced_.assign(t_.tensors.size(), 0);
+    if (o_.early_step_share <= 0) return;
+    std::vector<op_index> first_read(t_.tensors.size(), no_op), last_read(t_.tensors.size(), 0);
+    std::vector<op_index> finish(t_.tensors.size(), 0);
+    std::vector<std::vector<op_index>> steps_of(t_.tensors.size());
+    std::vector<int> optimizer_writers(t_.tensors.size(), 0);
+    for (op_index k = 0; k < t_.ops.size(); ++k) {
+      const auto& op = t_.ops[k];
+      if (op.phase == op_phase::optimizer) {
+        for (tensor_id x : op.writes) {
+          ++optimizer_writers[x];
+          if (param_shard_[x] != no_shard) steps_of[x].push_back(k);
+        }
+        continue;
+      }
+      for (tensor_id x : op.reads) {
+        if (first_read[x] == no_op) first_read[x] = k;
+        last_read[x] = k;
+      }
+      for (tensor_id x : op.writes) finish[x] = k;
+    }
+    auto movable = [&](op_index k) {
+      const auto& op = t_.ops[k];
+      op_index done = 0;  // when its last gradient is finished
+      for (tensor_id x : op.reads) {
+        if (!is_persistent(t_.tensors[x].kind)) return false;
+        const bool own = std::find(op.writes.begin(), op.writes.end(), x) != op.writes.end();
+        if (optimizer_writers[x] > (own ? 1 : 0)) return false;  // another optimizer op writes it
+        if (grad_shard_[x] != no_shard) done = std::max(done, finish[x]);
+      }
+      for (tensor_id w : op.writes)
+        if (param_shard_[w] != no_shard && last_read[w] > done) return false;  // read after: keep the old value
+      return true;
+    };
+    std::vector<tensor_id> params;
+    std::uint64_t total = 0;
+    for (tensor_id w = 0; w < t_.tensors.size(); ++w)
+      if (param_shard_[w] != no_shard && first_read[w] != no_op) {
+        params.push_back(w);
+        total += t_.tensors[w].bytes;
+      }
+    std::stable_sort(params.begin(), params.end(), [&](tensor_id a, tensor_id b) { return first_read[a] > first_read[b]; });
+    const double target = o_.early_step_share * static_cast<double>(total);
+    double taken = 0;
+    for (tensor_id w : params) {
+      if (taken >= target) break;
+      if (early_param_[w] || !std::all_of(steps_of[w].begin(), steps_of[w].end(), movable)) continue;
+      for (op_index k : steps_of[w]) {
+        if (early_op_[k]) continue;
+        early_op_[k] = 1;
+        early_pending_.push_back(k);
+        for (tensor_id x : t_.ops[k].writes)
+          if (param_shard_[x] != no_shard && !early_param_[x]) {
+            early_param_[x] = 1;
+            taken += static_cast<double>(t_.tensors[x].bytes);
+          }
+      }
+    }
+    std::sort(early_pending_.begin(), early_pending_.end());
   }
 
   void flush_params(std::int32_t layer) {
@@ -227,6 +314,9 @@ class rank_rewrite {
   std::vector<std::vector<std::size_t>> gathers_before_;  // per op: gather buckets issued before it
   std::vector<tensor_id> gathered_early_;              // sorted: parameters gathered before use
   std::size_t grad_buckets_ = 0, param_buckets_ = 0;
+  std::vector<char> early_op_, early_param_;  // early steps, per op and per parameter
+  std::vector<std::uint32_t> reduced_;        // per gradient: 1 + the number of the bucket that reduced it, 0: not yet
+  std::vector<op_index> early_pending_;                 // early steps not yet emitted, in trace order
 };
 
 }  // namespace
@@ -234,6 +324,9 @@ class rank_rewrite {
 rank_trace make_rank_trace(const trace& t, const data_parallel_options& o) {
   if (o.ranks == 0) throw config_error("data parallel: ranks must be at least 1, got 0");
   if (o.bucket_bytes == 0) throw config_error("data parallel: the bucket size must be at least 1 byte, got 0");
+  if (o.early_step_lag == 0) throw config_error("data parallel: the early step lag must be at least 1 bucket, got 0");
+  if (!(o.early_step_share >= 0 && o.early_step_share <= 1))
+    throw config_error("data parallel: the early step share must be from 0 to 1, got " + std::to_string(o.early_step_share));
   if (o.ranks == 1) return {t, comm_schedule{1, {}}};
   t.validate();
   return rank_rewrite(t, o).run();

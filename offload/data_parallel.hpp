@@ -35,6 +35,16 @@ namespace spillway::offload {
 ///    the shard crosses the iteration boundary, the whole parameter no longer does);
 ///    after_step puts each bucket right after the optimizer op that writes its last shard, as
 ///    DeepSpeed does.
+///  - early_step_share: the optimizer ops of that share of the parameter bytes (the parameters
+///    the forward pass reads last, whose gradients the backward pass finishes first) run in the
+///    backward pass, each right before the collective of the bucket early_step_lag buckets after
+///    the one that reduces the last of its gradients (later, so that the compute stream does
+///    not wait for the collective; the last buckets' steps where the optimizer ops are), and
+///    their parameters are all-gathered (in buckets) right after them: the network carries
+///    those gathers while the backward pass still computes, not in the next forward pass. An
+///    op moves only when it reads nothing another optimizer op writes (not with clipping, whose
+///    norm needs every gradient) and nothing reads its parameters after their gradients are
+///    finished; the values are those of the step in place (the reduced gradient is complete).
 /// One rank (N = 1) is the plain run: the trace comes back unchanged, with no collectives.
 /// A shard of ceil(bytes / N) is rank 0's, the largest; every rank's trace is that one.
 enum class zero_stage : std::uint8_t { one = 1, two = 2 };
@@ -49,6 +59,8 @@ struct data_parallel_options {
   std::uint64_t bucket_bytes = 200'000'000;
   gather_placement gather = gather_placement::before_use;
   std::uint32_t gather_ahead = 2;  ///< before_use: buckets gathered ahead of the one being read
+  double early_step_share = 0;     ///< 0..1: parameter bytes stepped and gathered in the backward pass
+  std::uint32_t early_step_lag = 8;  ///< an early step waits for this many buckets after its gradients' (>= 1)
 };
 
 /// One rank's trace and the collectives in it.
@@ -58,7 +70,7 @@ struct rank_trace {
 };
 
 /// The trace one of `o.ranks` ranks runs (Note [Data parallel]). Throws config_error when ranks
-/// is 0 or bucket_bytes is 0, or when a gradient is read before the backward pass writes it
+/// is 0, bucket_bytes is 0 or early_step_share is not in [0, 1], or when a gradient is read before the backward pass writes it
 /// (naming the tensor and the op).
 rank_trace make_rank_trace(const trace& t, const data_parallel_options& o);
 

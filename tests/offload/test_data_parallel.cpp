@@ -208,6 +208,61 @@ TEST(DataParallel, BucketsAndPlacements) {
     }
 }
 
+// Every op that reads a gradient or parameter shard comes after the op that writes it (or the
+// shard crosses the iteration boundary: a parameter shard the next iteration gathers).
+void expect_shards_written_before_read(const rank_trace& r) {
+  std::vector<char> written(r.t.tensors.size(), 0);
+  for (const auto& op : r.t.ops) {
+    for (tensor_id x : op.reads) {
+      const auto& d = r.t.tensors[x];
+      if (d.kind == tensor_kind::gradient && d.name.ends_with(".shard")) EXPECT_TRUE(written[x]) << op.name << " reads " << d.name;
+    }
+    for (tensor_id x : op.writes) written[x] = 1;
+  }
+}
+
+TEST(DataParallel, EarlyStepsRunInTheBackwardPass) {
+  std::mt19937_64 rng(9);
+  int moved = 0;
+  for (int iter = 0; iter < 30; ++iter) {
+    const bool clip = iter % 3 == 0;
+    const auto t = random_model(rng, clip);
+    const auto lag = static_cast<std::uint32_t>(1 + iter % 3);
+    const auto r = make_rank_trace(t, {.ranks = 4, .bucket_bytes = 1, .early_step_share = 1, .early_step_lag = lag});
+    expect_shards_written_before_read(r);
+    std::size_t last_backward = 0, first_step = r.t.ops.size(), reduces = 0;
+    for (std::size_t k = 0; k < r.t.ops.size(); ++k) {
+      const auto& op = r.t.ops[k];
+      if (op.phase == op_phase::backward && op.category != "collective") last_backward = k;
+      if (op.name.starts_with("adam.")) first_step = std::min(first_step, k);
+    }
+    for (const auto& c : r.comm.collectives) reduces += c.kind == collective_kind::reduce_scatter;
+    if (clip) {
+      EXPECT_GT(first_step, last_backward) << "a step needs the norm of every gradient: none moves";
+    } else if (reduces > lag + 1) {  // the last bucket follows the last backward op
+      EXPECT_LT(first_step, last_backward) << "with more buckets than the lag, some step runs in the backward pass";
+      ++moved;
+    }
+    // Each early step's parameter is gathered after its step (the others before the forward
+    // pass reads them).
+    for (const auto& c : r.comm.collectives) {
+      if (c.kind != collective_kind::all_gather || r.t.ops[c.op].phase == op_phase::forward) continue;
+      for (tensor_id w : r.t.ops[c.op].writes) {
+        const auto step = std::find_if(r.t.ops.begin(), r.t.ops.end(), [&](const op_desc& o) {
+          return o.name == "adam." + r.t.tensors[w].name;
+        });
+        ASSERT_NE(step, r.t.ops.end());
+        EXPECT_LT(static_cast<std::size_t>(step - r.t.ops.begin()), c.op) << r.t.tensors[w].name;
+      }
+    }
+  }
+  EXPECT_GE(moved, 5);  // the branch above ran
+  std::mt19937_64 rng2(1);
+  const auto t = random_model(rng2, false);
+  EXPECT_THROW((void)make_rank_trace(t, {.ranks = 2, .early_step_share = 1.5}), config_error);
+  EXPECT_THROW((void)make_rank_trace(t, {.ranks = 2, .early_step_lag = 0}), config_error);
+}
+
 TEST(DataParallel, BadInputIsAConfigError) {
   std::mt19937_64 rng(5);
   auto t = random_model(rng, false);
@@ -384,7 +439,10 @@ TEST(NetworkStreamProperty, OneRankUnlimitedAndMonotone) {
     o.stage = iter % 2 ? zero_stage::one : zero_stage::two;
     o.gather = iter % 4 < 2 ? gather_placement::before_use : gather_placement::after_step;
     o.bucket_bytes = std::uniform_int_distribution<std::uint64_t>(1, 100'000)(rng);
+    o.early_step_share = iter % 5 == 0 ? 0.0 : std::uniform_real_distribution<double>(0, 1)(rng);
+    o.early_step_lag = static_cast<std::uint32_t>(1 + iter % 4);
     const auto r = make_rank_trace(t, o);
+    expect_shards_written_before_read(r);
     const auto rep = analyze(r.t);
     for (const char* pol : {"none", "lms", "auto"}) {
       const bool roomy = std::string(pol) == "none";
@@ -458,7 +516,7 @@ TEST(RankPlanning, KeepsTheFastestFeasiblePlanOnTheNetwork) {
     rank_plan_options o;
     o.policies = {"lms", "auto"};
     const auto best = plan_rank(r, rep, hw, budget, o);
-    EXPECT_EQ(best.tried, o.policies.size() * o.link_shares.size());
+    EXPECT_EQ(best.tried, 2 * o.policies.size() * o.link_shares.size());  // each plan as made and soonest first
     if (!best.found) continue;
     sim_options so;
     so.comm = &r.comm;
