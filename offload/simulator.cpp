@@ -258,7 +258,7 @@ class replay {
         d2h_free_ = end;
         r_.d2h_bytes += b;
         event(sim_track::d2h, e.tensor, start, end, b);
-        frees_.push({end, b});
+        frees_.push({std::max(end, s.net_read_until), b});  // after the copy, and any collective reading it
         if (action == evict_action::evict_to_host) {
           s.host_valid = true;
           s.host_ready = end;

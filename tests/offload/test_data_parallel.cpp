@@ -374,6 +374,25 @@ TEST(NetworkStream, ACollectiveRunsBesideComputeAndSharesTheLink) {
   EXPECT_TRUE(freed_at_end);
 }
 
+TEST(NetworkStream, ACopyOutFreesOnlyWhenTheCollectiveReadingItEnds) {
+  auto h = hand();
+  auto hw = testing::unit_hw();
+  hw.network_bytes_per_s = 100;  // rs: 1 .. 1 + 0.1 + 10 = 11.1
+  hw.network_latency_s = 0.1;
+  auto p = hand_plan(h);
+  p.steps[1].evictions = {{h.g, evict_action::evict_to_host}};  // copied out 2..4 (the link is busy 1..2)
+  sim_options so;
+  so.comm = &h.comm;
+  so.record_timeline = true;
+  const auto r = simulate(h.t, p, hw, so);
+  EXPECT_DOUBLE_EQ(r.step_seconds, 12.1);
+  for (const auto& m : r.memory) {
+    if (m.at_us > 1e6 + 1 && m.at_us < 11.1e6 - 1) {
+      EXPECT_EQ(m.bytes, 4000u) << m.at_us;  // g still held while the collective reads it
+    }
+  }
+}
+
 TEST(NetworkStream, CopiesQueueBehindTheCollectivesLinkShare) {
   auto h = hand();
   auto hw = testing::unit_hw();
