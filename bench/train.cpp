@@ -265,12 +265,13 @@ int run(const train_args& a) {
   }
 
   // The recomputation target: the fastest setting at 1/8 of the footprint whose plan reran ops
-  // (a policy that chose to swap only does not count).
+  // (a policy that chose to swap only does not count), the optimizer wherever its setting put it.
   nlohmann::json recompute_target = {{"description", "gpt: checkpoint, capuchin or auto at budget 1/8 of the footprint "
                                                      "within 1.25x of everything resident, identical losses"}};
   const row* rt = nullptr;
   for (const auto& w : rows) {
-    const bool recomputing = w.policy == "checkpoint" || w.policy == "capuchin" || w.policy == "auto";
+    const std::string base = split_policy(w.policy).first;  // with any optimizer placement
+    const bool recomputing = base == "checkpoint" || base == "capuchin" || base == "auto";
     if (recomputing && std::abs(w.budget_ratio - recompute_ratio) < 1e-9 && !w.skipped && w.result.recomputes > 0 &&
         (rt == nullptr || w.ratio < rt->ratio))
       rt = &w;
