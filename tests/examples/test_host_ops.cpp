@@ -1,7 +1,7 @@
 // The examples with their Adam steps on the host (host_ops = host, Note [Host-capable ops]) on
 // the cpu backend: each example, in fp32 and in bf16, trains to the losses of its run with
-// everything resident and the optimizer on the device, bit for bit, under every policy at 1/2,
-// 1/4 and 1/8 of the footprint (or the least budget, where that is more), and every planned step
+// everything resident and the optimizer on the device, bit for bit, under lms, auto and
+// zero-offload at 1/2 and 1/8 of the footprint (or the least budget, where that is more), and every planned step
 // runs each Adam op on the host; with host_ops = device none does.
 #include <gtest/gtest.h>
 
@@ -62,8 +62,8 @@ std::string name_of(const ::testing::TestParamInfo<host_adam::ParamType>& info) 
 
 INSTANTIATE_TEST_SUITE_P(examples, host_adam,
                          ::testing::Combine(::testing::Values("gpt", "mlp", "cnn"),
-                                            ::testing::Values("lms", "auto", "checkpoint", "zero-offload"),
-                                            ::testing::Values(2, 4, 8),
+                                            ::testing::Values("lms", "auto", "zero-offload"),
+                                            ::testing::Values(2, 8),
                                             ::testing::Values(precision::fp32, precision::bf16)),
                          name_of);
 
