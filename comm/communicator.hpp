@@ -31,7 +31,10 @@ class communicator {
  public:
   /// All the processes of this job (MPI_COMM_WORLD under mpirun). Starts MPI on first use
   /// (MPI_Init_thread, serialized) and finalizes it at exit. A process not started by mpirun is a
-  /// world of one.
+  /// world of one. Collective: each call is a context of its own (a duplicate of MPI_COMM_WORLD,
+  /// so one communicator's messages never meet another's), made by every rank, in the same order
+  /// as its other world() calls; comm_error when not every rank calls it within the timeout.
+  /// After a comm_error a communicator is failed for good (comm/comm_error.hpp).
   static std::shared_ptr<communicator> world(comm_options options = {});
   /// One process alone, without MPI: every collective is a copy.
   static std::shared_ptr<communicator> solo();
