@@ -151,7 +151,12 @@ class session_impl {
     auto it = by_name.find(name);
     if (it != by_name.end()) {
       auto& d = tensors[it->second];
-      if (d.bytes == bytes && d.kind == kind) return it->second;
+      if (d.bytes == bytes && d.kind == kind) {
+        // A transient added again after its release() in this iteration (a loop over
+        // micro-batches) starts a new value in the same tensor.
+        if (!is_persistent(kind)) exec->define(it->second, d);
+        return it->second;
+      }
       if (is_persistent(kind) || is_persistent(d.kind))
         throw config_error("persistent tensor \"" + name + "\" registered twice (" + format_bytes(d.bytes) + " " +
                            std::string(to_string(d.kind)) + ", then " + format_bytes(bytes) + " " +

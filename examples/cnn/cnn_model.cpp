@@ -57,7 +57,8 @@ struct stage {
 template <class Elem>
 class cnn_model final : public model {
  public:
-  cnn_model(const cnn_shape& shape, std::uint64_t seed) : sh_(shape), seed_(seed) {
+  cnn_model(const cnn_shape& shape, std::uint64_t seed, const batch_shares& shares)
+      : sh_(shape), seed_(seed), params_(std::is_same_v<Elem, k::bf16> ? precision::bf16 : precision::fp32, shares) {
     if (sh_.stage_channels.empty() || sh_.classes < 2 || sh_.classes > image_pattern_count)
       throw config_error("cnn shape: " + std::to_string(sh_.stage_channels.size()) + " stages, " +
                          std::to_string(sh_.classes) + " classes; needs at least one stage and 2 to " +
@@ -102,6 +103,7 @@ class cnn_model final : public model {
   }
 
   float train_step(Session& s, std::int64_t step) override;
+  void pass(Session& s, std::int64_t step, int micro_batch);
 
   [[nodiscard]] std::uint64_t parameter_count() const override { return params_.count(); }
   [[nodiscard]] std::string describe() const override {
@@ -144,7 +146,7 @@ class cnn_model final : public model {
   cnn_shape sh_;
   std::uint64_t seed_;
   std::unique_ptr<k::kernel_context> ctx_;
-  parameter_set params_{std::is_same_v<Elem, k::bf16> ? precision::bf16 : precision::fp32};
+  parameter_set params_;
   loss_value loss_;
   conv_param stem_;
   std::vector<stage> stages_;
@@ -167,9 +169,26 @@ struct stage_acts {
 
 template <class Elem>
 float cnn_model<Elem>::train_step(Session& s, std::int64_t step) {
+  return params_.train_step(
+      s, *ctx_, step + 1, [&](int mb) { pass(s, step, mb); }, [&] { return loss_.read(s); },
+      k::adam_config{sh_.lr, 0.9f, 0.999f, 1e-8f, 0.0f}, sh_.clip_grad_norm);
+}
+
+template <class Elem>
+void cnn_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
   k::kernel_context& ctx = *ctx_;
   const int B = sh_.batch;
-  make_images(seed_, step, B, in_channels, sh_.image, sh_.classes, pixels_, labels_);
+  // The step's whole batch is made; this micro-batch keeps its images (Note [Micro-batches]).
+  const int shares = params_.shares().count;
+  make_images(seed_, step, B * shares, in_channels, sh_.image, sh_.classes, pixels_, labels_);
+  if (shares > 1) {
+    const std::size_t per = pixels_.size() / static_cast<std::size_t>(shares);
+    const auto mb = static_cast<std::size_t>(micro_batch);
+    pixels_ = std::vector<float>(pixels_.begin() + static_cast<std::ptrdiff_t>(mb * per),
+                                 pixels_.begin() + static_cast<std::ptrdiff_t>((mb + 1) * per));
+    labels_ = std::vector<std::int32_t>(labels_.begin() + static_cast<std::ptrdiff_t>(mb * static_cast<std::size_t>(B)),
+                                        labels_.begin() + static_cast<std::ptrdiff_t>((mb + 1) * static_cast<std::size_t>(B)));
+  }
   pixels_stored_.resize(pixels_.size());
   for (std::size_t i = 0; i < pixels_.size(); ++i) pixels_stored_[i] = k::store_as<Elem>(pixels_[i]);
   auto images = s.add_transient("images", pixels_.size() * et);
@@ -371,24 +390,21 @@ float cnn_model<Elem>::train_step(Session& s, std::int64_t step) {
   }
   stem_bwd_ws.release(s);
   for (auto t : {stem_out, images, dres}) s.release(t);
-
-  params_.clip_grad_norm(s, ctx, sh_.clip_grad_norm);
-  params_.adam_step(s, ctx, k::adam_config{sh_.lr, 0.9f, 0.999f, 1e-8f, 0.0f}, step + 1);
-
-  return loss_.read(s);
 }
 
 }  // namespace
 
-std::unique_ptr<model> make_cnn(const cnn_shape& shape, std::uint64_t seed, precision p) {
-  if (p == precision::bf16) return std::make_unique<cnn_model<k::bf16>>(shape, seed);
-  return std::make_unique<cnn_model<float>>(shape, seed);
+std::unique_ptr<model> make_cnn(const cnn_shape& shape, std::uint64_t seed, precision p, const batch_shares& shares) {
+  if (p == precision::bf16) return std::make_unique<cnn_model<k::bf16>>(shape, seed, shares);
+  return std::make_unique<cnn_model<float>>(shape, seed, shares);
 }
 
 std::unique_ptr<model> make_cnn(const example_options& o) {
   cnn_shape shape = cnn_preset(o.size);
   shape.clip_grad_norm = static_cast<float>(o.clip_grad_norm);
-  return make_cnn(shape, o.seed, o.prec);
+  const batch_shares shares = batch_shares::from(o);
+  shape.batch = shares.micro_batch(shape.batch);
+  return make_cnn(shape, o.seed, o.prec, shares);
 }
 
 run_result run_cnn(const example_options& o, const step_observer& on_step) {

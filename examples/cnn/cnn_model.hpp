@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "examples/common/options.hpp"
+#include "examples/common/shares.hpp"
 #include "examples/common/trainer.hpp"
 
 namespace spillway::examples {
@@ -23,7 +24,8 @@ struct cnn_shape {
 
 [[nodiscard]] cnn_shape cnn_preset(preset p);
 [[nodiscard]] std::unique_ptr<model> make_cnn(const cnn_shape& shape, std::uint64_t seed,
-                                              precision p = precision::fp32);
+                                              precision p = precision::fp32,
+                                              const batch_shares& shares = {});
 [[nodiscard]] std::unique_ptr<model> make_cnn(const example_options& o);
 run_result run_cnn(const example_options& o, const step_observer& on_step = {});
 

@@ -90,6 +90,15 @@ void add_common_flags(CLI::App& app, flag_values& v, bool with_data) {
                  "(0: no clipping)")
       ->type_name("X")
       ->capture_default_str();
+  app.add_option("--micro-batches", v.micro_batches,
+                 "split each step's batch into N micro-batches whose gradients are added in order: the bits of "
+                 "--data-parallel on N ranks")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_flag("--data-parallel", v.data_parallel,
+               "train on this rank's share of each batch, gradients reduced across the ranks of mpirun -np N");
+  app.add_option("--zero", v.zero, "with --data-parallel: ZeRO stage, 1 (all-reduce) or 2 (reduce-scatter)")
+      ->capture_default_str();
   if (with_data) app.add_option("--data", v.data, "text file to train on (bytes are the tokens)")->capture_default_str();
 }
 
@@ -106,6 +115,9 @@ example_options to_options(const flag_values& v) {
   o.save_every = v.save_every;
   o.resume = v.resume;
   o.clip_grad_norm = v.clip_grad_norm;
+  o.micro_batches = v.micro_batches;
+  o.data_parallel = v.data_parallel;
+  o.zero = v.zero;
   o.validate();
   return o;
 }

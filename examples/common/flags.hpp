@@ -93,6 +93,9 @@ struct flag_values {
   int save_every = 0;
   std::string resume;
   double clip_grad_norm = 0;
+  int micro_batches = 1;
+  bool data_parallel = false;
+  int zero = 2;
 };
 
 /// Adds every session_config flag (add_config_flags), --budget-ratio, --steps, --seed, --preset,

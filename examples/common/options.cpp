@@ -129,6 +129,19 @@ void example_options::validate() const {
   if (budget_ratio > 0 && device_budget_ratio > 0)
     throw config_error("--budget-ratio and " + source_of("device_budget_ratio") + " both set the device budget; give one");
   check_clip_grad_norm(clip_grad_norm);
+  if (micro_batches < 1 || micro_batches > 4096)
+    throw config_error("--micro-batches: " + std::to_string(micro_batches) + " is not a count of micro-batches from 1 to 4096");
+  if (zero != 1 && zero != 2) throw config_error("--zero: " + std::to_string(zero) + " is not a ZeRO stage; give 1 or 2");
+  if (data_parallel && micro_batches > 1)
+    throw config_error("--micro-batches and --data-parallel together: a rank trains on one micro-batch of each step; "
+                       "give --micro-batches N alone for one process, or --data-parallel under mpirun -np N");
+  if ((data_parallel || micro_batches > 1) && clip_grad_norm > 0)
+    throw config_error("--clip-grad-norm with --micro-batches or --data-parallel: clipping over sharded gradients is not "
+                       "supported yet; give --clip-grad-norm 0");
+  if ((data_parallel || micro_batches > 1) && (!save.empty() || !resume.empty()))
+    throw config_error(std::string(data_parallel ? "--data-parallel" : "--micro-batches") +
+                       " with --save or --resume: checkpoints of sharded optimizer state are not supported yet; "
+                       "drop --save and --resume");
   check_checkpoint_folders(*this);
 }
 

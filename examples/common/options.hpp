@@ -35,6 +35,14 @@ struct example_options : session_config {
   /// > 0: before each Adam step, scale all gradients together so that their global norm is at
   /// most this (parameter_set::clip_grad_norm); 0: no clipping.
   double clip_grad_norm = 0;
+  /// Data parallel (Note [Micro-batches] in examples/common/parameters.cpp): > 1 splits each
+  /// step's batch into this many equal micro-batches, each one's gradient computed into a zeroed
+  /// buffer and the buffers added in order in fp32: the bits a run on as many ranks gives.
+  int micro_batches = 1;
+  /// --data-parallel: every process of the job (mpirun -np N) trains on its share of each step's
+  /// batch, the gradients reduced across ranks and the optimizer state sharded (ZeRO stage `zero`).
+  bool data_parallel = false;
+  int zero = 2;                          ///< --zero: 1 (gradients all-reduced) or 2 (reduce-scattered)
 
   /// session_config::validate, then the example's own settings; config_error naming the first
   /// bad one (by its flag or variable) and quoting its value. Checks the checkpoint folders

@@ -23,15 +23,23 @@ parameter parameter_set::add(Session& s, const std::string& name, const std::vec
     std::vector<kernels::bf16> rounded(initial.size());
     for (std::size_t i = 0; i < initial.size(); ++i) rounded[i] = kernels::to_bf16(initial[i]);
     p.value = s.add_persistent(name, bytes, tensor_kind::parameter, rounded.data());
-    p.master = s.add_persistent(name + ".master", p.count * sizeof(float), tensor_kind::optimizer_state, initial.data());
+    const auto [first, last] = comm::shard_range(p.count, shares_.ranks(), shares_.rank());
+    p.master = s.add_persistent(name + ".master", std::max<std::size_t>(1, last - first) * sizeof(float),
+                                tensor_kind::optimizer_state, initial.data() + first);
   } else {
     p.value = s.add_persistent(name, bytes, tensor_kind::parameter, initial.data());
   }
   p.grad = s.add_persistent(name + ".grad", bytes, tensor_kind::gradient);
-  const std::size_t chunks = (p.count + moment_chunk - 1) / moment_chunk;
+  // This rank's shard of the optimizer state (ZeRO): all of it outside a data-parallel job.
+  const auto [first, last] = comm::shard_range(p.count, shares_.ranks(), shares_.rank());
+  p.shard_first = first;
+  p.shard_count = last - first;
+  if (shares_.count > 1)
+    p.grad_sum = s.add_persistent(name + ".grad_sum", p.count * sizeof(float), tensor_kind::gradient);
+  const std::size_t chunks = std::max<std::size_t>(1, (p.shard_count + moment_chunk - 1) / moment_chunk);
   for (std::size_t c = 0; c < chunks; ++c) {
     const std::string suffix = chunks == 1 ? "" : "." + std::to_string(c);
-    const std::uint64_t n = std::min(moment_chunk, p.count - c * moment_chunk) * sizeof(float);
+    const std::uint64_t n = std::max<std::size_t>(1, std::min(moment_chunk, p.shard_count - std::min(p.shard_count, c * moment_chunk))) * sizeof(float);
     p.m.push_back(s.add_persistent(name + ".adam_m" + suffix, n, tensor_kind::optimizer_state));
     p.v.push_back(s.add_persistent(name + ".adam_v" + suffix, n, tensor_kind::optimizer_state));
   }
@@ -50,8 +58,11 @@ void parameter_set::adam_step(Session& s, kernels::kernel_context& ctx, const ke
   for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
     const parameter& p = *it;
     for (std::size_t c = 0; c < p.m.size(); ++c) {
-      const std::size_t first = c * moment_chunk;
-      const std::size_t n = std::min(moment_chunk, p.count - first);
+      // Over this rank's shard; the master holds the shard alone (Note [Micro-batches]).
+      const std::size_t first = p.shard_first + c * moment_chunk;
+      const std::size_t mfirst = c * moment_chunk;
+      const std::size_t n = std::min(moment_chunk, p.shard_count - mfirst);
+      if (n == 0) continue;  // a rank with no element of a tiny parameter
       const std::string op_name = p.m.size() == 1 ? p.name + ".adam" : p.name + ".adam." + std::to_string(c);
       // Note [Host-capable ops] in offload/session_host_ops.cpp: the plan runs each step on the
       // device (adam_step) or on the host (cpu_adam_step, the same bits), 28 bytes per parameter.
@@ -60,12 +71,12 @@ void parameter_set::adam_step(Session& s, kernels::kernel_context& ctx, const ke
         s.host_capable_op(
             op_name, {p.master, p.grad, p.m[c], p.v[c]}, {p.master, p.m[c], p.v[c], p.value},
             [&](const Session::op_scope& op) {
-              kernels::adam_step(ctx, op.stream(), op.ptr<float>(p.master) + first,
+              kernels::adam_step(ctx, op.stream(), op.ptr<float>(p.master) + mfirst,
                                  op.ptr<kernels::bf16>(p.grad) + first, op.ptr<float>(p.m[c]), op.ptr<float>(p.v[c]),
                                  op.ptr<kernels::bf16>(p.value) + first, n, warmed, step);
             },
             [&](const host_access& x) {
-              kernels::cpu_adam_step(x.ptr<float>(p.master) + first, x.ptr<kernels::bf16>(p.grad) + first,
+              kernels::cpu_adam_step(x.ptr<float>(p.master) + mfirst, x.ptr<kernels::bf16>(p.grad) + first,
                                      x.ptr<float>(p.m[c]), x.ptr<float>(p.v[c]), x.ptr<kernels::bf16>(p.value) + first,
                                      n, warmed, step);
             },

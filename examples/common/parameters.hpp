@@ -5,11 +5,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "kernels/adam.hpp"
 #include "examples/common/precision.hpp"
+#include "examples/common/shares.hpp"
 #include "kernels/context.hpp"
 #include "offload/swap_policy.hpp"
 
@@ -29,8 +31,13 @@ struct parameter {
   tensor_handle value;   ///< the weights the passes read: fp32, or bf16 (Note [Mixed precision])
   tensor_handle grad;    ///< in the same format as value
   tensor_handle master;  ///< bf16 only: the fp32 master weights Adam updates (none in fp32)
-  std::vector<tensor_handle> m;  ///< Adam moments, chunk by chunk
+  std::vector<tensor_handle> m;  ///< Adam moments, chunk by chunk (of this rank's shard)
   std::vector<tensor_handle> v;
+  /// This rank's shard of the elements, whose optimizer state (moments, master) it owns
+  /// (ZeRO): all of them outside a data-parallel job.
+  std::size_t shard_first = 0;
+  std::size_t shard_count = 0;
+  tensor_handle grad_sum;  ///< with micro-batches or ranks: the fp32 sum of their gradients
 };
 
 /// Steps over which the learning rate rises linearly to its full value. Adam's first steps move
@@ -57,7 +64,8 @@ inline constexpr std::size_t moment_chunk = std::size_t{1} << 20;
 
 class parameter_set {
  public:
-  explicit parameter_set(precision p = precision::fp32) : prec_(p) {}
+  explicit parameter_set(precision p = precision::fp32, batch_shares shares = {})
+      : prec_(p), shares_(std::move(shares)) {}
 
   /// Registers `name` (with `initial.size()` elements), its gradient "<name>.grad" and its Adam
   /// state "<name>.adam_m", "<name>.adam_v" (fp32 zeros; with ".<chunk>" appended when chunked)
@@ -82,12 +90,27 @@ class parameter_set {
   /// op; a negative or non-finite one is a usage_error.
   void clip_grad_norm(Session& s, kernels::kernel_context& ctx, float max_norm) const;
 
+  /// One training step over the shares of its batch (Note [Micro-batches] in
+  /// parameters_shared.cpp): `pass(mb)` runs micro-batch mb's forward and backward pass (the
+  /// whole batch when there are no shares), `read_loss()` reads its mean loss; then the
+  /// gradients are summed and reduced, clipped (`clip_norm` > 0, whole batches only), and Adam
+  /// updates this rank's shard, which is then shared. Returns the step's mean loss.
+  float train_step(Session& s, kernels::kernel_context& ctx, std::int64_t step, const std::function<void(int)>& pass,
+                   const std::function<float()>& read_loss, const kernels::adam_config& config, float clip_norm) const;
+
+  [[nodiscard]] const batch_shares& shares() const noexcept { return shares_; }
   [[nodiscard]] std::uint64_t count() const noexcept { return total_; }
   [[nodiscard]] precision format() const noexcept { return prec_; }
   [[nodiscard]] const std::vector<parameter>& all() const noexcept { return params_; }
 
  private:
+  void zero_gradients(Session& s) const;
+  void add_micro_batch(Session& s, kernels::kernel_context& ctx, int local_index) const;
+  void reduce_gradients(Session& s, kernels::kernel_context& ctx) const;
+  void gather_parameters(Session& s) const;
+
   precision prec_;
+  batch_shares shares_;
   std::vector<parameter> params_;
   std::uint64_t total_ = 0;
 };

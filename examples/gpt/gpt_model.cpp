@@ -55,8 +55,10 @@ struct block_acts {
 template <class Elem>
 class gpt_model final : public model {
  public:
-  gpt_model(const gpt_shape& shape, std::uint64_t seed, std::shared_ptr<const std::string> corpus)
-      : sh_(shape), seed_(seed), corpus_(std::move(corpus)) {
+  gpt_model(const gpt_shape& shape, std::uint64_t seed, std::shared_ptr<const std::string> corpus,
+            const batch_shares& shares)
+      : sh_(shape), seed_(seed), corpus_(std::move(corpus)),
+        params_(std::is_same_v<Elem, k::bf16> ? precision::bf16 : precision::fp32, shares) {
     if (sh_.heads <= 0 || sh_.channels % sh_.heads != 0)
       throw config_error("gpt shape: channels " + std::to_string(sh_.channels) + " must be a multiple of heads " +
                          std::to_string(sh_.heads));
@@ -98,6 +100,7 @@ class gpt_model final : public model {
   }
 
   float train_step(Session& s, std::int64_t step) override;
+  void pass(Session& s, std::int64_t step, int micro_batch);
 
   [[nodiscard]] std::uint64_t parameter_count() const override { return params_.count(); }
   [[nodiscard]] std::string describe() const override {
@@ -109,13 +112,13 @@ class gpt_model final : public model {
   }
 
  private:
-  void load_batch(std::int64_t step);
+  void load_batch(std::int64_t step, int micro_batch);
 
   gpt_shape sh_;
   std::uint64_t seed_;
   std::shared_ptr<const std::string> corpus_;
   std::unique_ptr<k::kernel_context> ctx_;
-  parameter_set params_{std::is_same_v<Elem, k::bf16> ? precision::bf16 : precision::fp32};
+  parameter_set params_;
   loss_value loss_;
   parameter wte_, wpe_, lnf_g_, lnf_b_;
   std::vector<block_params> blocks_;
@@ -124,13 +127,17 @@ class gpt_model final : public model {
 };
 
 template <class Elem>
-void gpt_model<Elem>::load_batch(std::int64_t step) {
+void gpt_model<Elem>::load_batch(std::int64_t step, int micro_batch) {
   const std::size_t bt = static_cast<std::size_t>(sh_.batch) * static_cast<std::size_t>(sh_.seq);
   batch_.assign(3 * bt, 0);
   rng r(seed_, 2, static_cast<std::uint64_t>(step));
   const std::size_t starts = corpus_->size() - static_cast<std::size_t>(sh_.seq) - 1;
-  for (int b = 0; b < sh_.batch; ++b) {
+  // The step's whole batch is drawn; this micro-batch keeps its rows (Note [Micro-batches]).
+  const int first_row = micro_batch * sh_.batch;
+  for (int g = 0; g < sh_.batch * params_.shares().count; ++g) {
     const std::size_t off = r.below(starts + 1);
+    const int b = g - first_row;
+    if (b < 0 || b >= sh_.batch) continue;
     for (int t = 0; t < sh_.seq; ++t) {
       const std::size_t i = static_cast<std::size_t>(b) * static_cast<std::size_t>(sh_.seq) + static_cast<std::size_t>(t);
       batch_[i] = static_cast<unsigned char>((*corpus_)[off + static_cast<std::size_t>(t)]);
@@ -142,6 +149,13 @@ void gpt_model<Elem>::load_batch(std::int64_t step) {
 
 template <class Elem>
 float gpt_model<Elem>::train_step(Session& s, std::int64_t step) {
+  return params_.train_step(
+      s, *ctx_, step + 1, [&](int mb) { pass(s, step, mb); }, [&] { return loss_.read(s); },
+      k::adam_config{1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f}, sh_.clip_grad_norm);
+}
+
+template <class Elem>
+void gpt_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
   const int B = sh_.batch, T = sh_.seq, C = sh_.channels, H = sh_.heads, V = sh_.vocab, L = sh_.layers;
   const int BT = B * T;
   const std::uint64_t bt = static_cast<std::uint64_t>(BT);
@@ -159,7 +173,7 @@ float gpt_model<Elem>::train_step(Session& s, std::int64_t step) {
   const std::size_t attention_ws = half ? k::attention_bf16_workspace_bytes(ctx, {B, T, C, H}) : 0;
 
   // ---- batch ----
-  load_batch(step);
+  load_batch(step, micro_batch);
   auto tokens = s.add_transient("tokens", bt * i32);
   auto targets = s.add_transient("targets", bt * i32);
   auto positions = s.add_transient("positions", bt * i32);
@@ -379,20 +393,14 @@ float gpt_model<Elem>::train_step(Session& s, std::int64_t step) {
                           op.ptr<Elem>(wpe_.grad), BT, T, C, /*accumulate=*/false);
   }
   for (auto t : {tokens, positions, dres}) s.release(t);
-
-  // ---- optimizer ----
-  params_.clip_grad_norm(s, ctx, sh_.clip_grad_norm);
-  params_.adam_step(s, ctx, k::adam_config{1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f}, step + 1);
-
-  return loss_.read(s);
 }
 
 }  // namespace
 
 std::unique_ptr<model> make_gpt(const gpt_shape& shape, std::uint64_t seed, std::shared_ptr<const std::string> corpus,
-                                precision p) {
-  if (p == precision::bf16) return std::make_unique<gpt_model<k::bf16>>(shape, seed, std::move(corpus));
-  return std::make_unique<gpt_model<float>>(shape, seed, std::move(corpus));
+                                precision p, const batch_shares& shares) {
+  if (p == precision::bf16) return std::make_unique<gpt_model<k::bf16>>(shape, seed, std::move(corpus), shares);
+  return std::make_unique<gpt_model<float>>(shape, seed, std::move(corpus), shares);
 }
 
 std::unique_ptr<model> make_gpt(const example_options& o) {
@@ -400,7 +408,9 @@ std::unique_ptr<model> make_gpt(const example_options& o) {
   shape.clip_grad_norm = static_cast<float>(o.clip_grad_norm);
   auto corpus = std::make_shared<const std::string>(
       o.data.empty() ? generate_corpus(o.seed, 64 * 1024) : load_corpus(o.data, static_cast<std::size_t>(shape.seq) + 2));
-  return make_gpt(shape, o.seed, std::move(corpus), o.prec);
+  const batch_shares shares = batch_shares::from(o);
+  shape.batch = shares.micro_batch(shape.batch);
+  return make_gpt(shape, o.seed, std::move(corpus), o.prec, shares);
 }
 
 run_result run_gpt(const example_options& o, const step_observer& on_step) {

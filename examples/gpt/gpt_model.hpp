@@ -7,6 +7,7 @@
 #include <string>
 
 #include "examples/common/options.hpp"
+#include "examples/common/shares.hpp"
 #include "examples/common/trainer.hpp"
 
 namespace spillway::examples {
@@ -29,7 +30,8 @@ struct gpt_shape {
 [[nodiscard]] std::unique_ptr<model> make_gpt(const example_options& o);
 [[nodiscard]] std::unique_ptr<model> make_gpt(const gpt_shape& shape, std::uint64_t seed,
                                               std::shared_ptr<const std::string> corpus,
-                                              precision p = precision::fp32);
+                                              precision p = precision::fp32,
+                                              const batch_shares& shares = {});
 
 /// Trains make_gpt(o) with train().
 run_result run_gpt(const example_options& o, const step_observer& on_step = {});

@@ -37,7 +37,8 @@ namespace {
 template <class Elem>
 class mlp_model final : public model {
  public:
-  mlp_model(const mlp_shape& shape, std::uint64_t seed) : sh_(shape), seed_(seed) {
+  mlp_model(const mlp_shape& shape, std::uint64_t seed, const batch_shares& shares)
+      : sh_(shape), seed_(seed), params_(std::is_same_v<Elem, k::bf16> ? precision::bf16 : precision::fp32, shares) {
     if (sh_.depth < 1 || sh_.width <= 0 || sh_.classes <= 1)
       throw config_error("mlp shape: depth " + std::to_string(sh_.depth) + ", width " + std::to_string(sh_.width) +
                          ", classes " + std::to_string(sh_.classes) + "; needs depth >= 1, width >= 1, classes >= 2");
@@ -75,13 +76,14 @@ class mlp_model final : public model {
   }
 
  private:
-  void make_batch(std::int64_t step);
+  void make_batch(std::int64_t step, int micro_batch);
+  void pass(Session& s, std::int64_t step, int micro_batch);
 
   mlp_shape sh_;
   std::uint64_t seed_;
   std::vector<float> teacher_w1_, teacher_w2_;
   std::unique_ptr<k::kernel_context> ctx_;
-  parameter_set params_{std::is_same_v<Elem, k::bf16> ? precision::bf16 : precision::fp32};
+  parameter_set params_;
   loss_value loss_;
   std::vector<parameter> weights_, biases_;
   parameter head_w_, head_b_;
@@ -92,8 +94,10 @@ class mlp_model final : public model {
 };
 
 template <class Elem>
-void mlp_model<Elem>::make_batch(std::int64_t step) {
-  const std::size_t B = static_cast<std::size_t>(sh_.batch), I = static_cast<std::size_t>(sh_.inputs);
+void mlp_model<Elem>::make_batch(std::int64_t step, int micro_batch) {
+  // The step's whole batch, of which this micro-batch keeps its share (Note [Micro-batches]).
+  const auto shares = static_cast<std::size_t>(params_.shares().count);
+  const std::size_t B = static_cast<std::size_t>(sh_.batch) * shares, I = static_cast<std::size_t>(sh_.inputs);
   const std::size_t Hd = static_cast<std::size_t>(sh_.teacher_hidden), Cl = static_cast<std::size_t>(sh_.classes);
   rng r(seed_, 12, static_cast<std::uint64_t>(step));
   inputs_ = normal_values(r, B * I, 1.0);
@@ -116,10 +120,23 @@ void mlp_model<Elem>::make_batch(std::int64_t step) {
       }
     }
   }
+  if (shares == 1) return;
+  const std::size_t mb = static_cast<std::size_t>(micro_batch), b = static_cast<std::size_t>(sh_.batch);
+  inputs_ = std::vector<float>(inputs_.begin() + static_cast<std::ptrdiff_t>(mb * b * I),
+                               inputs_.begin() + static_cast<std::ptrdiff_t>((mb + 1) * b * I));
+  labels_ = std::vector<std::int32_t>(labels_.begin() + static_cast<std::ptrdiff_t>(mb * b),
+                                      labels_.begin() + static_cast<std::ptrdiff_t>((mb + 1) * b));
 }
 
 template <class Elem>
 float mlp_model<Elem>::train_step(Session& s, std::int64_t step) {
+  return params_.train_step(
+      s, *ctx_, step + 1, [&](int mb) { pass(s, step, mb); }, [&] { return loss_.read(s); },
+      k::adam_config{sh_.lr, 0.9f, 0.999f, 1e-8f, 0.0f}, sh_.clip_grad_norm);
+}
+
+template <class Elem>
+void mlp_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
   const int B = sh_.batch, W = sh_.width, D = sh_.depth, Cl = sh_.classes;
   const std::uint64_t b = static_cast<std::uint64_t>(B);
   constexpr std::uint64_t et = sizeof(Elem);  // bytes of a weight, activation or gradient element
@@ -127,7 +144,7 @@ float mlp_model<Elem>::train_step(Session& s, std::int64_t step) {
   const double db = B, dw = W;
   k::kernel_context& ctx = *ctx_;
 
-  make_batch(step);
+  make_batch(step, micro_batch);
   inputs_stored_.resize(inputs_.size());
   for (std::size_t i = 0; i < inputs_.size(); ++i) inputs_stored_[i] = k::store_as<Elem>(inputs_[i]);
   auto x = s.add_transient("inputs", b * static_cast<std::uint64_t>(sh_.inputs) * et);
@@ -236,24 +253,21 @@ float mlp_model<Elem>::train_step(Session& s, std::int64_t step) {
     }
   }
   s.release(x);
-
-  params_.clip_grad_norm(s, ctx, sh_.clip_grad_norm);
-  params_.adam_step(s, ctx, k::adam_config{sh_.lr, 0.9f, 0.999f, 1e-8f, 0.0f}, step + 1);
-
-  return loss_.read(s);
 }
 
 }  // namespace
 
-std::unique_ptr<model> make_mlp(const mlp_shape& shape, std::uint64_t seed, precision p) {
-  if (p == precision::bf16) return std::make_unique<mlp_model<k::bf16>>(shape, seed);
-  return std::make_unique<mlp_model<float>>(shape, seed);
+std::unique_ptr<model> make_mlp(const mlp_shape& shape, std::uint64_t seed, precision p, const batch_shares& shares) {
+  if (p == precision::bf16) return std::make_unique<mlp_model<k::bf16>>(shape, seed, shares);
+  return std::make_unique<mlp_model<float>>(shape, seed, shares);
 }
 
 std::unique_ptr<model> make_mlp(const example_options& o) {
   mlp_shape shape = mlp_preset(o.size);
   shape.clip_grad_norm = static_cast<float>(o.clip_grad_norm);
-  return make_mlp(shape, o.seed, o.prec);
+  const batch_shares shares = batch_shares::from(o);
+  shape.batch = shares.micro_batch(shape.batch);
+  return make_mlp(shape, o.seed, o.prec, shares);
 }
 
 run_result run_mlp(const example_options& o, const step_observer& on_step) {

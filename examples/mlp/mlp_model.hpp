@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "examples/common/options.hpp"
+#include "examples/common/shares.hpp"
 #include "examples/common/trainer.hpp"
 
 namespace spillway::examples {
@@ -22,7 +23,8 @@ struct mlp_shape {
 
 [[nodiscard]] mlp_shape mlp_preset(preset p);
 [[nodiscard]] std::unique_ptr<model> make_mlp(const mlp_shape& shape, std::uint64_t seed,
-                                              precision p = precision::fp32);
+                                              precision p = precision::fp32,
+                                              const batch_shares& shares = {});
 [[nodiscard]] std::unique_ptr<model> make_mlp(const example_options& o);
 run_result run_mlp(const example_options& o, const step_observer& on_step = {});
 

@@ -1,0 +1,147 @@
+// A training step over the shares of a batch: micro-batches in one process, or one per rank of
+// a data-parallel job with the optimizer state sharded (ZeRO stage 1 or 2).
+#include <algorithm>
+#include <vector>
+
+#include "device/error.hpp"
+#include "examples/common/device_io.hpp"
+#include "examples/common/parameters.hpp"
+#include "kernels/elementwise.hpp"
+
+namespace spillway::examples {
+
+// Note [Micro-batches]
+// A step's batch may be split into N equal micro-batches (--micro-batches N in one process, or
+// one per rank under --data-parallel on N ranks). Each micro-batch's forward and backward pass
+// leaves its gradient in the parameters' gradient tensors, computed from zero (the first by the
+// Session's zero-fill, later ones after an explicit zeroing op); the harness then adds it into
+// "<name>.grad_sum" in fp32 (the first copied, widened from bf16), so the sum is
+// ((g_0 + g_1) + g_2) + ... in micro-batch order. On ranks, each rank holds one micro-batch's
+// gradient and the communicator sums them in rank order (Note [Fixed-order reductions] in
+// comm/communicator.hpp): the same additions, so the same bits. The sum times 1/N, rounded to
+// the gradient's format, is what Adam reads; each rank updates only its shard of the elements
+// (shard_range), with moments (and, in bf16, the fp32 master) for that shard alone, and the
+// updated weights are then gathered by every rank. Adam is element by element, so a shard's
+// update is the same bits as the whole one. The step's loss is the micro-batches' mean losses
+// added in order, over N. So N ranks give the losses of one process with --micro-batches N, bit
+// for bit, under every policy, and any run gives the same losses again.
+
+float parameter_set::train_step(Session& s, kernels::kernel_context& ctx, std::int64_t step,
+                                const std::function<void(int)>& pass, const std::function<float()>& read_loss,
+                                const kernels::adam_config& config, float clip_norm) const {
+  if (shares_.count == 1) {
+    pass(0);
+    clip_grad_norm(s, ctx, clip_norm);
+    adam_step(s, ctx, config, step);
+    return read_loss();
+  }
+  SPILLWAY_EXPECTS_T(usage_error, clip_norm == 0.0f,
+                     "gradient clipping over micro-batches or ranks is not supported; give a clip norm of 0");
+  std::vector<float> losses(static_cast<std::size_t>(shares_.count), 0.0f);
+  for (int i = 0; i < shares_.local; ++i) {
+    if (i > 0) zero_gradients(s);
+    pass(shares_.first + i);
+    losses[static_cast<std::size_t>(shares_.first + i)] = read_loss();
+    add_micro_batch(s, ctx, i);
+  }
+  reduce_gradients(s, ctx);
+  adam_step(s, ctx, config, step);
+  gather_parameters(s);
+  if (shares_.comm) shares_.comm->all_gather(&losses[static_cast<std::size_t>(shares_.first)], losses.data(),
+                                             losses.size(), sizeof(float));
+  float total = losses[0];
+  for (std::size_t i = 1; i < losses.size(); ++i) total += losses[i];
+  return total / static_cast<float>(shares_.count);
+}
+
+void parameter_set::zero_gradients(Session& s) const {
+  for (const auto& p : params_) {
+    auto op = s.op(p.name + ".grad.zero", {}, {p.grad});
+    op.device().memset_async(op.ptr(p.grad), 0, p.count * element_bytes(prec_), op.stream());
+  }
+}
+
+void parameter_set::add_micro_batch(Session& s, kernels::kernel_context& ctx, int local_index) const {
+  const bool half = prec_ == precision::bf16;
+  for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
+    const parameter& p = *it;
+    const double flops = static_cast<double>(p.count);
+    if (local_index == 0) {
+      auto op = s.op(p.name + ".grad.sum", {p.grad}, {p.grad_sum}, flops);
+      if (half)
+        kernels::convert(ctx, op.stream(), op.ptr<kernels::bf16>(p.grad), op.ptr<float>(p.grad_sum), p.count);
+      else
+        op.device().copy_async(op.ptr(p.grad_sum), op.ptr(p.grad), p.count * sizeof(float), copy_kind::device_to_device,
+                               op.stream());
+      continue;
+    }
+    if (!half) {
+      auto op = s.op(p.name + ".grad.sum", {p.grad, p.grad_sum}, {p.grad_sum}, flops);
+      kernels::add(ctx, op.stream(), op.ptr<float>(p.grad_sum), op.ptr<float>(p.grad), op.ptr<float>(p.grad_sum), p.count);
+      continue;
+    }
+    const op_workspace wide(s, p.name + ".grad.widened", p.count * sizeof(float));
+    {
+      auto op = s.op(p.name + ".grad.sum", {p.grad, p.grad_sum}, {p.grad_sum, wide.handle()}, flops);
+      kernels::convert(ctx, op.stream(), op.ptr<kernels::bf16>(p.grad), op.ptr<float>(wide.handle()), p.count);
+      kernels::add(ctx, op.stream(), op.ptr<float>(p.grad_sum), op.ptr<float>(wide.handle()), op.ptr<float>(p.grad_sum),
+                   p.count);
+    }
+    wide.release(s);
+  }
+}
+
+void parameter_set::reduce_gradients(Session& s, kernels::kernel_context& ctx) const {
+  const float inv = 1.0f / static_cast<float>(shares_.count);
+  const bool half = prec_ == precision::bf16;
+  for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
+    const parameter& p = *it;
+    if (shares_.comm) {
+      // Host code over the sum (op.run): the communicator works on host memory.
+      const auto& comm = shares_.comm;
+      if (shares_.zero == 1) {
+        auto op = s.op(p.name + ".grad.all_reduce", {p.grad_sum}, {p.grad_sum});
+        op.run([&](const host_access& h) { comm->all_reduce_sum(h.ptr<float>(p.grad_sum), p.count); });
+      } else {
+        auto op = s.op(p.name + ".grad.reduce_scatter", {p.grad_sum}, {p.grad_sum});
+        op.run([&](const host_access& h) {
+          std::vector<float> shard(p.shard_count);
+          comm->reduce_scatter_sum(h.ptr<float>(p.grad_sum), shard.data(), p.count);
+          std::copy(shard.begin(), shard.end(), h.ptr<float>(p.grad_sum) + p.shard_first);
+        });
+      }
+    }
+    if (p.shard_count == 0) continue;
+    // The shard Adam reads: the sum over N, in the gradient's format.
+    if (!half) {
+      auto op = s.op(p.name + ".grad.mean", {p.grad_sum}, {p.grad}, static_cast<double>(p.shard_count));
+      kernels::scale(ctx, op.stream(), op.ptr<float>(p.grad_sum) + p.shard_first, inv, op.ptr<float>(p.grad) + p.shard_first,
+                     p.shard_count);
+      continue;
+    }
+    const op_workspace scaled(s, p.name + ".grad.scaled", p.shard_count * sizeof(float));
+    {
+      auto op = s.op(p.name + ".grad.mean", {p.grad_sum}, {p.grad, scaled.handle()}, static_cast<double>(p.shard_count));
+      kernels::scale(ctx, op.stream(), op.ptr<float>(p.grad_sum) + p.shard_first, inv, op.ptr<float>(scaled.handle()),
+                     p.shard_count);
+      kernels::convert(ctx, op.stream(), op.ptr<float>(scaled.handle()), op.ptr<kernels::bf16>(p.grad) + p.shard_first,
+                       p.shard_count);
+    }
+    scaled.release(s);
+  }
+}
+
+void parameter_set::gather_parameters(Session& s) const {
+  if (!shares_.comm) return;
+  const std::size_t elem = element_bytes(prec_);
+  for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
+    const parameter& p = *it;
+    auto op = s.op(p.name + ".all_gather", {p.value}, {p.value});
+    op.run([&](const host_access& h) {
+      auto* bytes = h.ptr<std::byte>(p.value);
+      shares_.comm->all_gather(bytes + p.shard_first * elem, bytes, p.count, elem);
+    });
+  }
+}
+
+}  // namespace spillway::examples

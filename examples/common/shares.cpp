@@ -1,0 +1,32 @@
+// batch_shares: micro-batches and ranks.
+#include "examples/common/shares.hpp"
+
+#include <string>
+
+#include "device/error.hpp"
+
+namespace spillway::examples {
+
+batch_shares batch_shares::from(const example_options& o) {
+  batch_shares s;
+  s.zero = o.zero;
+  if (o.data_parallel) {
+    s.comm = comm::communicator::world();
+    s.count = s.comm->size();
+    s.first = s.comm->rank();
+    s.local = 1;
+    return s;
+  }
+  s.count = o.micro_batches;
+  s.local = o.micro_batches;
+  return s;
+}
+
+int batch_shares::micro_batch(int batch) const {
+  if (count < 1 || batch % count != 0)
+    throw config_error("the batch of " + std::to_string(batch) + " does not split into " + std::to_string(count) +
+                       (comm ? " ranks" : " micro-batches") + "; give a count that divides it");
+  return batch / count;
+}
+
+}  // namespace spillway::examples

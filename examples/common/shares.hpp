@@ -1,0 +1,28 @@
+// How a step's batch is shared out (Note [Micro-batches] in parameters_shared.cpp): one whole
+// batch, micro-batches in one process, or one micro-batch per rank of a data-parallel job.
+#pragma once
+
+#include <memory>
+
+#include "comm/communicator.hpp"
+#include "examples/common/options.hpp"
+
+namespace spillway::examples {
+
+struct batch_shares {
+  int count = 1;  ///< micro-batches each step's batch is split into, over every process
+  int first = 0;  ///< this process's first micro-batch
+  int local = 1;  ///< micro-batches this process runs
+  int zero = 2;   ///< ZeRO stage of a data-parallel job (1 or 2)
+  std::shared_ptr<comm::communicator> comm;  ///< the ranks of a data-parallel job, else null
+
+  /// --micro-batches N: N in this process; --data-parallel: one per rank of the job (the
+  /// communicator of every process, comm::communicator::world()).
+  static batch_shares from(const example_options& o);
+  [[nodiscard]] int ranks() const noexcept { return comm ? comm->size() : 1; }
+  [[nodiscard]] int rank() const noexcept { return comm ? comm->rank() : 0; }
+  /// The batch of one micro-batch: `batch` / count; config_error when count does not divide it.
+  [[nodiscard]] int micro_batch(int batch) const;
+};
+
+}  // namespace spillway::examples

@@ -1,0 +1,62 @@
+// Data parallel across ranks (--data-parallel), run under mpirun -np 2: each example, in fp32 and
+// bf16, with ZeRO stage 1 and 2 and under several policies and per-rank budgets (down to 1/4 of
+// the one-process footprint), trains to the losses of one process with --micro-batches 2, bit for
+// bit, and again on a second run (Note [Micro-batches]). Every rank runs the same runs in the same
+// order (their collectives meet) and checks its own losses; the single-process references are
+// computed by each rank alone.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "comm/communicator.hpp"
+#include "examples/common/report.hpp"
+#include "example_runs.hpp"
+
+namespace spillway::examples {
+namespace {
+
+using testing::losses_text;
+
+example_options options(const std::string& policy, std::uint64_t budget, precision p) {
+  example_options o = testing::tiny_options(policy, budget);
+  o.prec = p;
+  return o;
+}
+
+TEST(data_parallel, ranks_give_the_losses_of_one_process_with_as_many_micro_batches) {
+  const auto world = comm::communicator::world();
+  if (world->size() < 2) GTEST_SKIP() << "run under mpirun -np 2 (a world of " << world->size() << ")";
+  const int ranks = world->size();
+  int runs = 0;
+  for (const char* example : {"gpt", "mlp", "cnn"}) {
+    for (const precision prec : {precision::fp32, precision::bf16}) {
+      const run_result whole = testing::run_example(example, options("none", 0, prec));
+      example_options ref_o = options("none", 0, prec);
+      ref_o.micro_batches = ranks;
+      const run_result ref = testing::run_example(example, ref_o);
+      for (const int zero : {1, 2}) {
+        for (const char* policy : {"none", "lms", "auto", "checkpoint"}) {
+          example_options o = options(policy, 0, prec);
+          o.data_parallel = true;
+          o.zero = zero;
+          const bool quarter = std::string(policy) != "none";
+          if (quarter) o.device_budget = whole.footprint_bytes / 4;  // per rank: 1/4 of one process's footprint
+          const run_result r = testing::run_example(example, o);
+          ++runs;
+          EXPECT_EQ(losses_text(r), losses_text(ref))
+              << example << " zero " << zero << " " << policy << " rank " << world->rank();
+          if (quarter) EXPECT_LE(r.peak_device_bytes, o.device_budget) << example << " " << policy;
+        }
+      }
+      example_options again = options("lms", 0, prec);
+      again.data_parallel = true;
+      EXPECT_EQ(losses_text(testing::run_example(example, again)), losses_text(ref)) << example << " run again";
+    }
+  }
+  EXPECT_EQ(runs, 3 * 2 * 2 * 4);
+}
+
+}  // namespace
+}  // namespace spillway::examples
