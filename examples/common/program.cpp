@@ -10,6 +10,7 @@
 #include "device/log.hpp"
 #include "examples/common/flags.hpp"
 #include "examples/common/report.hpp"
+#include "examples/common/shares.hpp"
 
 namespace spillway::examples {
 
@@ -44,10 +45,12 @@ int run_program(int argc, char** argv, const program_spec& spec) {
   } catch (const spillway::error& e) {
     std::cout.flush();
     std::cerr << spec.name << ": " << e.what() << "\n";
+    end_data_parallel_job(2);  // the other ranks would wait for this one
     return 2;
   } catch (const std::exception& e) {
     std::cout.flush();
     std::cerr << spec.name << ": unexpected error: " << e.what() << "\n";
+    end_data_parallel_job(2);
     return 2;
   }
 }

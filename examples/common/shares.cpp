@@ -7,11 +7,23 @@
 
 namespace spillway::examples {
 
+namespace {
+std::weak_ptr<comm::communicator>& job_world() {
+  static std::weak_ptr<comm::communicator> w;
+  return w;
+}
+}  // namespace
+
+void end_data_parallel_job(int code) {
+  if (const auto c = job_world().lock(); c && c->size() > 1) c->abort(code);
+}
+
 batch_shares batch_shares::from(const example_options& o) {
   batch_shares s;
   s.zero = o.zero;
   if (o.data_parallel) {
     s.comm = comm::communicator::world();
+    job_world() = s.comm;
     s.count = s.comm->size();
     s.first = s.comm->rank();
     s.local = 1;

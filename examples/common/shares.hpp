@@ -25,4 +25,9 @@ struct batch_shares {
   [[nodiscard]] int micro_batch(int batch) const;
 };
 
+/// After an error in a data-parallel job: ends the whole job with `code` (the communicator's
+/// abort, MPI_Abort) so that no rank waits for this one, nor this one for MPI's finalisation; a
+/// no-op outside one (a program of one process returns its code as usual).
+void end_data_parallel_job(int code);
+
 }  // namespace spillway::examples

@@ -1,6 +1,6 @@
 // Data parallel across ranks (--data-parallel), run under mpirun -np 2: each example, in fp32 and
-// bf16, with ZeRO stage 1 and 2 and under several policies and per-rank budgets (down to 1/4 of
-// the one-process footprint), trains to the losses of one process with --micro-batches 2, bit for
+// bf16, with ZeRO stage 2 under every policy and stage 1 under none and auto (each but none at a
+// per-rank budget of 1/4 of the one-process footprint), trains to the losses of one process with --micro-batches 2, bit for
 // bit, and again on a second run (Note [Micro-batches]). Every rank runs the same runs in the same
 // order (their collectives meet) and checks its own losses; the single-process references are
 // computed by each rank alone.
@@ -37,7 +37,8 @@ TEST(data_parallel, ranks_give_the_losses_of_one_process_with_as_many_micro_batc
       ref_o.micro_batches = ranks;
       const run_result ref = testing::run_example(example, ref_o);
       for (const int zero : {1, 2}) {
-        for (const char* policy : {"none", "lms", "auto", "checkpoint"}) {
+        for (const char* policy : {"none", "lms", "vdnn", "auto", "checkpoint", "capuchin", "zero-offload"}) {
+          if (zero == 1 && std::string(policy) != "none" && std::string(policy) != "auto") continue;  // stage 2 takes them all
           example_options o = options(policy, 0, prec);
           o.data_parallel = true;
           o.zero = zero;
@@ -47,7 +48,10 @@ TEST(data_parallel, ranks_give_the_losses_of_one_process_with_as_many_micro_batc
           ++runs;
           EXPECT_EQ(losses_text(r), losses_text(ref))
               << example << " zero " << zero << " " << policy << " rank " << world->rank();
-          if (quarter) EXPECT_LE(r.peak_device_bytes, o.device_budget) << example << " " << policy;
+          // vdnn offloads what its rule says, whatever the budget (the simulator calls such plans infeasible).
+          if (quarter && std::string(policy) != "vdnn") {
+            EXPECT_LE(r.peak_device_bytes, o.device_budget) << example << " " << policy;
+          }
         }
       }
       example_options again = options("lms", 0, prec);
@@ -55,7 +59,7 @@ TEST(data_parallel, ranks_give_the_losses_of_one_process_with_as_many_micro_batc
       EXPECT_EQ(losses_text(testing::run_example(example, again)), losses_text(ref)) << example << " run again";
     }
   }
-  EXPECT_EQ(runs, 3 * 2 * 2 * 4);
+  EXPECT_EQ(runs, 3 * 2 * (2 + 7));
 }
 
 }  // namespace

@@ -195,8 +195,12 @@ TEST(DataParallel, BucketsAndPlacements) {
         }
       }
       for (tensor_id x = 0; x < t.tensors.size(); ++x) {
-        if (t.tensors[x].kind == tensor_kind::gradient) EXPECT_EQ(reduced[x], 1) << t.tensors[x].name;
-        if (t.tensors[x].kind == tensor_kind::parameter) EXPECT_EQ(gathered[x], 1) << t.tensors[x].name;
+        if (t.tensors[x].kind == tensor_kind::gradient) {
+          EXPECT_EQ(reduced[x], 1) << t.tensors[x].name;
+        }
+        if (t.tensors[x].kind == tensor_kind::parameter) {
+          EXPECT_EQ(gathered[x], 1) << t.tensors[x].name;
+        }
       }
       for (const auto& c : r.comm.collectives) {
         if (c.kind != collective_kind::all_gather) {
@@ -215,7 +219,9 @@ void expect_shards_written_before_read(const rank_trace& r) {
   for (const auto& op : r.t.ops) {
     for (tensor_id x : op.reads) {
       const auto& d = r.t.tensors[x];
-      if (d.kind == tensor_kind::gradient && d.name.ends_with(".shard")) EXPECT_TRUE(written[x]) << op.name << " reads " << d.name;
+      if (d.kind == tensor_kind::gradient && d.name.ends_with(".shard")) {
+        EXPECT_TRUE(written[x]) << op.name << " reads " << d.name;
+      }
     }
     for (tensor_id x : op.writes) written[x] = 1;
   }
@@ -545,7 +551,9 @@ TEST(RankPlanning, KeepsTheFastestFeasiblePlanOnTheNetwork) {
     // No policy's plan for the whole link does better.
     for (const auto& pol : o.policies) {
       const auto s = simulate(r.t, rep, make_planner(pol)->make_plan(r.t, rep, hw, budget), hw, so);
-      if (s.feasible()) EXPECT_LE(best.sim.step_seconds, s.step_seconds) << pol;
+      if (s.feasible()) {
+        EXPECT_LE(best.sim.step_seconds, s.step_seconds) << pol;
+      }
     }
   }
   const auto r = make_rank_trace(random_model(rng, false), {.ranks = 2});

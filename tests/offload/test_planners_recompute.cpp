@@ -182,7 +182,9 @@ TEST(PlannersRecompute, RandomTrainingTracesAndBudgets) {
       const auto p = make_planner(name)->make_plan(t, rep, hw, budget);
       ASSERT_NO_THROW(p.validate(t));
       const auto s = simulate(t, p, hw);
-      if (name == "auto") ASSERT_TRUE(s.feasible()) << s.violations[0];
+      if (name == "auto") {
+        ASSERT_TRUE(s.feasible()) << s.violations[0];
+      }
       if (s.feasible()) {
         EXPECT_EQ(logical_check(t, p), "");
         EXPECT_LE(s.peak_device_bytes, budget);

@@ -302,7 +302,9 @@ void round_trip(const session_config& cfg, const std::string& dir, bool nvme) {
     m.iterate(s);
     const auto& last = s.history().back();
     EXPECT_GT(last.d2h_bytes, 0u) << "every tensor stayed on the device: the test does not reach a tier";
-    if (nvme) EXPECT_GT(last.nvme_write_bytes, 0u) << "nothing went to the NVMe tier";
+    if (nvme) {
+      EXPECT_GT(last.nvme_write_bytes, 0u) << "nothing went to the NVMe tier";
+    }
     s.save(dir, "after 2");
     saved = m.expect;
     EXPECT_EQ(files_in(dir), std::set<std::string>{std::string(ck::file_name)});
@@ -476,7 +478,9 @@ TEST(SessionCheckpoint, SavesWhenAGradientWasDroppedAfterItsLastUse) {
   fresh.read(w2, back.data(), back.size());
   EXPECT_EQ(back, want);
   fresh.read(g2, back.data(), back.size());
-  if (dropped) EXPECT_EQ(back, std::vector<unsigned char>(back.size(), 0)) << "a dropped gradient is saved as zeros";
+  if (dropped) {
+    EXPECT_EQ(back, std::vector<unsigned char>(back.size(), 0)) << "a dropped gradient is saved as zeros";
+  }
   RecordProperty("gradient_dropped", dropped ? "yes" : "no");
 }
 

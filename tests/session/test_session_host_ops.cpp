@@ -225,10 +225,16 @@ TEST(SessionHostOps, EveryPolicyBudgetAndPlacementGivesThePlainLoopsBits) {
         EXPECT_EQ(last.host_ops, s.current_plan()->host_op_count()) << where;
         EXPECT_EQ(n.host, static_cast<int>(3 * s.current_plan()->host_op_count())) << where;
         host_runs += n.host;
-        if (std::string(host_ops) == "host") EXPECT_EQ(last.host_ops, static_cast<std::uint64_t>(layers)) << where;
+        if (std::string(host_ops) == "host") {
+          EXPECT_EQ(last.host_ops, static_cast<std::uint64_t>(layers)) << where;
+        }
         // Nothing missed where the device holds everything, or where auto judged the plan.
-        if (budget == 0 || std::string(policy) == "auto") EXPECT_EQ(last.on_demand_fetches, 0u) << where;
-        if (std::string(host_ops) == "device") EXPECT_EQ(last.host_ops, 0u) << where;
+        if (budget == 0 || std::string(policy) == "auto") {
+          EXPECT_EQ(last.on_demand_fetches, 0u) << where;
+        }
+        if (std::string(host_ops) == "device") {
+          EXPECT_EQ(last.host_ops, 0u) << where;
+        }
       }
     }
   }

@@ -120,7 +120,9 @@ TEST(SessionViews, PerViewOpsAtEveryPolicyAndABudgetBelowOneFlatBufferGiveThePla
       EXPECT_EQ(wrapped(s, 4, false), want) << policy << " at " << budget;
       if (budget != 0) {
         EXPECT_LE(s.history().back().peak_device_bytes, budget);
-        if (std::string(policy) != "none") EXPECT_GT(s.history().back().h2d_bytes, 0u) << policy;
+        if (std::string(policy) != "none") {
+          EXPECT_GT(s.history().back().h2d_bytes, 0u) << policy;
+        }
       }
     }
   }
