@@ -168,6 +168,13 @@ def train_section(out, steps, v):
                 f"{size(j['footprint_bytes'])}", figs)
         v.add(f"{ex} at 1/4: losses", "PASS" if row.get("losses_match") else "MISS",
               "identical to the resident run" if row.get("losses_match") else "DIFFER from the resident run")
+        host = next((r for r in j.get("rows", []) if r.get("policy") == "auto@host"
+                     and abs(r.get("budget_ratio", 0) - 0.25) < 1e-9 and not r.get("skipped")), None)
+        if host is not None:  # the Adam steps on the host CPU (host_ops = host)
+            ok = host.get("losses_match") and (host.get("host_ops") or 0) > 0
+            v.add(f"{ex} at 1/4, Adam on the host: losses", "PASS" if ok else "MISS",
+                  f"{host.get('host_ops', 0)} host ops, losses "
+                  + ("identical to the resident run" if host.get("losses_match") else "DIFFER from the resident run"))
     return section
 
 
