@@ -508,7 +508,8 @@ command_registration reg("plan", [](CLI::App& app, int& exit_code) {
   sub->add_option("--chrome-trace", a->chrome_file, "write the simulated timelines (Perfetto / chrome://tracing)")->check(writable_file);
   sub->add_flag("--report", a->report, "print the lifetime report of the trace");
   sub->add_option("--ranks", a->dp.ranks,
-                  "data parallel over N ranks (ZeRO; per-rank batch fixed): predict the step and the scaling efficiency");
+                  "data parallel over N ranks (ZeRO; per-rank batch fixed): predict the step and the scaling efficiency")
+      ->check(CLI::Range(1u, 1u << 20));
   sub->add_option("--ranks-per-node", a->dp.ranks_per_node, "with --ranks: ranks sharing one host (its CPU, memory, NVMe)");
   sub->add_option("--network", a->dp.network, "with --ranks: each rank's network, e.g. 400Gb/s, 50GB/s, unlimited (default: the profile's)");
   sub->add_option("--network-latency-us", a->dp.network_latency_us, "with --ranks: latency of one ring step (default: the profile's)");

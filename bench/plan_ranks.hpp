@@ -13,7 +13,7 @@ namespace spillway::bench {
 struct ranks_args {
   std::string name;                    ///< the model or trace file, for the rows
   std::vector<std::string> hw;         ///< profiles (default h200)
-  std::uint32_t ranks = 1;
+  std::uint32_t ranks = 0;             ///< 0: not given (plan one process)
   std::uint32_t ranks_per_node = 1;    ///< ranks sharing one host: its CPU, memory and NVMe split among them
   std::vector<std::string> budgets;
   std::vector<double> ratios;          ///< of the one-rank trace's peak live bytes (default 1/4)
