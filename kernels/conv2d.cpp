@@ -225,6 +225,8 @@ std::size_t conv2d_bf16_workspace_bytes(kernel_context& ctx, const conv2d_shape&
   check(shape, "conv2d_bf16_workspace_bytes");
 #if SPILLWAY_HAVE_CUDA
   if (ctx.is_cuda()) return detail::cuda_conv2d_workspace_bytes<bf16>(ctx, shape);
+#else
+  (void)ctx;
 #endif
   // The float32 copies are device memory (tensor-sized); the im2col columns stay the kernel's own.
   return scratch_bytes(sizes_of(shape));

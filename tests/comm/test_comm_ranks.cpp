@@ -212,7 +212,13 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   g_world = communicator::world({.timeout = std::chrono::seconds(20)});
   // meson's gtest protocol passes --gtest_output=xml:NAME.xml to every rank: rank 0 writes it.
-  if (g_world->rank() != 0) GTEST_FLAG_SET(output, "");
+  // InitGoogleTest has already made the XML writer from that flag (clearing the flag now would
+  // change nothing), so the other ranks take it out of the listeners: two ranks writing one file
+  // leave it unreadable to meson, which then stops the whole test run.
+  if (g_world->rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_xml_generator());
+  }
   // A watchdog: nothing here may hang, whatever breaks (mpirun ends the others when one exits).
   std::thread([rank = g_world->rank()] {
     std::this_thread::sleep_for(std::chrono::seconds(90));
