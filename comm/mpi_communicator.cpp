@@ -47,6 +47,11 @@ void ensure_mpi() {
     int provided = 0;
     const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS) throw comm_error("world: MPI_Init_thread failed (error " + std::to_string(rc) + ")");
+    // Collectives may come from a collective_stream's thread as well as the caller's, one at a time.
+    if (provided < MPI_THREAD_SERIALIZED)
+      throw comm_error("world: this MPI gives thread support level " + std::to_string(provided) +
+                       ", below MPI_THREAD_SERIALIZED, which Spillway needs (collectives run on a thread of their own); "
+                       "use an MPI built with thread support");
     // Ours, so ours to finalize: after main returns, before the C runtime goes.
     std::atexit([] {
       int fin = 0;

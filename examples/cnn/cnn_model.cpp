@@ -106,6 +106,7 @@ class cnn_model final : public model {
   void pass(Session& s, std::int64_t step, int micro_batch);
 
   [[nodiscard]] std::uint64_t parameter_count() const override { return params_.count(); }
+  [[nodiscard]] gradient_exchange::stats exchange_stats() const override { return params_.exchange_stats(); }
   [[nodiscard]] std::string describe() const override {
     std::string ch;
     for (int c : sh_.stage_channels) {
@@ -302,6 +303,8 @@ void cnn_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
                        op.ptr<Elem>(dfeat), op.ptr<Elem>(fc_w_.grad), op.ptr<Elem>(fc_b_.grad), B, C, Cl, false);
   }
   fc_bwd_ws.release(s);
+  params_.gradient_ready(s, ctx, fc_w_);
+  params_.gradient_ready(s, ctx, fc_b_);
   s.release(logits);
   s.release(feat);
   auto dres = s.add_transient("gap.dx", static_cast<std::uint64_t>(B) * C * final_plane_ * et);
@@ -332,6 +335,8 @@ void cnn_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
                            op.ptr<Elem>(blk.conv2.b.grad), false);
       }
       ws2.release(s);
+      params_.gradient_ready(s, ctx, blk.conv2.w);
+      params_.gradient_ready(s, ctx, blk.conv2.b);
       s.release(ba.y);
       auto d_in = s.add_transient(bn + "din", bytes);
       const op_workspace ws1(s, bn + "conv1.backward.workspace", blk.conv1.workspace);
@@ -346,6 +351,8 @@ void cnn_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
         k::add(ctx, op.stream(), op.ptr<Elem>(d_in), op.ptr<Elem>(dres), op.ptr<Elem>(d_in), bytes / et);
       }
       ws1.release(s);
+      params_.gradient_ready(s, ctx, blk.conv1.w);
+      params_.gradient_ready(s, ctx, blk.conv1.b);
       for (auto t : {da1, ba.a1, dres}) s.release(t);
       dres = d_in;
     }
@@ -366,6 +373,8 @@ void cnn_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
                            op.ptr<Elem>(st.widen.b.grad), false);
       }
       ws.release(s);
+      params_.gradient_ready(s, ctx, st.widen.w);
+      params_.gradient_ready(s, ctx, st.widen.b);
       s.release(dres);
       auto dx = s.add_transient(n + "pool.dx", static_cast<std::uint64_t>(B) * st.pool.channels * st.pool.height *
                                                    st.pool.width * et);
@@ -389,6 +398,8 @@ void cnn_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
                        op.ptr<Elem>(dres), nullptr, op.ptr<Elem>(stem_.w.grad), op.ptr<Elem>(stem_.b.grad), false);
   }
   stem_bwd_ws.release(s);
+  params_.gradient_ready(s, ctx, stem_.w);
+  params_.gradient_ready(s, ctx, stem_.b);
   for (auto t : {stem_out, images, dres}) s.release(t);
 }
 

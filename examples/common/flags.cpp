@@ -99,6 +99,11 @@ void add_common_flags(CLI::App& app, flag_values& v, bool with_data) {
                "train on this rank's share of each batch, gradients reduced across the ranks of mpirun -np N");
   app.add_option("--zero", v.zero, "with --data-parallel: ZeRO stage, 1 (all-reduce) or 2 (reduce-scatter)")
       ->capture_default_str();
+  app.add_option("--bucket-kib", v.bucket_kib,
+                 "with --data-parallel: reduce gradients in buckets of about this many KiB, each as soon as the "
+                 "backward pass has produced it")
+      ->type_name("KIB")
+      ->capture_default_str();
   if (with_data) app.add_option("--data", v.data, "text file to train on (bytes are the tokens)")->capture_default_str();
 }
 
@@ -118,6 +123,9 @@ example_options to_options(const flag_values& v) {
   o.micro_batches = v.micro_batches;
   o.data_parallel = v.data_parallel;
   o.zero = v.zero;
+  if (v.bucket_kib > (std::uint64_t{1} << 30))
+    throw config_error("--bucket-kib: " + std::to_string(v.bucket_kib) + " is not a bucket size; give 1 to 1073741824 KiB");
+  o.bucket_bytes = v.bucket_kib * 1024;
   o.validate();
   return o;
 }

@@ -96,6 +96,7 @@ struct flag_values {
   int micro_batches = 1;
   bool data_parallel = false;
   int zero = 2;
+  std::uint64_t bucket_kib = 1024;
 };
 
 /// Adds every session_config flag (add_config_flags), --budget-ratio, --steps, --seed, --preset,

@@ -132,6 +132,9 @@ void example_options::validate() const {
   if (micro_batches < 1 || micro_batches > 4096)
     throw config_error("--micro-batches: " + std::to_string(micro_batches) + " is not a count of micro-batches from 1 to 4096");
   if (zero != 1 && zero != 2) throw config_error("--zero: " + std::to_string(zero) + " is not a ZeRO stage; give 1 or 2");
+  if (bucket_bytes < 1024 || bucket_bytes > (std::uint64_t{1} << 40))
+    throw config_error("--bucket-kib: " + std::to_string(bucket_bytes / 1024) +
+                       " KiB is not a bucket size; give 1 to 1073741824 KiB (1 KiB to 1 TiB)");
   if (data_parallel && micro_batches > 1)
     throw config_error("--micro-batches and --data-parallel together: a rank trains on one micro-batch of each step; "
                        "give --micro-batches N alone for one process, or --data-parallel under mpirun -np N");

@@ -43,6 +43,10 @@ struct example_options : session_config {
   /// batch, the gradients reduced across ranks and the optimizer state sharded (ZeRO stage `zero`).
   bool data_parallel = false;
   int zero = 2;                          ///< --zero: 1 (gradients all-reduced) or 2 (reduce-scattered)
+  /// --bucket-kib: with --data-parallel, gradients are reduced in buckets of about this many
+  /// bytes, each queued as soon as the backward pass has produced it (Note [Overlapped gradient
+  /// exchange] in examples/common/gradient_exchange.hpp).
+  std::uint64_t bucket_bytes = std::uint64_t{1} << 20;
 
   /// session_config::validate, then the example's own settings; config_error naming the first
   /// bad one (by its flag or variable) and quoting its value. Checks the checkpoint folders

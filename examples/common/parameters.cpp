@@ -17,6 +17,7 @@ namespace spillway::examples {
 parameter parameter_set::add(Session& s, const std::string& name, const std::vector<float>& initial) {
   parameter p;
   p.name = name;
+  p.index = params_.size();
   p.count = initial.size();
   const std::uint64_t bytes = p.count * element_bytes(prec_);
   if (prec_ == precision::bf16) {
@@ -34,7 +35,7 @@ parameter parameter_set::add(Session& s, const std::string& name, const std::vec
   const auto [first, last] = comm::shard_range(p.count, shares_.ranks(), shares_.rank());
   p.shard_first = first;
   p.shard_count = last - first;
-  if (shares_.count > 1)
+  if (shares_.count > 1 && !shares_.comm)  // ranks sum in their reduction buffer instead
     p.grad_sum = s.add_persistent(name + ".grad_sum", p.count * sizeof(float), tensor_kind::gradient);
   const std::size_t chunks = std::max<std::size_t>(1, (p.shard_count + moment_chunk - 1) / moment_chunk);
   for (std::size_t c = 0; c < chunks; ++c) {

@@ -6,10 +6,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kernels/adam.hpp"
+#include "examples/common/gradient_exchange.hpp"
 #include "examples/common/precision.hpp"
 #include "examples/common/shares.hpp"
 #include "kernels/context.hpp"
@@ -27,6 +29,7 @@ namespace spillway::examples {
 // fits beside it. The update of every element is the same arithmetic, so results do not change.
 struct parameter {
   std::string name;
+  std::size_t index = 0;  ///< its place in the set, in registration order
   std::size_t count = 0;  ///< float elements
   tensor_handle value;   ///< the weights the passes read: fp32, or bf16 (Note [Mixed precision])
   tensor_handle grad;    ///< in the same format as value
@@ -37,7 +40,7 @@ struct parameter {
   /// (ZeRO): all of them outside a data-parallel job.
   std::size_t shard_first = 0;
   std::size_t shard_count = 0;
-  tensor_handle grad_sum;  ///< with micro-batches or ranks: the fp32 sum of their gradients
+  tensor_handle grad_sum;  ///< with micro-batches in one process: the fp32 sum of their gradients
 };
 
 /// Steps over which the learning rate rises linearly to its full value. Adam's first steps move
@@ -98,6 +101,16 @@ class parameter_set {
   float train_step(Session& s, kernels::kernel_context& ctx, std::int64_t step, const std::function<void(int)>& pass,
                    const std::function<float()>& read_loss, const kernels::adam_config& config, float clip_norm) const;
 
+  /// Called by a pass right after the op that last writes `p`'s gradient in its backward pass: in
+  /// a data-parallel job the gradient is staged and its bucket queued for the reduction over the
+  /// ranks while the pass goes on (Note [Overlapped gradient exchange]); elsewhere nothing. A
+  /// gradient not handed over is staged after the pass.
+  void gradient_ready(Session& s, kernels::kernel_context& ctx, const parameter& p) const;
+  /// The gradient exchange's counts over the steps so far (zeros outside a data-parallel job).
+  [[nodiscard]] gradient_exchange::stats exchange_stats() const noexcept {
+    return exchange_ ? exchange_->counts() : gradient_exchange::stats{};
+  }
+
   [[nodiscard]] const batch_shares& shares() const noexcept { return shares_; }
   [[nodiscard]] std::uint64_t count() const noexcept { return total_; }
   [[nodiscard]] precision format() const noexcept { return prec_; }
@@ -107,12 +120,16 @@ class parameter_set {
   void zero_gradients(Session& s) const;
   void add_micro_batch(Session& s, kernels::kernel_context& ctx, int local_index) const;
   void reduce_gradients(Session& s, kernels::kernel_context& ctx) const;
+  float exchange_step(Session& s, kernels::kernel_context& ctx, std::int64_t step, const std::function<void(int)>& pass,
+                      const std::function<float()>& read_loss, const kernels::adam_config& config) const;
   void gather_parameters(Session& s) const;
 
   precision prec_;
   batch_shares shares_;
   std::vector<parameter> params_;
   std::uint64_t total_ = 0;
+  // A data-parallel job's (made at its first step); shared by copies of the set.
+  mutable std::shared_ptr<gradient_exchange> exchange_;
 };
 
 }  // namespace spillway::examples

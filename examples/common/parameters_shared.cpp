@@ -18,7 +18,8 @@ namespace spillway::examples {
 // "<name>.grad_sum" in fp32 (the first copied, widened from bf16), so the sum is
 // ((g_0 + g_1) + g_2) + ... in micro-batch order. On ranks, each rank holds one micro-batch's
 // gradient and the communicator sums them in rank order (Note [Fixed-order reductions] in
-// comm/communicator.hpp): the same additions, so the same bits. The sum times 1/N, rounded to
+// comm/communicator.hpp), bucket by bucket while the backward pass goes on (Note [Overlapped
+// gradient exchange] in gradient_exchange.hpp): the same additions, so the same bits. The sum times 1/N, rounded to
 // the gradient's format, is what Adam reads; each rank updates only its shard of the elements
 // (shard_range), with moments (and, in bf16, the fp32 master) for that shard alone, and the
 // updated weights are then gathered by every rank. Adam is element by element, so a shard's
@@ -37,6 +38,7 @@ float parameter_set::train_step(Session& s, kernels::kernel_context& ctx, std::i
   }
   SPILLWAY_EXPECTS_T(usage_error, clip_norm == 0.0f,
                      "gradient clipping over micro-batches or ranks is not supported; give a clip norm of 0");
+  if (shares_.comm) return exchange_step(s, ctx, step, pass, read_loss, config);
   std::vector<float> losses(static_cast<std::size_t>(shares_.count), 0.0f);
   for (int i = 0; i < shares_.local; ++i) {
     if (i > 0) zero_gradients(s);
@@ -46,12 +48,34 @@ float parameter_set::train_step(Session& s, kernels::kernel_context& ctx, std::i
   }
   reduce_gradients(s, ctx);
   adam_step(s, ctx, config, step);
-  gather_parameters(s);
-  if (shares_.comm) shares_.comm->all_gather(&losses[static_cast<std::size_t>(shares_.first)], losses.data(),
-                                             losses.size(), sizeof(float));
   float total = losses[0];
   for (std::size_t i = 1; i < losses.size(); ++i) total += losses[i];
   return total / static_cast<float>(shares_.count);
+}
+
+// One micro-batch on each rank (Note [Overlapped gradient exchange]).
+float parameter_set::exchange_step(Session& s, kernels::kernel_context& ctx, std::int64_t step,
+                                   const std::function<void(int)>& pass, const std::function<float()>& read_loss,
+                                   const kernels::adam_config& config) const {
+  if (!exchange_) exchange_ = std::make_shared<gradient_exchange>(s.device(), shares_, prec_, params_);
+  exchange_->begin_step();
+  pass(shares_.first);
+  exchange_->end_backward(s, ctx, params_);  // before the loss is read: the last bucket goes now
+  std::vector<float> losses(static_cast<std::size_t>(shares_.count), 0.0f);
+  losses[static_cast<std::size_t>(shares_.first)] = read_loss();
+  for (auto it = params_.rbegin(); it != params_.rend(); ++it) exchange_->finish(s, ctx, *it);
+  adam_step(s, ctx, config, step);
+  exchange_->wait_all();  // the communicator is the caller's again
+  gather_parameters(s);
+  shares_.comm->all_gather(&losses[static_cast<std::size_t>(shares_.first)], losses.data(), losses.size(),
+                           sizeof(float));
+  float total = losses[0];
+  for (std::size_t i = 1; i < losses.size(); ++i) total += losses[i];
+  return total / static_cast<float>(shares_.count);
+}
+
+void parameter_set::gradient_ready(Session& s, kernels::kernel_context& ctx, const parameter& p) const {
+  if (exchange_ && shares_.comm) exchange_->stage(s, ctx, p);
 }
 
 void parameter_set::zero_gradients(Session& s) const {
@@ -92,40 +116,21 @@ void parameter_set::add_micro_batch(Session& s, kernels::kernel_context& ctx, in
 }
 
 void parameter_set::reduce_gradients(Session& s, kernels::kernel_context& ctx) const {
+  // Micro-batches in one process: the sum is all here; the mean of it is what Adam reads.
   const float inv = 1.0f / static_cast<float>(shares_.count);
   const bool half = prec_ == precision::bf16;
   for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
     const parameter& p = *it;
-    if (shares_.comm) {
-      // Host code over the sum (op.run): the communicator works on host memory.
-      const auto& comm = shares_.comm;
-      if (shares_.zero == 1) {
-        auto op = s.op(p.name + ".grad.all_reduce", {p.grad_sum}, {p.grad_sum});
-        op.run([&](const host_access& h) { comm->all_reduce_sum(h.ptr<float>(p.grad_sum), p.count); });
-      } else {
-        auto op = s.op(p.name + ".grad.reduce_scatter", {p.grad_sum}, {p.grad_sum});
-        op.run([&](const host_access& h) {
-          std::vector<float> shard(p.shard_count);
-          comm->reduce_scatter_sum(h.ptr<float>(p.grad_sum), shard.data(), p.count);
-          std::copy(shard.begin(), shard.end(), h.ptr<float>(p.grad_sum) + p.shard_first);
-        });
-      }
-    }
-    if (p.shard_count == 0) continue;
-    // The shard Adam reads: the sum over N, in the gradient's format.
     if (!half) {
-      auto op = s.op(p.name + ".grad.mean", {p.grad_sum}, {p.grad}, static_cast<double>(p.shard_count));
-      kernels::scale(ctx, op.stream(), op.ptr<float>(p.grad_sum) + p.shard_first, inv, op.ptr<float>(p.grad) + p.shard_first,
-                     p.shard_count);
+      auto op = s.op(p.name + ".grad.mean", {p.grad_sum}, {p.grad}, static_cast<double>(p.count));
+      kernels::scale(ctx, op.stream(), op.ptr<float>(p.grad_sum), inv, op.ptr<float>(p.grad), p.count);
       continue;
     }
-    const op_workspace scaled(s, p.name + ".grad.scaled", p.shard_count * sizeof(float));
+    const op_workspace scaled(s, p.name + ".grad.scaled", p.count * sizeof(float));
     {
-      auto op = s.op(p.name + ".grad.mean", {p.grad_sum}, {p.grad, scaled.handle()}, static_cast<double>(p.shard_count));
-      kernels::scale(ctx, op.stream(), op.ptr<float>(p.grad_sum) + p.shard_first, inv, op.ptr<float>(scaled.handle()),
-                     p.shard_count);
-      kernels::convert(ctx, op.stream(), op.ptr<float>(scaled.handle()), op.ptr<kernels::bf16>(p.grad) + p.shard_first,
-                       p.shard_count);
+      auto op = s.op(p.name + ".grad.mean", {p.grad_sum}, {p.grad, scaled.handle()}, static_cast<double>(p.count));
+      kernels::scale(ctx, op.stream(), op.ptr<float>(p.grad_sum), inv, op.ptr<float>(scaled.handle()), p.count);
+      kernels::convert(ctx, op.stream(), op.ptr<float>(scaled.handle()), op.ptr<kernels::bf16>(p.grad), p.count);
     }
     scaled.release(s);
   }

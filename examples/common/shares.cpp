@@ -21,6 +21,7 @@ void end_data_parallel_job(int code) {
 batch_shares batch_shares::from(const example_options& o) {
   batch_shares s;
   s.zero = o.zero;
+  s.bucket_bytes = o.bucket_bytes;
   if (o.data_parallel) {
     s.comm = comm::communicator::world();
     job_world() = s.comm;

@@ -2,6 +2,7 @@
 // batch, micro-batches in one process, or one micro-batch per rank of a data-parallel job.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "comm/communicator.hpp"
@@ -14,6 +15,7 @@ struct batch_shares {
   int first = 0;  ///< this process's first micro-batch
   int local = 1;  ///< micro-batches this process runs
   int zero = 2;   ///< ZeRO stage of a data-parallel job (1 or 2)
+  std::uint64_t bucket_bytes = std::uint64_t{1} << 20;  ///< a data-parallel job's gradient buckets (--bucket-kib)
   std::shared_ptr<comm::communicator> comm;  ///< the ranks of a data-parallel job, else null
 
   /// --micro-batches N: N in this process; --data-parallel: one per rank of the job (the

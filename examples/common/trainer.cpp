@@ -92,6 +92,7 @@ float training_run::step(const step_observer& on_step) {
     r_.fragmented_allocations += rep.fragmented_allocations;
   }
   r_.stall_ms += rep.stall_ms;
+  r_.exchange = m_->exchange_stats();
   if (steps_done() == 1) {
     // With a ratio up to 1 the Session set the budget after this recording step itself
     // (device_budget_ratio); a ratio above 1 is the trainer's to apply.

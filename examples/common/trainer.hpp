@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/common/gradient_exchange.hpp"
 #include "examples/common/options.hpp"
 #include "offload/swap_policy.hpp"
 
@@ -27,6 +28,8 @@ class model {
   /// `step` counts from 0 and picks the batch.
   virtual float train_step(Session& s, std::int64_t step) = 0;
   [[nodiscard]] virtual std::uint64_t parameter_count() const = 0;
+  /// A data-parallel job's gradient exchange counts so far (zeros otherwise).
+  [[nodiscard]] virtual gradient_exchange::stats exchange_stats() const { return {}; }
   /// One line: the shape of the model and of a batch.
   [[nodiscard]] virtual std::string describe() const = 0;
 };
@@ -59,6 +62,7 @@ struct run_result {
   std::uint64_t prefetches_deferred = 0;     ///< after the recording step
   std::uint64_t fragmented_allocations = 0;  ///< after the recording step
   double stall_ms = 0;
+  gradient_exchange::stats exchange;  ///< --data-parallel: buckets reduced, and how many during the backward pass
   /// > 0: the budget is this fraction of the footprint, set after the first (recording) step,
   /// which ran at the options' budget (the device's free memory); 0: the budget never changed.
   double budget_ratio = 0;

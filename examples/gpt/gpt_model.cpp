@@ -103,6 +103,7 @@ class gpt_model final : public model {
   void pass(Session& s, std::int64_t step, int micro_batch);
 
   [[nodiscard]] std::uint64_t parameter_count() const override { return params_.count(); }
+  [[nodiscard]] gradient_exchange::stats exchange_stats() const override { return params_.exchange_stats(); }
   [[nodiscard]] std::string describe() const override {
     return "gpt: " + std::to_string(sh_.layers) + " layers, " + std::to_string(sh_.channels) + " channels, " +
            std::to_string(sh_.heads) + " heads, vocab " + std::to_string(sh_.vocab) + ", batch " +
@@ -296,11 +297,16 @@ void gpt_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
   // d_in = layer_norm'(d_out) + d_resid. `saved` is what the forward kept: its input, mean and rstd.
   auto norm_backward = [&](const std::string& name, const norm_saved& saved, const parameter& g, const parameter& b,
                            tensor_handle d_out, tensor_handle d_resid, tensor_handle d_in) {
-    auto op = s.op(name, {saved.x, g.value, saved.mean, saved.rstd, d_out, d_resid}, {d_in, g.grad, b.grad}, 11 * dbt * dc);
-    k::layer_norm_backward(ctx, op.stream(), op.ptr<Elem>(saved.x), op.ptr<Elem>(g.value), op.ptr<float>(saved.mean),
-                           op.ptr<float>(saved.rstd), op.ptr<Elem>(d_out), op.ptr<Elem>(d_in), op.ptr<Elem>(g.grad),
-                           op.ptr<Elem>(b.grad), BT, C, false);
-    k::add(ctx, op.stream(), op.ptr<Elem>(d_in), op.ptr<Elem>(d_resid), op.ptr<Elem>(d_in), bt * C);
+    {
+      auto op = s.op(name, {saved.x, g.value, saved.mean, saved.rstd, d_out, d_resid}, {d_in, g.grad, b.grad},
+                     11 * dbt * dc);
+      k::layer_norm_backward(ctx, op.stream(), op.ptr<Elem>(saved.x), op.ptr<Elem>(g.value), op.ptr<float>(saved.mean),
+                             op.ptr<float>(saved.rstd), op.ptr<Elem>(d_out), op.ptr<Elem>(d_in), op.ptr<Elem>(g.grad),
+                             op.ptr<Elem>(b.grad), BT, C, false);
+      k::add(ctx, op.stream(), op.ptr<Elem>(d_in), op.ptr<Elem>(d_resid), op.ptr<Elem>(d_in), bt * C);
+    }
+    params_.gradient_ready(s, ctx, g);
+    params_.gradient_ready(s, ctx, b);
   };
   // A block's linear layer backward: d_x = d_y w (in -> out features); w's and b's gradients
   // overwritten (every block has its own).
@@ -314,6 +320,8 @@ void gpt_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
                          op.ptr<Elem>(w.grad), op.ptr<Elem>(b.grad), BT, in, out, false);
     }
     ws.release(s);
+    params_.gradient_ready(s, ctx, w);
+    params_.gradient_ready(s, ctx, b);
   };
   auto d_lnf = s.add_transient("lnf.dout", act);
   const optional_workspace head_bwd_ws(s, "head.backward.workspace", linear_ws(C, V));
@@ -335,6 +343,8 @@ void gpt_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
                            op.ptr<float>(lnf_rstd), op.ptr<Elem>(d_lnf), op.ptr<Elem>(dres),
                            op.ptr<Elem>(lnf_g_.grad), op.ptr<Elem>(lnf_b_.grad), BT, C, false);
   }
+  params_.gradient_ready(s, ctx, lnf_g_);
+  params_.gradient_ready(s, ctx, lnf_b_);
   for (auto t : {d_lnf, lnf_mean, lnf_rstd, x}) s.release(t);
 
   for (int l = L - 1; l >= 0; --l) {
@@ -356,6 +366,8 @@ void gpt_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
                          false);
     }
     fc_bwd_ws.release(s);
+    params_.gradient_ready(s, ctx, p.fc_w);
+    params_.gradient_ready(s, ctx, p.fc_b);
     for (auto t : {d_fc, a.fc_pre, a.ln2}) s.release(t);
     auto d_mid = s.add_transient(n + "resid.dmid", act);
     norm_backward(n + "ln2.backward", {a.x_mid, a.ln2_mean, a.ln2_rstd}, p.ln2_g, p.ln2_b, d_ln2, dres, d_mid);
@@ -392,6 +404,8 @@ void gpt_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
     k::embedding_backward(ctx, op.stream(), op.ptr<std::int32_t>(positions), op.ptr<Elem>(dres),
                           op.ptr<Elem>(wpe_.grad), BT, T, C, /*accumulate=*/false);
   }
+  params_.gradient_ready(s, ctx, wte_);
+  params_.gradient_ready(s, ctx, wpe_);
   for (auto t : {tokens, positions, dres}) s.release(t);
 }
 

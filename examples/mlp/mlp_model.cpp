@@ -69,6 +69,7 @@ class mlp_model final : public model {
   float train_step(Session& s, std::int64_t step) override;
 
   [[nodiscard]] std::uint64_t parameter_count() const override { return params_.count(); }
+  [[nodiscard]] gradient_exchange::stats exchange_stats() const override { return params_.exchange_stats(); }
   [[nodiscard]] std::string describe() const override {
     return "mlp: " + std::to_string(sh_.depth) + " hidden layers of " + std::to_string(sh_.width) + ", " +
            std::to_string(sh_.inputs) + " inputs, " + std::to_string(sh_.classes) + " teacher classes, batch " +
@@ -214,6 +215,8 @@ void mlp_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
                        op.ptr<Elem>(dh), op.ptr<Elem>(head_w_.grad), op.ptr<Elem>(head_b_.grad), B, W, Cl, false);
   }
   head_bwd_ws.release(s);
+  params_.gradient_ready(s, ctx, head_w_);
+  params_.gradient_ready(s, ctx, head_b_);
   s.release(logits);
   for (int i = D - 1; i >= 0; --i) {
     const parameter& w = weights_[static_cast<std::size_t>(i)];
@@ -235,6 +238,8 @@ void mlp_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
                            op.ptr<Elem>(dprev), op.ptr<Elem>(w.grad), op.ptr<Elem>(bias.grad), B, in, W, false);
       }
       ws.release(s);
+      params_.gradient_ready(s, ctx, w);
+      params_.gradient_ready(s, ctx, bias);
       s.release(dh);
       s.release(out);
       dh = dprev;
@@ -248,6 +253,8 @@ void mlp_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
                            op.ptr<Elem>(w.grad), op.ptr<Elem>(bias.grad), B, in, W, false);
       }
       ws.release(s);
+      params_.gradient_ready(s, ctx, w);
+      params_.gradient_ready(s, ctx, bias);
       s.release(dh);
       s.release(out);
     }

@@ -48,6 +48,9 @@ TEST(data_parallel, ranks_give_the_losses_of_one_process_with_as_many_micro_batc
           ++runs;
           EXPECT_EQ(losses_text(r), losses_text(ref))
               << example << " zero " << zero << " " << policy << " rank " << world->rank();
+          // Every model hands each gradient over in its backward pass (none is left for after it).
+          EXPECT_EQ(r.exchange.staged_after, 0u) << example << " " << policy;
+          EXPECT_GT(r.exchange.staged_in_backward, 0u) << example << " " << policy;
           // vdnn offloads what its rule says, whatever the budget (the simulator calls such plans infeasible).
           if (quarter && std::string(policy) != "vdnn") {
             EXPECT_LE(r.peak_device_bytes, o.device_budget) << example << " " << policy;
@@ -60,6 +63,35 @@ TEST(data_parallel, ranks_give_the_losses_of_one_process_with_as_many_micro_batc
     }
   }
   EXPECT_EQ(runs, 3 * 2 * (2 + 7));
+}
+
+// Note [Overlapped gradient exchange]: with small buckets, every step queues several buckets
+// while its backward pass still runs (all but the last of each step), and the losses stay those
+// of one process with as many micro-batches, in either ZeRO stage.
+TEST(data_parallel, buckets_are_reduced_while_the_backward_pass_runs) {
+  const auto world = comm::communicator::world();
+  if (world->size() < 2) GTEST_SKIP() << "run under mpirun -np 2 (a world of " << world->size() << ")";
+  for (const char* example : {"gpt", "mlp", "cnn"}) {
+    for (const precision prec : {precision::fp32, precision::bf16}) {
+      example_options ref_o = options("none", 0, prec);
+      ref_o.micro_batches = world->size();
+      const run_result ref = testing::run_example(example, ref_o);
+      for (const int zero : {1, 2}) {
+        example_options o = options("auto", 0, prec);
+        o.data_parallel = true;
+        o.zero = zero;
+        o.bucket_bytes = 1024;
+        const run_result r = testing::run_example(example, o);
+        EXPECT_EQ(losses_text(r), losses_text(ref)) << example << " zero " << zero;
+        const auto steps = static_cast<std::uint64_t>(testing::tiny_steps);
+        const auto& x = r.exchange;
+        EXPECT_GE(x.buckets, 3 * steps) << example;
+        EXPECT_GE(x.buckets_in_backward + steps, x.buckets) << example << ": only each step's last bucket may wait for the pass's end";
+        EXPECT_EQ(x.staged_after, 0u) << example;
+        EXPECT_EQ(x.staged_in_backward % steps, 0u) << example;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -104,6 +104,16 @@ TEST(micro_batches_runs, refuse_what_does_not_fit) {
   o = options("none", 0, precision::fp32, 1);
   o.zero = 3;
   EXPECT_THROW(o.validate(), config_error);
+  o = options("none", 0, precision::fp32, 1);
+  o.bucket_bytes = 1000;  // below 1 KiB
+  try {
+    o.validate();
+    FAIL() << "a bucket below 1 KiB was accepted";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("--bucket-kib"), std::string::npos) << e.what();
+  }
+  o.bucket_bytes = 1024;
+  EXPECT_NO_THROW(o.validate());
 }
 
 }  // namespace
