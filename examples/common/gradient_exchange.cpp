@@ -14,15 +14,23 @@ namespace spillway::examples {
 
 gradient_exchange::gradient_exchange(Device& device, const batch_shares& shares, precision prec,
                                      const std::vector<parameter>& params)
-    : device_(&device), comm_(shares.comm), zero_(shares.zero), prec_(prec), bucket_limit_(shares.bucket_bytes) {
+    : device_(&device), comm_(shares.comm), zero_(shares.zero), prec_(prec), bucket_limit_(shares.bucket_bytes),
+      elem_bytes_(element_bytes(prec)) {
   SPILLWAY_EXPECTS_T(usage_error, comm_ != nullptr, "gradient_exchange: not a data-parallel job (no communicator)");
   for (const parameter& p : params) {
     slots_.push_back({host_floats_, p.count, p.shard_first, p.shard_count});
     host_floats_ += p.count;
   }
   ticket_.assign(params.size(), 0);
+  gather_ticket_.assign(params.size(), 0);
   staged_.assign(params.size(), false);
   host_ = static_cast<float*>(device_->allocate_pinned(std::max<std::size_t>(1, host_floats_) * sizeof(float)));
+  try {
+    host_values_ = static_cast<std::byte*>(device_->allocate_pinned(std::max<std::size_t>(1, host_floats_) * elem_bytes_));
+  } catch (...) {
+    device_->deallocate_pinned(host_, std::max<std::size_t>(1, host_floats_) * sizeof(float));
+    throw;
+  }
   stream_ = std::make_unique<comm::collective_stream>(*device_);
 }
 
@@ -30,13 +38,17 @@ gradient_exchange::~gradient_exchange() {
   stream_.reset();  // its jobs use host_
   device_->synchronize();  // copies back may still read host_
   device_->deallocate_pinned(host_, std::max<std::size_t>(1, host_floats_) * sizeof(float));
+  device_->deallocate_pinned(host_values_, std::max<std::size_t>(1, host_floats_) * elem_bytes_);
 }
 
 void gradient_exchange::begin_step() {
   std::fill(staged_.begin(), staged_.end(), false);
   std::fill(ticket_.begin(), ticket_.end(), 0);
+  std::fill(gather_ticket_.begin(), gather_ticket_.end(), 0);
   bucket_.clear();
   bucket_bytes_ = 0;
+  gather_bucket_.clear();
+  gather_bytes_ = 0;
   in_backward_ = true;
 }
 
@@ -126,6 +138,48 @@ void gradient_exchange::finish(Session& s, kernels::kernel_context& ctx, const p
   float* g = op.ptr<float>(p.grad) + sl.shard_first;
   op.device().copy_async(g, reduced, bytes, copy_kind::host_to_device, op.stream());
   kernels::scale(ctx, op.stream(), g, inv, g, sl.shard_count);
+}
+
+void gradient_exchange::stage_update(Session& s, const parameter& p) {
+  const slot& sl = slots_[p.index];
+  if (sl.shard_count > 0) {
+    auto op = s.op(p.name + ".gather.stage", {p.value}, {});
+    op.device().copy_async(host_values_ + (sl.offset + sl.shard_first) * elem_bytes_,
+                           op.ptr<std::byte>(p.value) + sl.shard_first * elem_bytes_, sl.shard_count * elem_bytes_,
+                           copy_kind::device_to_host, op.stream());
+    last_stream_ = op.stream();
+  }
+  gather_bucket_.push_back(p.index);
+  gather_bytes_ += sl.count * elem_bytes_;
+  if (gather_bytes_ >= bucket_limit_) queue_gather();
+}
+
+void gradient_exchange::queue_gather() {
+  if (gather_bucket_.empty()) return;
+  std::vector<slot> items;
+  for (const std::size_t i : gather_bucket_) items.push_back(slots_[i]);
+  const comm::collective_stream::ticket t = stream_->enqueue(
+      last_stream_, [comm = comm_, host = host_values_, elem = elem_bytes_, items = std::move(items)] {
+        for (const slot& it : items) {
+          std::byte* w = host + it.offset * elem;
+          comm->all_gather(w + it.shard_first * elem, w, it.count, elem);
+        }
+      });
+  for (const std::size_t i : gather_bucket_) gather_ticket_[i] = t;
+  gather_bucket_.clear();
+  gather_bytes_ = 0;
+}
+
+void gradient_exchange::end_updates() { queue_gather(); }
+
+void gradient_exchange::load_update(Session& s, const parameter& p) {
+  SPILLWAY_EXPECTS_T(usage_error, p.index < gather_ticket_.size() && gather_ticket_[p.index] != 0,
+                     "gradient_exchange::load_update: \"" + p.name + "\" has no gather queued this step");
+  stream_->wait(gather_ticket_[p.index]);
+  const slot& sl = slots_[p.index];
+  auto op = s.op(p.name + ".gather.load", {}, {p.value});
+  op.device().copy_async(op.ptr(p.value), host_values_ + sl.offset * elem_bytes_, sl.count * elem_bytes_,
+                         copy_kind::host_to_device, op.stream());
 }
 
 void gradient_exchange::wait_all() { stream_->wait_all(); }

@@ -33,6 +33,11 @@ struct parameter;
 // Note [Micro-batches]. The reduction buffer is the rank's, outside the Session (as NCCL's
 // buffers are), so no Session tensor is held by a collective in flight: staging is ordinary
 // stream work, and the copy back is issued only after its bucket has been waited for.
+// The updated weights travel the same way: after a parameter's Adam step, "<name>.gather.stage"
+// copies this rank's shard of the new weights into a second pinned buffer, buckets of them are
+// all-gathered on the collective stream while the other parameters' steps run, and at the end of
+// the step "<name>.gather.load" waits for its bucket and copies the whole gathered weights back
+// (a write of all of them), before the next step's forward pass reads them.
 class gradient_exchange {
  public:
   /// Counts over the steps so far.
@@ -59,12 +64,19 @@ class gradient_exchange {
   void end_backward(Session& s, kernels::kernel_context& ctx, const std::vector<parameter>& params);
   /// Waits for `p`'s bucket and writes the mean of its shard into its gradient ("<name>.grad.mean").
   void finish(Session& s, kernels::kernel_context& ctx, const parameter& p);
+  /// After `p`'s Adam step: stages this rank's shard of its new weights for the all-gather.
+  void stage_update(Session& s, const parameter& p);
+  /// After every stage_update: queues the last bucket of weights.
+  void end_updates();
+  /// Waits for `p`'s weights bucket and writes the gathered weights ("<name>.gather.load").
+  void load_update(Session& s, const parameter& p);
   /// Waits for every queued bucket (before the caller uses the communicator itself).
   void wait_all();
   [[nodiscard]] stats counts() const noexcept { return stats_; }
 
  private:
   void queue_bucket();
+  void queue_gather();
 
   struct slot {
     std::size_t offset = 0;  ///< in floats, into host_
@@ -85,6 +97,11 @@ class gradient_exchange {
   std::size_t host_floats_ = 0;
   std::vector<std::size_t> bucket_;  // indices of the open bucket
   std::uint64_t bucket_bytes_ = 0;
+  std::size_t elem_bytes_;             // of the weights: 4, or 2 in bf16
+  std::byte* host_values_ = nullptr;   // pinned, every parameter's weights, at slots_[i].offset elements
+  std::vector<comm::collective_stream::ticket> gather_ticket_;
+  std::vector<std::size_t> gather_bucket_;
+  std::uint64_t gather_bytes_ = 0;
   stream last_stream_{};
   bool have_stream_ = false;
   bool in_backward_ = false;

@@ -56,8 +56,12 @@ void parameter_set::adam_step(Session& s, kernels::kernel_context& ctx, const ke
   // Last registered first: the backward pass gives the last layers' gradients first, so a step
   // the plan runs on the host can start while the device works on earlier layers' backward ops
   // (Note [Host ops in the executor]). Each update is independent of the others: same bits.
-  for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
-    const parameter& p = *it;
+  for (auto it = params_.rbegin(); it != params_.rend(); ++it) adam_parameter(s, ctx, warmed, step, *it);
+}
+
+void parameter_set::adam_parameter(Session& s, kernels::kernel_context& ctx, const kernels::adam_config& warmed,
+                                   std::int64_t step, const parameter& p) const {
+  {
     for (std::size_t c = 0; c < p.m.size(); ++c) {
       // Over this rank's shard; the master holds the shard alone (Note [Micro-batches]).
       const std::size_t first = p.shard_first + c * moment_chunk;

@@ -117,12 +117,13 @@ class parameter_set {
   [[nodiscard]] const std::vector<parameter>& all() const noexcept { return params_; }
 
  private:
+  void adam_parameter(Session& s, kernels::kernel_context& ctx, const kernels::adam_config& warmed, std::int64_t step,
+                      const parameter& p) const;
   void zero_gradients(Session& s) const;
   void add_micro_batch(Session& s, kernels::kernel_context& ctx, int local_index) const;
   void reduce_gradients(Session& s, kernels::kernel_context& ctx) const;
   float exchange_step(Session& s, kernels::kernel_context& ctx, std::int64_t step, const std::function<void(int)>& pass,
                       const std::function<float()>& read_loss, const kernels::adam_config& config) const;
-  void gather_parameters(Session& s) const;
 
   precision prec_;
   batch_shares shares_;

@@ -63,10 +63,17 @@ float parameter_set::exchange_step(Session& s, kernels::kernel_context& ctx, std
   exchange_->end_backward(s, ctx, params_);  // before the loss is read: the last bucket goes now
   std::vector<float> losses(static_cast<std::size_t>(shares_.count), 0.0f);
   losses[static_cast<std::size_t>(shares_.first)] = read_loss();
-  for (auto it = params_.rbegin(); it != params_.rend(); ++it) exchange_->finish(s, ctx, *it);
-  adam_step(s, ctx, config, step);
+  // Each parameter's step as soon as its bucket is reduced, and its new shard out to the others.
+  kernels::adam_config warmed = config;
+  warmed.lr = warmup_lr(config.lr, step);
+  for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
+    exchange_->finish(s, ctx, *it);
+    adam_parameter(s, ctx, warmed, step, *it);
+    exchange_->stage_update(s, *it);
+  }
+  exchange_->end_updates();
+  for (auto it = params_.rbegin(); it != params_.rend(); ++it) exchange_->load_update(s, *it);
   exchange_->wait_all();  // the communicator is the caller's again
-  gather_parameters(s);
   shares_.comm->all_gather(&losses[static_cast<std::size_t>(shares_.first)], losses.data(), losses.size(),
                            sizeof(float));
   float total = losses[0];
@@ -133,19 +140,6 @@ void parameter_set::reduce_gradients(Session& s, kernels::kernel_context& ctx) c
       kernels::convert(ctx, op.stream(), op.ptr<float>(scaled.handle()), op.ptr<kernels::bf16>(p.grad), p.count);
     }
     scaled.release(s);
-  }
-}
-
-void parameter_set::gather_parameters(Session& s) const {
-  if (!shares_.comm) return;
-  const std::size_t elem = element_bytes(prec_);
-  for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
-    const parameter& p = *it;
-    auto op = s.op(p.name + ".all_gather", {p.value}, {p.value});
-    op.run([&](const host_access& h) {
-      auto* bytes = h.ptr<std::byte>(p.value);
-      shares_.comm->all_gather(bytes + p.shard_first * elem, bytes, p.count, elem);
-    });
   }
 }
 
