@@ -111,7 +111,7 @@ planner_options short_search(const planner_options& o) {
 // a layer boundary; with `group` > 1, only the boundaries between groups of that many layers
 // (fewer values kept, longer reruns).
 std::vector<char> checkpoint_set(const trace& t, const lifetime_report& r, const std::vector<remake_candidate>& cands,
-                                 std::int64_t group = 1, std::size_t run_of = 0) {
+                                 std::int64_t group = 1, std::size_t run_of = 0, bool ignore_layers = false) {
   // Layer of each op: its own, or runs of about sqrt(n) recomputable ops (`run_of` when given)
   // where it has none.
   std::size_t recomputable = 0;
@@ -122,7 +122,7 @@ std::vector<char> checkpoint_set(const trace& t, const lifetime_report& r, const
   std::size_t seen = 0;
   for (op_index k = 0; k < t.ops.size(); ++k) {
     const auto& o = t.ops[k];
-    if (o.layer >= 0) layer[k] = o.layer / group;
+    if (o.layer >= 0 && !ignore_layers) layer[k] = o.layer / group;
     else if (o.recomputable) layer[k] = -2 - static_cast<std::int64_t>(seen / run) / group;
     seen += o.recomputable;
   }
@@ -244,10 +244,10 @@ plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_prof
   std::vector<family> fams;
   const bool layered = std::any_of(t.ops.begin(), t.ops.end(), [](const op_desc& o) { return o.recomputable && o.layer >= 0; });
   for (std::int64_t group : {1, 2, 4, 0}) {
-    if (group == 0 && layered) continue;
-    // group 0: where the trace names no layers, every second recomputable op starts one (short
-    // reruns, for budgets just above the least).
-    const auto in_set = group ? checkpoint_set(t, r, all, group) : checkpoint_set(t, r, all, 1, 2);
+    // group 0: every second recomputable op starts a run of its own, whatever layers the trace
+    // names (short reruns, for budgets just above the least, where a whole layer's values do not
+    // fit at once while it is made again).
+    const auto in_set = group ? checkpoint_set(t, r, all, group) : checkpoint_set(t, r, all, 1, 2, layered);
     family f;
     for (const auto& c : all)
       if (in_set[c.x]) f.cands.push_back(c);

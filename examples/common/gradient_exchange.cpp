@@ -36,7 +36,11 @@ gradient_exchange::gradient_exchange(Device& device, const batch_shares& shares,
 
 gradient_exchange::~gradient_exchange() {
   stream_.reset();  // its jobs use host_
-  device_->synchronize();  // copies back may still read host_
+  try {
+    device_->synchronize();  // copies back may still read host_
+  } catch (...) {
+    // A failed device has run its last copy: the memory is safe to free.
+  }
   device_->deallocate_pinned(host_, std::max<std::size_t>(1, host_floats_) * sizeof(float));
   device_->deallocate_pinned(host_values_, std::max<std::size_t>(1, host_floats_) * elem_bytes_);
 }
