@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <string>
 #include <chrono>
 #include <random>
 #include <stdexcept>
@@ -18,15 +19,19 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class CollectiveStream : public ::testing::Test {
+// On both backends: the stream's thread waits on real CUDA events where a GPU answers. Device
+// work that takes a while is a host function on the stream (cudaLaunchHostFunc on a GPU).
+class CollectiveStream : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
+    if (std::string(GetParam()) == "cuda" && !cuda_available()) GTEST_SKIP() << "no GPU answers";
     device_options o;
     o.cpu_device_memory = std::size_t{16} << 20;
-    dev_ = make_device("cpu", o);
+    dev_ = make_device(GetParam(), o);
     s_ = dev_->create_stream();
   }
   void TearDown() override {
+    if (!dev_) return;
     dev_->synchronize();
     dev_->destroy_stream(s_);
   }
@@ -36,10 +41,10 @@ class CollectiveStream : public ::testing::Test {
 
 // A job sees what the device wrote before it was queued, though the kernel was still running
 // when enqueue() returned: the job waits for its event, not the caller.
-TEST_F(CollectiveStream, AJobRunsAfterTheDeviceWorkBeforeIt) {
+TEST_P(CollectiveStream, AJobRunsAfterTheDeviceWorkBeforeIt) {
   collective_stream cs(*dev_);
   std::atomic<int> value{0};
-  dev_->launch_kernel(s_, [&] {
+  dev_->launch_host(s_, [&] {
     std::this_thread::sleep_for(50ms);
     value = 7;
   });
@@ -50,10 +55,10 @@ TEST_F(CollectiveStream, AJobRunsAfterTheDeviceWorkBeforeIt) {
 }
 
 // The caller is not held back: enqueue returns while the device work it follows still runs.
-TEST_F(CollectiveStream, EnqueueDoesNotWaitForTheDevice) {
+TEST_P(CollectiveStream, EnqueueDoesNotWaitForTheDevice) {
   collective_stream cs(*dev_);
   std::atomic<bool> release{false};
-  dev_->launch_kernel(s_, [&] {
+  dev_->launch_host(s_, [&] {
     while (!release) std::this_thread::sleep_for(1ms);
   });
   std::atomic<bool> ran{false};
@@ -68,7 +73,7 @@ TEST_F(CollectiveStream, EnqueueDoesNotWaitForTheDevice) {
 
 // Property: random jobs behind random device work run one at a time, in the order queued, each
 // after the kernel queued before it; tickets count from 1.
-TEST_F(CollectiveStream, RandomJobsRunInOrder) {
+TEST_P(CollectiveStream, RandomJobsRunInOrder) {
   std::mt19937 rng(11);
   for (int round = 0; round < 5; ++round) {
     collective_stream cs(*dev_);
@@ -79,7 +84,7 @@ TEST_F(CollectiveStream, RandomJobsRunInOrder) {
     const int n = 5 + static_cast<int>(rng() % 20);
     for (int i = 0; i < n; ++i) {
       const auto us = std::chrono::microseconds(rng() % 500);
-      dev_->launch_kernel(s_, [&, us] {
+      dev_->launch_host(s_, [&, us] {
         std::this_thread::sleep_for(us);
         ++kernels_done;
       });
@@ -103,7 +108,7 @@ TEST_F(CollectiveStream, RandomJobsRunInOrder) {
 
 // The first job to throw fails the stream: later jobs are dropped, and every wait and enqueue
 // from then on throws its error.
-TEST_F(CollectiveStream, AFailedJobFailsTheStream) {
+TEST_P(CollectiveStream, AFailedJobFailsTheStream) {
   collective_stream cs(*dev_);
   const auto first = cs.enqueue(s_, [] {});
   const auto bad = cs.enqueue(s_, [] { throw std::runtime_error("rank 1 did not answer"); });
@@ -122,7 +127,7 @@ TEST_F(CollectiveStream, AFailedJobFailsTheStream) {
   EXPECT_EQ(cs.done(), 1u);
 }
 
-TEST_F(CollectiveStream, BadInputIsRefused) {
+TEST_P(CollectiveStream, BadInputIsRefused) {
   collective_stream cs(*dev_);
   EXPECT_THROW((void)cs.enqueue(s_, {}), usage_error);
   try {
@@ -135,15 +140,18 @@ TEST_F(CollectiveStream, BadInputIsRefused) {
 }
 
 // The destructor runs what is queued before it returns.
-TEST_F(CollectiveStream, DestructionRunsQueuedJobs) {
+TEST_P(CollectiveStream, DestructionRunsQueuedJobs) {
   std::atomic<int> ran{0};
   {
     collective_stream cs(*dev_);
-    dev_->launch_kernel(s_, [] { std::this_thread::sleep_for(20ms); });
+    dev_->launch_host(s_, [] { std::this_thread::sleep_for(20ms); });
     for (int i = 0; i < 4; ++i) (void)cs.enqueue(s_, [&] { ++ran; });
   }
   EXPECT_EQ(ran.load(), 4);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, CollectiveStream, ::testing::Values("cpu", "cuda"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 }  // namespace
 }  // namespace spillway::comm
