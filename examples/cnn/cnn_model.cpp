@@ -107,6 +107,7 @@ class cnn_model final : public model {
 
   [[nodiscard]] std::uint64_t parameter_count() const override { return params_.count(); }
   [[nodiscard]] gradient_exchange::stats exchange_stats() const override { return params_.exchange_stats(); }
+  [[nodiscard]] const batch_shares* shares() const override { return &params_.shares(); }
   [[nodiscard]] std::string describe() const override {
     std::string ch;
     for (int c : sh_.stage_channels) {

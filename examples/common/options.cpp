@@ -2,6 +2,7 @@
 // example's own here) and the session_config a run opens its Session with.
 #include "examples/common/options.hpp"
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -41,6 +42,19 @@ bool is_folder(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/// The rank-0 folder of a data-parallel checkpoint in `dir` ("rank-0-of-N"), or "" when none.
+std::string first_rank_folder(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return "";
+  std::string found;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name(e->d_name);
+    if (name.starts_with("rank-0-of-") && is_folder(dir + "/" + name)) found = dir + "/" + name;
+  }
+  ::closedir(d);
+  return found;
+}
+
 /// --save, --save-every and --resume, checked before any work (Session::save makes a missing
 /// folder whose parent exists).
 void check_checkpoint_folders(const example_options& o) {
@@ -66,7 +80,17 @@ void check_checkpoint_folders(const example_options& o) {
   }
   if (!o.resume.empty()) {
     if (!is_folder(o.resume)) throw config_error("--resume: '" + o.resume + "' is not a folder");
-    const checkpoint::reader r(o.resume);  // config_error or corruption_error naming the file
+    // A data-parallel job's ranks save into rank folders (Note [Rank checkpoints]); their metas agree.
+    const std::string ranked = first_rank_folder(o.resume);
+    if (o.data_parallel && ranked.empty())
+      throw config_error("--resume " + o.resume + " with --data-parallel: the folder holds no checkpoint of a data-parallel "
+                         "job (its ranks save into rank-R-of-N folders); give a folder that a --data-parallel run saved "
+                         "into, or drop --data-parallel");
+    if (!o.data_parallel && !ranked.empty())
+      throw config_error("--resume " + o.resume + ": the folder holds a checkpoint of a data-parallel job (" +
+                         ranked.substr(ranked.rfind('/') + 1) + "); resume it with --data-parallel under mpirun with "
+                         "as many ranks");
+    const checkpoint::reader r(o.data_parallel ? ranked : o.resume);  // config_error or corruption_error naming the file
     const resume_point p = parse_meta(r.meta(), "--resume " + o.resume);
     if (p.seed != o.seed)
       throw config_error("--resume " + o.resume + ": the checkpoint is of a run with --seed " + std::to_string(p.seed) +
@@ -141,11 +165,11 @@ void example_options::validate() const {
   if ((data_parallel || micro_batches > 1) && clip_grad_norm > 0)
     throw config_error("--clip-grad-norm with --micro-batches or --data-parallel: clipping over sharded gradients is not "
                        "supported yet; give --clip-grad-norm 0");
-  if ((data_parallel || micro_batches > 1) && (!save.empty() || !resume.empty()))
-    throw config_error(std::string(data_parallel ? "--data-parallel" : "--micro-batches") +
-                       " with --save or --resume: checkpoints of sharded optimizer state are not supported yet; "
-                       "drop --save and --resume");
   check_checkpoint_folders(*this);
+}
+
+std::string rank_folder(const std::string& dir, int rank, int ranks) {
+  return dir + "/rank-" + std::to_string(rank) + "-of-" + std::to_string(ranks);
 }
 
 session_config make_session_config(const example_options& o, std::uint64_t device_budget) {

@@ -63,6 +63,14 @@ struct resume_point {
   std::uint64_t seed = 0;
 };
 
+/// Note [Rank checkpoints]
+/// A data-parallel job's ranks each hold their own shard of the optimizer state, so each saves its
+/// Session into a folder of its own inside --save's, "rank-R-of-N", and a resumed job of N ranks
+/// loads rank R's; a job of another size is refused (its shards would not line up). Every rank
+/// saves after the same step with the same meta. In one process (--micro-batches too) the
+/// checkpoint is --save's folder itself.
+[[nodiscard]] std::string rank_folder(const std::string& dir, int rank, int ranks);
+
 /// The meta text of a checkpoint at `p` ("spillway-example 1\nnext_step N\nseed S\n").
 [[nodiscard]] std::string to_meta(const resume_point& p);
 /// Parses to_meta's text; config_error naming `where` (the --resume folder) when it is not.

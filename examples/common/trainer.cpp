@@ -3,14 +3,26 @@
 // the summary and the bench read.
 #include "examples/common/trainer.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "device/error.hpp"
 #include "device/units.hpp"
 
 namespace spillway::examples {
+
+namespace {
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+}  // namespace
+
 
 std::vector<double> run_result::step_ms() const {
   std::vector<double> v;
@@ -55,7 +67,12 @@ training_run::training_run(const example_options& o, const model_factory& make, 
   drain_ = std::make_unique<drain_on_exit>(*s_);
   m_->build(*s_);
   if (!o_.resume.empty()) {  // validate() checked the seed and the step; load checks the tensors
-    const resume_point p = parse_meta(s_->load(o_.resume), "--resume " + o_.resume);
+    const std::string from = checkpoint_folder(o_.resume);
+    if (from != o_.resume && !is_directory(from))
+      throw config_error("--resume " + o_.resume + ": no checkpoint for rank " + std::to_string(m_->shares()->rank()) +
+                         " of " + std::to_string(m_->shares()->ranks()) + " ranks (" + from +
+                         "); resume a data-parallel job with as many ranks as saved it");
+    const resume_point p = parse_meta(s_->load(from), "--resume " + o_.resume);
     r_.first_step = static_cast<int>(p.next_step);
     r_.resumed_from = o_.resume;
   }
@@ -109,8 +126,18 @@ float training_run::step(const step_observer& on_step) {
   return loss;
 }
 
+std::string training_run::checkpoint_folder(const std::string& dir) const {
+  const batch_shares* sh = m_->shares();
+  return sh != nullptr && sh->comm ? rank_folder(dir, sh->rank(), sh->ranks()) : dir;
+}
+
 void training_run::save_checkpoint() {
-  s_->save(o_.save, to_meta(resume_point{next_step(), o_.seed}));
+  const std::string to = checkpoint_folder(o_.save);
+  if (to != o_.save && ::mkdir(o_.save.c_str(), 0777) != 0 && errno != EEXIST) {
+    const int err = errno;
+    throw io_error("--save: cannot make the folder '" + o_.save + "': " + std::strerror(err), err);
+  }
+  s_->save(to, to_meta(resume_point{next_step(), o_.seed}));
   r_.saved_to = o_.save;
   r_.saved_after = next_step();
 }

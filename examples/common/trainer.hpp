@@ -28,6 +28,8 @@ class model {
   /// `step` counts from 0 and picks the batch.
   virtual float train_step(Session& s, std::int64_t step) = 0;
   [[nodiscard]] virtual std::uint64_t parameter_count() const = 0;
+  /// How the batch is shared out (ranks of a data-parallel job), when the model says.
+  [[nodiscard]] virtual const batch_shares* shares() const { return nullptr; }
   /// A data-parallel job's gradient exchange counts so far (zeros otherwise).
   [[nodiscard]] virtual gradient_exchange::stats exchange_stats() const { return {}; }
   /// One line: the shape of the model and of a batch.
@@ -121,6 +123,7 @@ class training_run {
  private:
   [[nodiscard]] std::uint64_t budget_above_footprint() const;  // o_.budget_ratio > 1: ratio x footprint
   void save_checkpoint();  // into o_.save, after next_step() steps
+  [[nodiscard]] std::string checkpoint_folder(const std::string& dir) const;  // Note [Rank checkpoints]
 
   example_options o_;
   run_result r_;

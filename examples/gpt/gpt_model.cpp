@@ -104,6 +104,7 @@ class gpt_model final : public model {
 
   [[nodiscard]] std::uint64_t parameter_count() const override { return params_.count(); }
   [[nodiscard]] gradient_exchange::stats exchange_stats() const override { return params_.exchange_stats(); }
+  [[nodiscard]] const batch_shares* shares() const override { return &params_.shares(); }
   [[nodiscard]] std::string describe() const override {
     return "gpt: " + std::to_string(sh_.layers) + " layers, " + std::to_string(sh_.channels) + " channels, " +
            std::to_string(sh_.heads) + " heads, vocab " + std::to_string(sh_.vocab) + ", batch " +

@@ -70,6 +70,7 @@ class mlp_model final : public model {
 
   [[nodiscard]] std::uint64_t parameter_count() const override { return params_.count(); }
   [[nodiscard]] gradient_exchange::stats exchange_stats() const override { return params_.exchange_stats(); }
+  [[nodiscard]] const batch_shares* shares() const override { return &params_.shares(); }
   [[nodiscard]] std::string describe() const override {
     return "mlp: " + std::to_string(sh_.depth) + " hidden layers of " + std::to_string(sh_.width) + ", " +
            std::to_string(sh_.inputs) + " inputs, " + std::to_string(sh_.classes) + " teacher classes, batch " +

@@ -6,8 +6,13 @@
 // computed by each rank alone.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "comm/communicator.hpp"
@@ -63,6 +68,42 @@ TEST(data_parallel, ranks_give_the_losses_of_one_process_with_as_many_micro_batc
     }
   }
   EXPECT_EQ(runs, 3 * 2 * (2 + 7));
+}
+
+// Note [Rank checkpoints]: every rank saves its shard in a folder of its own; the job resumed on
+// as many ranks gives the uninterrupted run's losses, bit for bit.
+TEST(data_parallel, a_saved_job_resumes_to_the_whole_runs_losses) {
+  const auto world = comm::communicator::world();
+  if (world->size() < 2) GTEST_SKIP() << "run under mpirun -np 2 (a world of " << world->size() << ")";
+  // One folder for the job: rank 0 makes it and tells the others.
+  std::array<char, 256> path{};
+  if (world->rank() == 0) {
+    std::string t = ::testing::TempDir() + "spillway-dp-XXXXXX";
+    ASSERT_NE(::mkdtemp(t.data()), nullptr);
+    std::snprintf(path.data(), path.size(), "%s", t.c_str());
+  }
+  world->broadcast(path.data(), path.size(), 0);
+  const std::string dir(path.data());
+  for (const precision prec : {precision::fp32, precision::bf16}) {
+    example_options o = options("auto", 0, prec);
+    o.data_parallel = true;
+    o.steps = 4;
+    const run_result whole = testing::run_example("gpt", o);
+    example_options first = o;
+    first.steps = 2;
+    first.save = dir + "/" + to_string(prec);
+    (void)testing::run_example("gpt", first);
+    world->barrier();  // every rank's folder is there
+    EXPECT_TRUE(std::filesystem::is_directory(rank_folder(first.save, world->rank(), world->size())));
+    example_options rest = o;
+    rest.resume = first.save;
+    const run_result resumed = testing::run_example("gpt", rest);
+    ASSERT_EQ(resumed.losses.size(), 2u);
+    EXPECT_EQ(format_loss(resumed.losses[0]), format_loss(whole.losses[2])) << to_string(prec);
+    EXPECT_EQ(format_loss(resumed.losses[1]), format_loss(whole.losses[3])) << to_string(prec);
+  }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
 }
 
 // Note [Overlapped gradient exchange]: with small buckets, every step queues several buckets
