@@ -110,10 +110,16 @@ TEST_P(CollectiveStream, RandomJobsRunInOrder) {
 // from then on throws its error.
 TEST_P(CollectiveStream, AFailedJobFailsTheStream) {
   collective_stream cs(*dev_);
+  // The device holds every job back until all three are queued.
+  std::atomic<bool> go{false};
+  dev_->launch_host(s_, [&] {
+    while (!go) std::this_thread::sleep_for(1ms);
+  });
   const auto first = cs.enqueue(s_, [] {});
   const auto bad = cs.enqueue(s_, [] { throw std::runtime_error("rank 1 did not answer"); });
   std::atomic<bool> later_ran{false};
   const auto later = cs.enqueue(s_, [&] { later_ran = true; });
+  go = true;
   EXPECT_THROW(cs.wait(later), std::runtime_error);
   EXPECT_FALSE(later_ran.load());
   EXPECT_THROW(cs.wait(bad), std::runtime_error);
