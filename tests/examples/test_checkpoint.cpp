@@ -149,9 +149,9 @@ TEST(ExamplesCheckpoint, FoldersAreCheckedBeforeAnyWork) {
 }
 
 // Note [Rank checkpoints]: a data-parallel job's checkpoint is a folder per rank; resuming it
-// without --data-parallel, or a plain checkpoint with it, is refused before any work, and a job
-// of another size finds no folder for its ranks. With --micro-batches the checkpoint is plain
-// and resumes to the whole run's losses.
+// without --data-parallel, or a plain checkpoint with it, is refused before any work (no MPI
+// starts here: the 2-rank save and resume are in test_data_parallel.cpp). With --micro-batches
+// the checkpoint is plain and resumes to the whole run's losses.
 TEST(ExamplesCheckpoint, RankFoldersAreCheckedAndMicroBatchesResume) {
   test::temp_dir dir;
   EXPECT_EQ(rank_folder("ck", 1, 2), "ck/rank-1-of-2");
@@ -163,23 +163,6 @@ TEST(ExamplesCheckpoint, RankFoldersAreCheckedAndMicroBatchesResume) {
   o.data_parallel = true;
   o.resume = dir.path();
   EXPECT_TRUE(has(config_error_of(o), "holds no checkpoint of a data-parallel job")) << config_error_of(o);
-
-  // --data-parallel in one process is a job of one rank: its checkpoint is rank-0-of-1.
-  example_options saver = tiny_options("auto");
-  saver.data_parallel = true;
-  saver.steps = 2;
-  saver.save = dir.path() + "/one";
-  (void)run_mlp(saver, {});
-  EXPECT_TRUE(std::filesystem::is_directory(dir.path() + "/one/rank-0-of-1"));
-  o.resume = dir.path() + "/one";
-  const run_result resumed = run_mlp(o, {});
-  example_options whole = tiny_options("auto");
-  whole.steps = 4;
-  whole.data_parallel = true;
-  const run_result all = run_mlp(whole, {});
-  ASSERT_EQ(resumed.losses.size(), 2u);
-  EXPECT_EQ(resumed.losses[0], all.losses[2]);
-  EXPECT_EQ(resumed.losses[1], all.losses[3]);
 
   example_options mb = tiny_options("auto");
   mb.micro_batches = 2;
