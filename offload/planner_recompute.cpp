@@ -28,14 +28,18 @@ namespace spillway::offload::detail {
 //   bytes per second of rerun first, as many as it takes (half or all are tried); the swaps
 //   are placed by auto's sweep.
 // auto: the fastest of its swap-only search, every baseline's plan (lms, vdnn, checkpoint,
-//   capuchin), and plans that remake the share s of checkpoint's values with the most bytes
-//   per rerun second, for each s in planner_options::auto_remake_shares, swaps placed by a
-//   shorter sweep search (all of them first; the smaller shares only where the best plan so
-//   far still stalls more than 5% of its step, and then also checkpoint's values over groups
-//   of 2 and 4 layers, or of two ops where the trace names no layers, and chains that drop
-//   what they make early: Note [Rerun schedules]). The candidates are planned at once on the host's cores and
-//   the fastest kept (the first of equals). As every baseline's plan is among them, it is
-//   never slower than any baseline.
+//   capuchin), and plans that remake shares of checkpoint's values, swaps placed by a shorter
+//   sweep search. Stage 1 remakes all of them. Where its best plan still spends more than 5%
+//   of its step stalled or rerunning, stage 2 remakes half and three quarters of them, taking
+//   first the single reruns (values whose writer reads no other dropped value and which no
+//   other dropped value's writer reads: each rerun stands alone, no chain) in order of bytes
+//   freed per second of rerun, then the rest in that order: where memory is left, fewer and
+//   shorter reruns. Where the plan stalls more than 5%, stage 2 also tries the shares of
+//   planner_options::auto_remake_shares in plain bytes-per-rerun-second order, checkpoint's
+//   values over groups of 2 and 4 layers, or of two ops where the trace names no layers, and
+//   chains that drop what they make early (Note [Rerun schedules]). The candidates of a stage
+//   are planned at once on the host's cores and the fastest kept (the first of equals). As
+//   every baseline's plan is among them, it is never slower than any baseline.
 
 namespace {
 
@@ -88,6 +92,46 @@ std::vector<std::size_t> by_bytes_per_rerun_second(const trace& t, const std::ve
   };
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return score(a) > score(b); });
   return order;
+}
+
+}  // namespace
+
+std::vector<std::size_t> single_reruns(const trace& t, const lifetime_report& r, const std::vector<remake_candidate>& c,
+                                       const std::vector<std::size_t>& order) {
+  std::vector<char> taken(t.tensors.size(), 0), read_by_taken(t.tensors.size(), 0);
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const auto& k = c[order[i]];
+    const auto& reads = t.ops[k.writer].reads;
+    // Each input must still be there when the value is made again: not dropped itself, and
+    // alive until then (a value dead since its last use would need its own writer rerun).
+    auto there = [&](tensor_id x) {
+      return !taken[x] && (is_persistent(t.tensors[x].kind) || (r.tensors[x].used() && r.tensors[x].last_use() >= k.use));
+    };
+    if (read_by_taken[k.x] || !std::all_of(reads.begin(), reads.end(), there)) continue;
+    taken[k.x] = 1;
+    for (tensor_id x : reads) read_by_taken[x] = 1;
+    out.push_back(i);
+  }
+  return out;
+}
+
+namespace {
+
+// `order` with the single reruns first (each group keeping its order), so a share of it drops
+// values whose reruns stand alone before it starts chains.
+std::vector<std::size_t> single_reruns_first(const trace& t, const lifetime_report& r, const std::vector<remake_candidate>& c,
+                                             const std::vector<std::size_t>& order) {
+  const auto single = single_reruns(t, r, c, order);
+  std::vector<char> first(order.size(), 0);
+  std::vector<std::size_t> out;
+  for (auto i : single) {
+    first[i] = 1;
+    out.push_back(order[i]);
+  }
+  for (std::size_t i = 0; i < order.size(); ++i)
+    if (!first[i]) out.push_back(order[i]);
+  return out;
 }
 
 std::vector<char> first_share(std::size_t tensors, const std::vector<remake_candidate>& c,
@@ -254,6 +298,18 @@ plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_prof
     f.order = by_bytes_per_rerun_second(t, f.cands);
     fams.push_back(std::move(f));
   }
+  // checkpoint's values with the reruns that need no other rerun first (family 4), so its
+  // smaller shares drop values whose reruns stand alone before they start chains.
+  fams.push_back({fams[0].cands, single_reruns_first(t, r, fams[0].cands, fams[0].order)});
+  // Of every candidate, the single reruns alone (family 5): for budgets so near the least that
+  // a chain's values do not fit beside the op they serve.
+  {
+    family f;
+    const auto order = by_bytes_per_rerun_second(t, all);
+    for (auto i : single_reruns(t, r, all, order)) f.cands.push_back(all[order[i]]);
+    f.order = by_bytes_per_rerun_second(t, f.cands);
+    fams.push_back(std::move(f));
+  }
   auto add = [&](std::size_t i, double share, bool keep_made) {
     makers.push_back([&, i, share, keep_made] {
       const auto& f = fams[i];
@@ -267,13 +323,21 @@ plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_prof
   };
   add(0, 1.0, true);
   auto best = best_of(std::move(makers));
-  if (best->sim.stall_seconds > 0.05 * best->sim.step_seconds) {
+  const double stall = best->sim.stall_seconds, rerun = best->sim.recompute_seconds, step = best->sim.step_seconds;
+  if (stall + rerun > 0.05 * step) {
+    // Stage 2: smaller shares of checkpoint's values, the single reruns first among them
+    // (fewer reruns where memory is left); where the plan still stalls, shares in plain
+    // bytes-per-second order, the other families and every single rerun too.
     makers.clear();
-    for (double share : opt.auto_remake_shares)
-      if (share < 1) add(0, share, true);
-    add(0, 1.0, false);
-    for (std::size_t i = 1; i < fams.size(); ++i)
-      for (bool keep_made : {true, false}) add(i, 1.0, keep_made);
+    for (double share : {0.5, 0.75}) add(4, share, true);
+    if (stall > 0.05 * step) {
+      for (double share : opt.auto_remake_shares)
+        if (share < 1) add(0, share, true);
+      add(0, 1.0, false);
+      for (std::size_t i = 1; i < 4; ++i)
+        for (bool keep_made : {true, false}) add(i, 1.0, keep_made);
+      add(5, 1.0, true);
+    }
     keep_best(best, best_of(std::move(makers)));
   }
   best->p.policy = "auto";

@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "offload/planner.hpp"
+#include "offload/rerun_schedule.hpp"
 
 namespace spillway::offload::detail {
 
@@ -17,6 +19,13 @@ plan auto_swap_plan(const trace& t, const lifetime_report& r, const hw_profile& 
 /// plans that remake the values with the most bytes per rerun second.
 plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
                          const planner_options& opt);
+
+/// The candidates whose reruns need no other rerun, greedily in `order` (indices into `c`): a
+/// candidate joins when each of its writer's inputs is persistent or alive (by `r`) until the
+/// value is made again, none has joined, and its value is no joined writer's input. Returns
+/// positions in `order`, ascending.
+std::vector<std::size_t> single_reruns(const trace& t, const lifetime_report& r, const std::vector<remake_candidate>& c,
+                                       const std::vector<std::size_t>& order);
 
 std::unique_ptr<planner> make_checkpoint_planner(const planner_options& opt);
 std::unique_ptr<planner> make_capuchin_planner(const planner_options& opt);

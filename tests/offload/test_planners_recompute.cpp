@@ -3,10 +3,13 @@
 // independent logical replay that understands reruns; hand cases where recomputing must win.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 
 #include "offload/planner.hpp"
+#include "offload/planner_recompute.hpp"
+#include "offload/rerun_schedule.hpp"
 #include "offload/simulator.hpp"
 #include "offload/zoo.hpp"
 
@@ -234,6 +237,77 @@ TEST(PlannersRecompute, RemakingBeatsSwappingWhenTheLinkIsSlow) {
   const auto s_swap = simulate(t, make_planner("auto", swap_only)->make_plan(t, rep, hw, budget), hw);
   EXPECT_GT(s_swap.step_seconds, 2 * s_auto.step_seconds);
   EXPECT_EQ(s_swap.recomputes, 0u);
+}
+
+// Single reruns: no chosen value's writer reads another chosen value or one dead by the time
+// the value is made again (so no rerun needs another), and every candidate left out has a
+// reason: one of those, or it is an input of the writer of one chosen before it. Random
+// traces, random orders.
+TEST(PlannersRecompute, SingleRerunsNeedNoOtherRerunAndMissNone) {
+  std::mt19937_64 rng(1201);
+  std::size_t chosen_total = 0, left_total = 0;
+  for (int iter = 0; iter < 200; ++iter) {
+    const auto t = random_training(rng);
+    const auto rep = analyze(t);
+    const auto cands = detail::remake_candidates(t, rep, test_hw(1e9));
+    std::vector<std::size_t> order(cands.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    const auto single = detail::single_reruns(t, rep, cands, order);
+    ASSERT_TRUE(std::is_sorted(single.begin(), single.end()));
+    std::vector<char> chosen(t.tensors.size(), 0), in_single(order.size(), 0);
+    for (auto i : single) {
+      ASSERT_LT(i, order.size());
+      chosen[cands[order[i]].x] = 1;
+      in_single[i] = 1;
+    }
+    for (auto i : single) {
+      const auto& c = cands[order[i]];
+      for (tensor_id in : t.ops[c.writer].reads) {
+        EXPECT_FALSE(chosen[in]) << "iteration " << iter << ": the rerun of " << t.tensors[c.x].name << " needs "
+                                 << t.tensors[in].name << ", also dropped";
+        if (!is_persistent(t.tensors[in].kind))
+          EXPECT_GE(rep.tensors[in].last_use(), c.use) << "iteration " << iter << ": " << t.tensors[in].name << " is dead before "
+                                                      << t.tensors[c.x].name << " is made again";
+      }
+    }
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      if (in_single[i]) continue;
+      const auto& c = cands[order[i]];
+      bool reason = false;
+      for (tensor_id in : t.ops[c.writer].reads)
+        reason |= !is_persistent(t.tensors[in].kind) && rep.tensors[in].last_use() < c.use;
+      for (std::size_t j = 0; j < i; ++j) {
+        if (!in_single[j]) continue;
+        const auto& d = cands[order[j]];
+        for (tensor_id in : t.ops[c.writer].reads) reason |= in == d.x;
+        for (tensor_id in : t.ops[d.writer].reads) reason |= in == c.x;
+      }
+      EXPECT_TRUE(reason) << "iteration " << iter << ": " << t.tensors[c.x].name << " left out for no reason";
+    }
+    chosen_total += single.size();
+    left_total += order.size() - single.size();
+  }
+  EXPECT_GT(chosen_total, 0u);
+  EXPECT_GT(left_total, 0u);  // the traces do have chains to refuse
+}
+
+// Where memory is left for part of a transformer's values, auto remakes a share of them, the
+// single reruns first, instead of every value checkpoint remakes: less rerun time and a faster
+// step than checkpoint (gpt2-medium on h200 at a quarter of its peak: 61 ms against 154 ms).
+TEST(PlannersRecompute, AutoRemakesPartWhereMemoryIsLeft) {
+  const auto t = make_model_trace("gpt2-medium");
+  const auto rep = analyze(t);
+  const auto hw = get_profile("h200");
+  const std::uint64_t budget = rep.peak_live_bytes / 4;
+  const auto s_auto = simulate(t, make_planner("auto")->make_plan(t, rep, hw, budget), hw);
+  const auto s_ckpt = simulate(t, make_planner("checkpoint")->make_plan(t, rep, hw, budget), hw);
+  ASSERT_TRUE(s_auto.feasible()) << s_auto.violations[0];
+  ASSERT_TRUE(s_ckpt.feasible()) << s_ckpt.violations[0];
+  EXPECT_GT(s_auto.recomputes, 0u);
+  EXPECT_LT(s_auto.recompute_seconds, 0.75 * s_ckpt.recompute_seconds);
+  EXPECT_LT(s_auto.step_seconds, 0.5 * s_ckpt.step_seconds);
+  EXPECT_LT(s_auto.step_seconds, 1.35 * s_auto.compute_seconds);
 }
 
 // checkpoint keeps what crosses a layer boundary and remakes the rest of the layer; its reruns
