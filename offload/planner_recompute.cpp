@@ -37,7 +37,10 @@ namespace spillway::offload::detail {
 //   shorter reruns. Where the plan stalls more than 5%, stage 2 also tries the shares of
 //   planner_options::auto_remake_shares in plain bytes-per-rerun-second order, checkpoint's
 //   values over groups of 2 and 4 layers, or of two ops where the trace names no layers, and
-//   chains that drop what they make early (Note [Rerun schedules]). The candidates of a stage
+//   chains that drop what they make early (Note [Rerun schedules]). auto's own plans spread
+//   each chain over the ops before the one it serves (Note [Rerun schedules], spread chains),
+//   so a chain holds two of its values at a time, not all; the stalling stage also tries
+//   checkpoint's values with chains held whole. The candidates of a stage
 //   are planned at once on the host's cores and the fastest kept (the first of equals). As
 //   every baseline's plan is among them, it is never slower than any baseline.
 
@@ -53,8 +56,8 @@ struct judged {
 template <class Swap>
 std::optional<judged> with_reruns(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
                                   const std::vector<remake_candidate>& cands, const std::vector<char>& want,
-                                  const std::string& policy, Swap swap, bool keep_made = true) {
-  const auto s = schedule_reruns(t, r, hw, cands, want, keep_made);
+                                  const std::string& policy, Swap swap, bool keep_made = true, bool spread = false) {
+  const auto s = schedule_reruns(t, r, hw, cands, want, keep_made, spread);
   if (s.remade == 0) return std::nullopt;
   const auto fr = analyze(s.folded);
   if (fr.min_budget_bytes > budget) return std::nullopt;
@@ -310,15 +313,15 @@ plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_prof
     f.order = by_bytes_per_rerun_second(t, f.cands);
     fams.push_back(std::move(f));
   }
-  auto add = [&](std::size_t i, double share, bool keep_made) {
-    makers.push_back([&, i, share, keep_made] {
+  auto add = [&](std::size_t i, double share, bool keep_made, bool spread = true) {
+    makers.push_back([&, i, share, keep_made, spread] {
       const auto& f = fams[i];
       return with_reruns(
           t, r, hw, budget, f.cands, first_share(t.tensors.size(), f.cands, f.order, share), "auto",
           [&](const trace& ft, const lifetime_report& fr) {
             return auto_swap_plan(ft, fr, hw, budget, share >= 1 && i == 0 && keep_made ? swap_opt : so);
           },
-          keep_made);
+          keep_made, spread);
     });
   };
   add(0, 1.0, true);
@@ -334,6 +337,7 @@ plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_prof
       for (double share : opt.auto_remake_shares)
         if (share < 1) add(0, share, true);
       add(0, 1.0, false);
+      add(0, 1.0, true, false);
       for (std::size_t i = 1; i < 4; ++i)
         for (bool keep_made : {true, false}) add(i, 1.0, keep_made);
       add(5, 1.0, true);

@@ -18,6 +18,15 @@ namespace spillway::offload::detail {
 // false), it is dropped again after the op and made once more before its own read: more
 // reruns, fewer bytes held. A value whose writer's inputs were
 // overwritten since the writer ran cannot be made with the same bits: it is kept.
+// Spread chains: a chain before op k holds every value it makes until op k has run, so a long
+// one needs the memory of all its values at once. Spread, each rerun of the chain moves back
+// from op k by its distance from the end of the list (the last stays before op k, the one
+// before it goes before op k-1, ...), never before its op has run plus one, before what it
+// makes is gone (dropped, or dead after its last use), or before an input dropped and made
+// again is back, and never ahead of an earlier entry:
+// each value is made one op before the rerun that reads it, and dropped after that rerun (a
+// released one the executor keeps until then: Note [Rerun temps across steps] in
+// prefetch/recompute.hpp), so only two links of the chain are held at a time.
 // The swap planners then see the folded trace: each op with reruns also writes what they write
 // (so a dropped value is, to them, dead from its drop to its rerun: dropping it needs no copy),
 // reads what they read (so weights a rerun needs are brought back for it, and the memory of the
@@ -50,7 +59,8 @@ class scheduler {
   scheduler(const trace& t, const lifetime_report& r, const hw_profile& hw)
       : t_(t), r_(r), hw_(hw), writer_(single_recomputable_writer(t, r)) {}
 
-  rerun_schedule run(const std::vector<remake_candidate>& cands, const std::vector<char>& want, bool keep_made) {
+  rerun_schedule run(const std::vector<remake_candidate>& cands, const std::vector<char>& want, bool keep_made,
+                     bool spread) {
     const std::size_t nt = t_.tensors.size(), n = t_.ops.size();
     scheduled_.assign(nt, 0);
     drop_after_.assign(nt, -1);
@@ -86,6 +96,7 @@ class scheduler {
           made_now_[z] = 0;
           if (keep_made && scheduled_[z] && drop_after_[z] < k && k <= remake_at_[z]) remake_at_[z] = k;  // there from now on
         }
+      if (spread && list.size() > 1) spread_chain(k, s.reruns);
     }
     for (tensor_id x = 0; x < nt; ++x) s.remade += scheduled_[x];
     s.folded = fold(s.reruns, s.origin);
@@ -116,6 +127,59 @@ class scheduler {
     list.push_back(o);
     for (tensor_id z : t_.ops[o].writes) made_now_[z] = 1;
     return true;
+  }
+
+  // Moves the reruns before op k back by their distance from the end of the list, one op each,
+  // where their op has run and what they make is gone by then (Note [Rerun schedules], spread
+  // chains); the order of the list is kept across the steps.
+  void spread_chain(op_index k, std::vector<std::vector<op_index>>& reruns) {
+    auto& list = reruns[k];
+    const std::size_t m = list.size();
+    // Depth: how many entries of the list, one after another, read what this one makes (0
+    // for those only op k reads). Several chains may share the list; each spreads by its own.
+    std::vector<std::int64_t> depth(m, 0), step(m, 0);
+    for (std::size_t e = m; e-- > 0;)
+      for (std::size_t f = e + 1; f < m; ++f)
+        if (reads_output_of({list[f]}, list[e])) depth[e] = std::max(depth[e], depth[f] + 1);
+    std::vector<op_index> stay;
+    for (std::size_t e = 0; e < m; ++e) {
+      const op_index o = list[e];
+      std::int64_t at = std::max(static_cast<std::int64_t>(o) + 1, static_cast<std::int64_t>(k) - depth[e]);
+      for (tensor_id z : t_.ops[o].writes)
+        at = std::max(at, scheduled_[z] ? drop_after_[z] + 1 : static_cast<std::int64_t>(r_.tensors[z].last_use()) + 1);
+      for (std::size_t f = 0; f < e; ++f)
+        if (reads_output_of({o}, list[f])) at = std::max(at, step[f]);  // after what it reads
+      // An input the list does not make that was dropped is there again only from the step
+      // that made it before op k.
+      for (tensor_id y : t_.ops[o].reads)
+        if (!made_by_list(list, e, y) && scheduled_[y] && drop_after_[y] < static_cast<std::int64_t>(k) &&
+            remake_at_[y] < static_cast<std::int64_t>(k))
+          at = std::max(at, remake_at_[y]);
+      at = std::min<std::int64_t>(at, k);
+      // Never after a rerun of that step that reads what this one makes (its list runs in order).
+      while (at < static_cast<std::int64_t>(k) && reads_output_of(reruns[static_cast<std::size_t>(at)], o)) ++at;
+      step[e] = at;
+      if (at == static_cast<std::int64_t>(k)) {
+        stay.push_back(o);
+      } else {
+        auto& to = reruns[static_cast<std::size_t>(at)];
+        if (std::find(to.begin(), to.end(), o) == to.end()) to.push_back(o);
+      }
+    }
+    list = std::move(stay);
+  }
+  bool made_by_list(const std::vector<op_index>& list, std::size_t before, tensor_id y) const {
+    for (std::size_t f = 0; f < before; ++f)
+      for (tensor_id z : t_.ops[list[f]].writes)
+        if (z == y) return true;
+    return false;
+  }
+  bool reads_output_of(const std::vector<op_index>& entries, op_index o) const {
+    for (op_index e : entries)
+      for (tensor_id y : t_.ops[e].reads)
+        for (tensor_id z : t_.ops[o].writes)
+          if (y == z) return true;
+    return false;
   }
 
   // The folded trace (Note [Rerun schedules]); each value a rerun makes is a new tensor there
@@ -210,8 +274,8 @@ std::vector<remake_candidate> remake_candidates(const trace& t, const lifetime_r
 
 rerun_schedule schedule_reruns(const trace& t, const lifetime_report& r, const hw_profile& hw,
                                const std::vector<remake_candidate>& candidates, const std::vector<char>& want,
-                               bool keep_made) {
-  return scheduler(t, r, hw).run(candidates, want, keep_made);
+                               bool keep_made, bool spread) {
+  return scheduler(t, r, hw).run(candidates, want, keep_made, spread);
 }
 
 plan unfold_plan(plan folded, const rerun_schedule& s, std::size_t tensors) {

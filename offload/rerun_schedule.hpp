@@ -41,10 +41,12 @@ struct rerun_schedule {
 /// before the read after its stretch, with the writers of its inputs first where those are
 /// gone by then (chains). A value whose inputs changed since its writer ran is kept instead. A
 /// chosen value a chain makes early stays from then on when `keep_made`, else it is dropped
-/// again and made once more before its own read.
+/// again and made once more before its own read. With `spread`, a chain's reruns are spread
+/// over the ops before the one it serves (Note [Rerun schedules]), so fewer of its values are
+/// held at once.
 rerun_schedule schedule_reruns(const trace& t, const lifetime_report& r, const hw_profile& hw,
                                const std::vector<remake_candidate>& candidates, const std::vector<char>& want,
-                               bool keep_made = true);
+                               bool keep_made = true, bool spread = false);
 
 /// Turns `folded`, a plan made for s.folded, into a plan for the trace the schedule was made
 /// from (`tensors` tensors): its tensors renamed back, the reruns added to its steps.

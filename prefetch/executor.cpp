@@ -170,7 +170,12 @@ void executor::note_memory() {
 std::uint64_t executor::next_use(tensor_id id) const {
   constexpr auto never = std::numeric_limits<std::uint64_t>::max();
   const auto& st = *tensors_[id];
-  if (st.released) return never;
+  if (st.released) {
+    // A rerun temp a later step's rerun reads (Note [Rerun temps across steps]) is used there.
+    if (!st.rerun_temp) return never;
+    const op_index at = reruns_.next_rerun_read(id, current_op_);
+    return at == std::numeric_limits<op_index>::max() ? never : at;
+  }
   if (plan_ == nullptr || trace_ == nullptr || id >= uses_.size() || uses_[id].empty()) {
     // Recording: least recently used goes first (smaller clock = farther "next use").
     return never / 2 - st.last_used;
@@ -528,7 +533,7 @@ void executor::issue_prefetches(op_index k) {
   for (const auto& p : plan_->steps[k].prefetches) {
     if (p.tensor >= tensors_.size() || !tensors_[p.tensor]) continue;
     auto& st = *tensors_[p.tensor];
-    if (st.dev != nullptr || !st.tier_current || st.released) continue;
+    if (st.dev != nullptr || !st.tier_current || (st.released && !st.rerun_temp)) continue;
     if (!budget().admits(in_use_, st.desc.bytes) || !fetch(p.tensor, false)) ++stats_.prefetches_deferred;
   }
 }
@@ -628,7 +633,7 @@ void executor::end_op(op_index k) {
   }
   note_op_outputs(k);
   apply_evictions(k);
-  free_rerun_temps();
+  free_rerun_temps(k);
   pinned_.clear();
   writes_.clear();
 }

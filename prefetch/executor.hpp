@@ -164,7 +164,7 @@ class executor {
   void rerun(op_index o, op_index k, std::vector<tensor_id>& made);
   void note_op_inputs(op_index k, std::span<const tensor_id> reads);
   void note_op_outputs(op_index k);
-  void free_rerun_temps();
+  void free_rerun_temps(op_index k);
   [[noreturn]] void throw_awaiting_rerun(const tensor_state& st, const std::string& reader) const;
   void defragment();
   bool evict_one(std::uint64_t needed);
@@ -214,7 +214,7 @@ class executor {
     std::vector<std::pair<tensor_id, std::uint64_t>> reads, writes;
   };
   std::vector<op_values> ran_;               // per op of this iteration (recomputable ops only)
-  std::vector<tensor_id> rerun_temps_;       // released tensors the current step's reruns made
+  std::vector<tensor_id> rerun_temps_;       // released tensors reruns made (Note [Rerun temps across steps])
 
   op_index current_op_ = 0;
   std::string current_name_;  // the op begun last (begin_op's name), for errors

@@ -109,7 +109,7 @@ void executor::end_host_op(op_index k) {
     ++st.version;
   }
   apply_evictions(k);
-  free_rerun_temps();
+  free_rerun_temps(k);
   pinned_.clear();
   writes_.clear();
 }

@@ -19,8 +19,9 @@ namespace spillway {
 // read or write has another version now, or that was never run in this iteration, is a
 // usage_error naming both ops and the tensor, before any work of the rerun is enqueued. A rerun
 // writes the same bits, so it counts no new version and leaves tier copies current. An output
-// the program has already released (one only a later rerun of the same step reads) is made for
-// the step and freed after op k.
+// the program has already released (one only a later rerun reads) is made for the step and
+// freed after op k, or after the last later step whose reruns read it (Note [Rerun temps across
+// steps] in recompute.hpp).
 
 namespace {
 std::string op_name(const trace* t, op_index o) {
@@ -144,12 +145,19 @@ void executor::rerun(op_index o, op_index k, std::vector<tensor_id>& made) {
   ++stats_.recomputes;
 }
 
-void executor::free_rerun_temps() {
+void executor::free_rerun_temps(op_index k) {
+  // Note [Rerun temps across steps]: one a later step's rerun reads stays until then.
+  const bool last = trace_ == nullptr || k + 1 >= trace_->ops.size();
+  std::vector<tensor_id> kept;
   for (auto id : rerun_temps_) {
+    if (!last && reruns_.next_rerun_read(id, k) != std::numeric_limits<op_index>::max()) {
+      kept.push_back(id);
+      continue;
+    }
     state(id).rerun_temp = false;
     retire(id);  // its device memory, and a tier copy an on-demand eviction made
   }
-  rerun_temps_.clear();
+  rerun_temps_ = std::move(kept);
 }
 
 }  // namespace spillway

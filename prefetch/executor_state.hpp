@@ -23,7 +23,7 @@ struct executor::tensor_state {
   std::uint64_t last_used = 0;
   std::uint64_t version = 0;   // values it has held: counts writes by ops and uploads (Note [Rerun checks])
   bool awaiting_rerun = false; // its value was dropped for a recomputation that has not run yet
-  bool rerun_temp = false;     // released, made again by a rerun of the current step: freed after the op
+  bool rerun_temp = false;     // released, made again by a rerun: freed after the op, or after a later step reads it
 };
 
 struct executor::probe {

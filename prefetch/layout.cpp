@@ -2,6 +2,7 @@
 #include "prefetch/layout.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <array>
 #include <cstdint>
 #include <iterator>
@@ -76,6 +77,7 @@ class residency {
       start_block[x] = open_[x];
       tier_current_[x] = 1;
     }
+    std::vector<tensor_id> temps;  // released values reruns made, still placed
     for (op_index k = 0; k < n; ++k) {
       const auto& op = t_.ops[k];
       if (k < p_.steps.size())
@@ -83,8 +85,8 @@ class residency {
           if (pf.tensor < open_.size() && open_[pf.tensor] < 0 && !released_[pf.tensor])
             open(pf.tensor, layout_slot::prefetch(k), layout_slot::prefetch(k), time_of(timing_ ? &timing_->load_start : nullptr, pf.tensor, k, op_start(k)));
       // Recomputations (Note [Recomputation] in plan.hpp): their tensors are placed before the op's
-      // own, at its slot; an output the program released already lives until the op ends.
-      std::vector<tensor_id> temps;
+      // own, at its slot; an output the program released already lives until the op ends, or
+      // until a later step's rerun that reads it has run (Note [Rerun temps across steps]).
       if (k < p_.steps.size())
         for (auto o : p_.steps[k].recomputes) {
           if (o >= n) continue;
@@ -118,8 +120,15 @@ class residency {
         released_[x] = 1;
         if (open_[x] >= 0) close(x, layout_slot::after(k), op_end(k));
       }
-      for (auto x : temps)
-        if (open_[x] >= 0) close(x, layout_slot::after(k), op_end(k));
+      std::vector<tensor_id> kept;
+      for (auto x : temps) {
+        if (open_[x] < 0) continue;
+        if (k + 1 < n && reruns_.next_rerun_read(x, k) != std::numeric_limits<op_index>::max())
+          kept.push_back(x);
+        else
+          close(x, layout_slot::after(k), op_end(k));
+      }
+      temps = std::move(kept);
     }
     for (tensor_id x = 0; x < t_.tensors.size(); ++x) {
       if (open_[x] < 0) continue;

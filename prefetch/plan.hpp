@@ -49,8 +49,10 @@ struct prefetch {
 /// those not resident, with the very bits o wrote. So a plan may drop, without a copy, a value
 /// a recomputable op wrote, as long as it reruns that op before the value's next read. What a
 /// rerun writes is an ordinary resident tensor afterwards: the plan evicts or drops it like any
-/// other (a value only a later entry needed is dropped after op k). The time a rerun takes is
-/// spent on the compute stream.
+/// other (a value only a later entry needed is dropped after op k). A chain may be spread over
+/// several steps: a rerun before op j makes a value that a rerun before a later op reads; one
+/// the program has released is kept until then (Note [Rerun temps across steps] in
+/// recompute.hpp). The time a rerun takes is spent on the compute stream.
 
 /// Note [Host ops]
 /// An op the trace marks host_capable (op_desc::host_capable; the zoo's optimizer steps) may be

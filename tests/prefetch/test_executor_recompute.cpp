@@ -156,3 +156,99 @@ TEST(ExecutorRecompute, TheLayoutPlacesTheRerunsAllocationAndFreesTheDroppedValu
   for (const auto& b : l.placed) blocks_of_a += b.id == f.a ? 1 : 0;
   EXPECT_EQ(blocks_of_a, 2u);
 }
+
+// A chain spread over two steps (Note [Rerun temps across steps]): op0 makes a from p, op1
+// makes b from a, and the program releases a after op1. The plan drops b after op1 and makes it
+// again for op4: op0 is rerun before op3 (a, released, is a rerun temp) and op1 before op4,
+// reading it. The executor keeps a from step 3 to step 4, then frees it; b holds op1's bits.
+TEST(ExecutorRecompute, AReleasedValueARerunOfALaterStepReadsIsKeptUntilThen) {
+  trace t;
+  const auto p = t.add_tensor("p", n, tensor_kind::parameter);
+  const auto a = t.add_tensor("a", n, tensor_kind::activation);
+  const auto b = t.add_tensor("b", n, tensor_kind::activation);
+  const auto c = t.add_tensor("c", n, tensor_kind::activation);
+  const auto d = t.add_tensor("d", n, tensor_kind::activation);
+  t.add_op("g0.forward", {p}, {a});
+  t.add_op("g1.forward", {a}, {b});
+  t.add_op("mid", {p}, {c});
+  t.add_op("mid2", {p}, {d});
+  t.add_op("use", {b, c, d}, {});
+  t.ops[0].recomputable = true;
+  t.ops[1].recomputable = true;
+  t.validate();
+  plan pl = plan::empty_for(t, "hand-made", 8 * n);
+  pl.steps[1].evictions.push_back({b, evict_action::drop});
+  pl.steps[3].recomputes.push_back(0);
+  pl.steps[4].recomputes.push_back(1);
+  pl.validate(t);
+
+  rig r(8 * n);
+  for (auto id : {p, a, b, c, d}) r.exec->define(id, t.tensors[id]);
+  std::vector<unsigned char> init(n, 9);
+  r.exec->upload(p, init.data());
+  auto bad = std::make_shared<std::atomic<int>>(0);
+  auto body = [&](op_index o) {
+    if (o == 0) {
+      void* pp = r.exec->device_ptr(p);
+      void* pa = r.exec->device_ptr(a);
+      r.dev->launch_kernel(r.exec->compute_stream(), [pp, pa, bad] {
+        if (!holds(pp, n, 9)) ++*bad;
+        std::memset(pa, 10, n);
+      });
+    } else {
+      void* pa = r.exec->device_ptr(a);
+      void* pb = r.exec->device_ptr(b);
+      r.dev->launch_kernel(r.exec->compute_stream(), [pa, pb, bad] {
+        if (!holds(pa, n, 10)) ++*bad;
+        std::memset(pb, 11, n);
+      });
+    }
+  };
+  std::vector<op_index> reruns;
+  r.exec->set_rerun([&](op_index o) {
+    reruns.push_back(o);
+    body(o);
+  });
+  r.exec->follow(&t, &pl);
+  for (int it = 1; it <= 2; ++it) {
+    reruns.clear();
+    r.exec->begin_iteration();
+    const std::vector<tensor_id> vp{p}, va{a}, vb{b}, vc{c}, vd{d}, used{b, c, d}, none;
+    r.exec->begin_op(0, vp, va, "g0.forward");
+    body(0);
+    r.exec->end_op(0);
+    r.exec->begin_op(1, va, vb, "g1.forward");
+    body(1);
+    r.exec->end_op(1);
+    r.exec->release(a);
+    const std::uint64_t after_op1 = r.exec->device_bytes_in_use();
+    r.exec->begin_op(2, vp, vc, "mid");
+    r.exec->end_op(2);
+    r.exec->begin_op(3, vp, vd, "mid2");
+    r.exec->end_op(3);
+    EXPECT_EQ(r.exec->device_bytes_in_use(), after_op1 + 3 * n) << "c, d, and a made before op 3 for op 4's rerun";
+    r.exec->begin_op(4, used, none, "use");
+    void* pb = r.exec->device_ptr(b);
+    r.dev->launch_kernel(r.exec->compute_stream(), [pb, bad] {
+      if (!holds(pb, n, 11)) ++*bad;
+    });
+    r.exec->end_op(4);
+    EXPECT_EQ(r.exec->device_bytes_in_use(), after_op1 + 3 * n) << "a freed after op 4; b, c, d stay until release";
+    for (auto id : {b, c, d}) r.exec->release(id);
+    const auto st = r.exec->end_iteration();
+    EXPECT_EQ(st.recomputes, 2u) << "iteration " << it;
+    EXPECT_EQ(st.on_demand_fetches, 0u) << "iteration " << it;
+    EXPECT_EQ(reruns, (std::vector<op_index>{0, 1})) << "iteration " << it;
+  }
+  EXPECT_EQ(bad->load(), 0) << "an op or a rerun saw the wrong bytes";
+
+  // make_layout keeps a placed from the rerun before op 3 through op 4.
+  const auto l = make_layout(t, pl, {});
+  EXPECT_TRUE(l.offset(a, layout_slot::place(3)).has_value());
+  EXPECT_FALSE(l.offset(a, layout_slot::place(4)).has_value()) << "no second allocation for op 4's rerun";
+  bool kept = false;
+  for (const auto& blk : l.placed)
+    if (blk.id == a && blk.spans.size() == 1 && blk.spans[0].first == layout_slot::place(3))
+      kept = blk.spans[0].second == layout_slot::after(4);
+  EXPECT_TRUE(kept) << "a is placed from the rerun before op 3 until after op 4";
+}

@@ -12,6 +12,10 @@
 
 #include "device/error.hpp"
 #include "device/units.hpp"
+#include "offload/lifetime.hpp"
+#include "offload/planner.hpp"
+#include "offload/profile.hpp"
+#include "offload/rerun_schedule.hpp"
 #include "offload/session_hooks.hpp"
 #include "offload/swap_policy.hpp"
 
@@ -266,6 +270,48 @@ TEST(SessionRecompute, ChainedRerunsOfReleasedOutputsGiveTheSameBits) {
   EXPECT_EQ(s.history().back().recomputes, chain);
   EXPECT_EQ(s.history()[1].recomputes, chain);
   EXPECT_EQ(s.history()[0].recomputes, 0u);  // the recording step runs on demand
+  EXPECT_EQ(s.history().back().on_demand_fetches, 0u);  // every dropped value was made again in time
+}
+
+TEST(SessionRecompute, SpreadChainsGiveTheSameBits) {
+  // Every value a rerun can make is dropped, and each chain of reruns is spread over the ops
+  // before the one it serves (Note [Rerun schedules]): the values it makes, some of them
+  // already released by the program, are kept from one step to the next until the rerun that
+  // reads them (Note [Rerun temps across steps]). The plan is the rerun schedule's, with lms
+  // on the folded trace at a budget it fits whole.
+  std::size_t spread_steps = 0;
+  session_hooks hooks;
+  hooks.edit_plan = [&](const trace& t, plan& p) {
+    offload::hw_profile hw;
+    hw.name = "test";
+    hw.device_bytes = 1ull << 40;
+    hw.compute_flops_per_s = 1e12;
+    hw.hbm_bytes_per_s = 1e12;
+    hw.h2d_bytes_per_s = hw.d2h_bytes_per_s = 1e9;
+    hw.copy_engines = 2;
+    hw.host_bytes = 1ull << 40;
+    const auto r = offload::analyze(t);
+    const auto cands = offload::detail::remake_candidates(t, r, hw);
+    const std::vector<char> want(t.tensors.size(), 1);
+    const auto s = offload::detail::schedule_reruns(t, r, hw, cands, want, true, true);
+    const auto fr = offload::analyze(s.folded);
+    p = offload::detail::unfold_plan(offload::make_planner("lms")->make_plan(s.folded, fr, hw, fr.peak_live_bytes), s,
+                                     t.tensors.size());
+    spread_steps = 0;
+    for (op_index k = 0; k < p.steps.size(); ++k)
+      for (op_index o : p.steps[k].recomputes) {
+        bool serves_k = false;
+        for (tensor_id z : t.ops[o].writes)
+          serves_k |= std::find(t.ops[k].reads.begin(), t.ops[k].reads.end(), z) != t.ops[k].reads.end();
+        spread_steps += !serves_k;
+      }
+  };
+  Session s(config_for("none", 0), hooks);
+  EXPECT_EQ(wrapped(s, 4), plain(4));
+  EXPECT_GT(spread_steps, 0u) << "no chain was spread: the test would not test it";
+  ASSERT_NE(s.current_plan(), nullptr);
+  EXPECT_GT(s.history().back().recomputes, 0u);
+  EXPECT_EQ(s.history().back().recomputes, s.current_plan()->recompute_count());
   EXPECT_EQ(s.history().back().on_demand_fetches, 0u);  // every dropped value was made again in time
 }
 
