@@ -135,44 +135,49 @@ class scheduler {
   void spread_chain(op_index k, std::vector<std::vector<op_index>>& reruns) {
     auto& list = reruns[k];
     const std::size_t m = list.size();
-    // Depth: how many entries of the list, one after another, read what this one makes (0
-    // for those only op k reads). Several chains may share the list; each spreads by its own.
+    const auto kk = static_cast<std::int64_t>(k);
+    // The entry of the list that makes each value (producer_), and depth: how many entries, one
+    // after another, read what an entry makes (0 for those only op k reads). Several chains may
+    // share the list; each spreads by its own.
+    producer_.resize(t_.tensors.size(), -1);
+    for (std::size_t e = 0; e < m; ++e)
+      for (tensor_id z : t_.ops[list[e]].writes)
+        if (producer_[z] < 0) producer_[z] = static_cast<std::int64_t>(e);
     std::vector<std::int64_t> depth(m, 0), step(m, 0);
-    for (std::size_t e = m; e-- > 0;)
-      for (std::size_t f = e + 1; f < m; ++f)
-        if (reads_output_of({list[f]}, list[e])) depth[e] = std::max(depth[e], depth[f] + 1);
+    for (std::size_t f = m; f-- > 0;)
+      for (tensor_id y : t_.ops[list[f]].reads)
+        if (producer_[y] >= 0 && static_cast<std::size_t>(producer_[y]) < f)
+          depth[static_cast<std::size_t>(producer_[y])] = std::max(depth[static_cast<std::size_t>(producer_[y])], depth[f] + 1);
     std::vector<op_index> stay;
     for (std::size_t e = 0; e < m; ++e) {
       const op_index o = list[e];
-      std::int64_t at = std::max(static_cast<std::int64_t>(o) + 1, static_cast<std::int64_t>(k) - depth[e]);
+      std::int64_t at = std::max(static_cast<std::int64_t>(o) + 1, kk - depth[e]);
       for (tensor_id z : t_.ops[o].writes)
         at = std::max(at, scheduled_[z] ? drop_after_[z] + 1 : static_cast<std::int64_t>(r_.tensors[z].last_use()) + 1);
-      for (std::size_t f = 0; f < e; ++f)
-        if (reads_output_of({o}, list[f])) at = std::max(at, step[f]);  // after what it reads
-      // An input the list does not make that was dropped is there again only from the step
-      // that made it before op k.
-      for (tensor_id y : t_.ops[o].reads)
-        if (!made_by_list(list, e, y) && scheduled_[y] && drop_after_[y] < static_cast<std::int64_t>(k) &&
-            remake_at_[y] < static_cast<std::int64_t>(k))
+      for (tensor_id y : t_.ops[o].reads) {
+        const auto f = producer_[y];
+        if (f >= 0 && static_cast<std::size_t>(f) < e) {
+          at = std::max(at, step[static_cast<std::size_t>(f)]);  // after what it reads
+        } else if (scheduled_[y] && drop_after_[y] < kk && remake_at_[y] < kk) {
+          // An input the list does not make that was dropped is there again only from the
+          // step that made it before op k.
           at = std::max(at, remake_at_[y]);
-      at = std::min<std::int64_t>(at, k);
+        }
+      }
+      at = std::min(at, kk);
       // Never after a rerun of that step that reads what this one makes (its list runs in order).
-      while (at < static_cast<std::int64_t>(k) && reads_output_of(reruns[static_cast<std::size_t>(at)], o)) ++at;
+      while (at < kk && reads_output_of(reruns[static_cast<std::size_t>(at)], o)) ++at;
       step[e] = at;
-      if (at == static_cast<std::int64_t>(k)) {
+      if (at == kk) {
         stay.push_back(o);
       } else {
         auto& to = reruns[static_cast<std::size_t>(at)];
         if (std::find(to.begin(), to.end(), o) == to.end()) to.push_back(o);
       }
     }
+    for (op_index o : list)
+      for (tensor_id z : t_.ops[o].writes) producer_[z] = -1;
     list = std::move(stay);
-  }
-  bool made_by_list(const std::vector<op_index>& list, std::size_t before, tensor_id y) const {
-    for (std::size_t f = 0; f < before; ++f)
-      for (tensor_id z : t_.ops[list[f]].writes)
-        if (z == y) return true;
-    return false;
   }
   bool reads_output_of(const std::vector<op_index>& entries, op_index o) const {
     for (op_index e : entries)
@@ -246,6 +251,7 @@ class scheduler {
   std::vector<op_index> writer_;
   std::vector<char> scheduled_, made_now_;
   std::vector<std::int64_t> drop_after_, remake_at_;
+  std::vector<std::int64_t> producer_;  // spread_chain's scratch: per tensor, the list entry that makes it
 };
 
 }  // namespace
