@@ -184,20 +184,49 @@ plan plan_from_view(const trace& t, const lifetime_report& r, const device_view&
   return p;
 }
 
+std::vector<char> tail_on_device(const trace& t, const std::vector<char>& on_host, const sim_result& sim) {
+  double device_end = 0;
+  for (const auto& e : sim.timeline)
+    if (e.track == sim_track::compute || e.track == sim_track::recompute) device_end = std::max(device_end, e.end);
+  auto out = on_host;
+  out.resize(t.ops.size(), 0);
+  for (const auto& e : sim.timeline)
+    if (e.track == sim_track::host && e.end > device_end && e.id < out.size()) out[e.id] = 0;
+  return out;
+}
+
 std::vector<host_candidate> host_candidates(const trace& t, const lifetime_report& r, const hw_profile& hw,
                                             std::uint64_t budget, const planner& device_planner) {
   std::vector<host_candidate> out;
   std::vector<std::vector<char>> sets;
-  for (auto set : {all_host_ops(t, r, hw), cheaper_host_ops(t, r, hw)})
-    if (any_set(set) && std::find(sets.begin(), sets.end(), set) == sets.end()) sets.push_back(std::move(set));
-  for (const auto& set : sets) {
+  auto plan_set = [&](const std::vector<char>& set, bool timeline) -> bool {
+    if (!any_set(set) || std::find(sets.begin(), sets.end(), set) != sets.end()) return false;
+    sets.push_back(set);
     const auto v = make_device_view(t, set);
-    if (v.r.min_budget_bytes > budget) continue;
+    if (v.r.min_budget_bytes > budget) return false;
     const plan pv = device_planner.make_plan(v.t, v.r, hw, budget);
     plan p = plan_from_view(t, r, v, pv, device_planner.name());
-    auto sim = simulate(t, r, p, hw);
+    sim_options o;
+    o.record_timeline = timeline;
+    auto sim = simulate(t, r, p, hw, o);
     out.push_back({std::move(p), std::move(sim)});
+    return true;
+  };
+  const auto all = all_host_ops(t, r, hw);
+  if (plan_set(all, true)) {
+    // The steps still running on the host when the device has finished hold the step up (the
+    // embedding's, whose gradient is done last): where that tail is over 1% of the step, a
+    // candidate runs them on the device, their state kept there or swapped by the plan.
+    auto& sim = out.back().sim;
+    double device_end = 0;
+    for (const auto& e : sim.timeline)
+      if (e.track == sim_track::compute || e.track == sim_track::recompute) device_end = std::max(device_end, e.end);
+    const bool tail = sim.step_seconds - device_end > 0.01 * sim.step_seconds;
+    const auto fewer = tail ? placeable_on_host(t, r, tail_on_device(t, all, sim)) : std::vector<char>{};
+    sim.timeline.clear();
+    if (tail) (void)plan_set(fewer, false);
   }
+  (void)plan_set(cheaper_host_ops(t, r, hw), false);
   return out;
 }
 

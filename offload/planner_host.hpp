@@ -54,9 +54,15 @@ std::unique_ptr<planner> make_zero_offload_planner(const planner_options& opt);
 /// device planner.
 std::unique_ptr<planner> make_all_on_host_planner(std::unique_ptr<planner> device_planner);
 
-/// auto's host placements: plans with every placeable host op on the host and with those that
-/// are cheaper there, each planned by `device_planner` on the device view; the best by the
-/// simulator on `t`, with its result; nothing when no op can go to the host.
+/// `on_host` less the ops the timeline of `sim` (recorded) shows on the host after the device's
+/// last op has ended: the steps that hold the end of the iteration up.
+std::vector<char> tail_on_device(const trace& t, const std::vector<char>& on_host, const sim_result& sim);
+
+/// auto's host placements: plans with every placeable host op on the host, with those but the
+/// ones whose run on the host outlasts the device's work by over 1% of the step (the last
+/// gradients' steps: tail_on_device), and with those that are cheaper there, each planned by
+/// `device_planner` on the device view and judged by the simulator on `t`, with its result;
+/// nothing when no op can go to the host.
 struct host_candidate {
   plan p;
   sim_result sim;

@@ -60,7 +60,9 @@ class replay {
       const double all_done =
           sync ? std::max({boundary, h2d_free(), d2h_free(), nvme_r_free_, nvme_w_free_, host_end(), net_free_}) : 0.0;
       if (p_.steps[k].on_host) {
-        run_host_op(k, all_done);
+        // The executor runs a host op on the thread that issues the iteration and enqueues the
+        // device work after it once it has finished (Note [Host ops in the executor]).
+        boundary = std::max(boundary, run_host_op(k, all_done));
         continue;
       }
       boundary = std::max(boundary, all_done);
@@ -422,9 +424,10 @@ class replay {
   }
 
   // Runs op k on the host queue (Note [Host ops]): no device memory, no compute stream.
-  double host_end() const { return host_busy_.empty() ? 0.0 : host_busy_.back().second; }
+  double host_end() const { return host_free_; }
 
-  void run_host_op(op_index k, double not_before) {
+  // Returns when it ends.
+  double run_host_op(op_index k, double not_before) {
     const auto& op = t_.ops[k];
     double ready = not_before;
     for (tensor_id x : op.reads) {
@@ -435,15 +438,10 @@ class replay {
     }
     for (tensor_id x : op.writes) ready = std::max({ready, st_[x].host_ready, st_[x].host_read_until});
     const double dur = hw_.host_op_seconds(op);
-    // The earliest stretch from `ready` on that the host is free for `dur`.
-    double start = ready;
-    auto it = host_busy_.begin();
-    for (; it != host_busy_.end(); ++it) {
-      if (start + dur <= it->first) break;
-      start = std::max(start, it->second);
-    }
-    host_busy_.insert(it, {start, start + dur});
+    // In program order: after the host op before it, as the executor runs them.
+    const double start = std::max(ready, host_free_);
     const double end = start + dur;
+    host_free_ = end;
     r_.host_seconds += dur;
     ++r_.host_ops;
     event(sim_track::host, k, start, end, op.host_bytes);
@@ -459,6 +457,7 @@ class replay {
         s.device_valid = false;
       }
     }
+    return end;
   }
 
   void end_state() {
@@ -492,7 +491,7 @@ class replay {
   std::uint64_t device_cur_ = 0;
   tier_gauge host_{"host tier", hw_.host_bytes};
   tier_gauge nvme_{"NVMe tier", hw_.nvme_bytes};
-  std::vector<std::pair<double, double>> host_busy_;  // host queue: busy stretches in time order
+  double host_free_ = 0;  // the host queue (program order) is free from
   double mem_clock_ = 0, h2d_free_ = 0, d2h_free_ = 0, nvme_r_free_ = 0, nvme_w_free_ = 0, net_free_ = 0;
 };
 

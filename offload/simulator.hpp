@@ -75,10 +75,12 @@ struct sim_options {
 /// tensors are resident; a tensor it only writes is allocated at its start; one it reads that
 /// is neither resident nor prefetched is fetched on demand (a violation and a stall).
 /// An op the plan places on the host (Note [Host ops]) takes no compute time and no device
-/// memory: it goes on the host queue at the earliest time from which the host is free for its
-/// duration (hw_profile::host_op_seconds), its host-tier inputs are complete and no copy up
-/// still reads the old value of what it writes; it may fill an idle stretch before host ops
-/// placed earlier (the host runs whichever op is ready). Reading a tensor without a host-tier
+/// memory: it runs on the host queue for its duration (hw_profile::host_op_seconds) once the
+/// host op before it in program order has ended, its host-tier inputs are complete and no copy
+/// up still reads the old value of what it writes, and the device work after it is issued
+/// only when it ends, as the executor runs it (Note [Host ops in the executor] in
+/// prefetch/executor_host.cpp): a program that steps its parameters in the order their
+/// gradients are done lets the host keep pace with the backward pass. Reading a tensor without a host-tier
 /// copy is a violation; what it writes is valid in the host tier from its end, and a device
 /// copy of it is stale: reading, copying out or ending the iteration with a stale copy is a
 /// violation (dropping it is not). A synchronous step (plan_step::synchronous) first waits for

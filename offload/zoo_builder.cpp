@@ -98,6 +98,8 @@ trace model_builder::finish() {
   no_grad_.resize(t_.tensors.size(), 0);
   if (have_loss_) grad[loss_logits_] = loss_grad_;
   std::vector<char> param_grad_written(params_.size(), 0);
+  // The order the parameters' gradients are last written in (the optimizer's order below).
+  std::vector<std::size_t> grads_done;
   for (auto it = fwd_.rbegin(); it != fwd_.rend(); ++it) {
     const auto& f = *it;
     op_desc op;
@@ -133,7 +135,13 @@ trace model_builder::finish() {
     grad.resize(t_.tensors.size(), no_grad);
     op.bytes = op_bytes(op, 0);
     t_.add_op(std::move(op));
+    for (auto p : f.params) {
+      std::erase(grads_done, p);
+      grads_done.push_back(p);
+    }
   }
+  for (std::size_t i = 0; i < params_.size(); ++i)  // parameters the loss does not reach
+    if (!param_grad_written[i]) grads_done.push_back(i);
   // Global-norm clipping: one op reads every gradient and writes the norm each step reads.
   std::optional<tensor_id> norm;
   if (clip_ && !params_.empty()) {
@@ -155,7 +163,10 @@ trace model_builder::finish() {
     op.host_bytes = op.bytes;
     t_.add_op(std::move(op));
   }
-  for (std::size_t i = 0; i < params_.size(); ++i) {
+  // One step per parameter, in the order their gradients are done, as a loop that steps each
+  // parameter once its gradient is final (an optimizer hooked into the backward pass) issues
+  // them: an optimizer on the host then works in the order its inputs arrive.
+  for (auto i : grads_done) {
     const auto& p = params_[i];
     op_desc op;
     op.name = "adam." + t_.tensors[p.w].name;

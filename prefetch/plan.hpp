@@ -66,9 +66,12 @@ struct prefetch {
 ///    it later gets it by a prefetch from the host (the 16-bit weights, 2 bytes per parameter);
 ///  - tensors only host ops touch (fp32 master weights, Adam moments) start and end in the host
 ///    tier and never cross the link.
-/// Host ops run in one host queue beside the device's compute stream: each starts when the host
-/// is free and the host copies it reads are complete (and no copy still reads the old value of
-/// what it writes), so it overlaps device work. Its cost is host_bytes / host memory bandwidth,
+/// Host ops run in one host queue beside the device's compute stream, in program order: each
+/// starts when the host op before it has ended and the host copies it reads are complete (and
+/// no copy still reads the old value of what it writes), so it overlaps device work issued
+/// before it; device work after it is issued when it ends. A program that steps each
+/// parameter once its gradient is done (the zoo's traces do) keeps the host in step with the
+/// backward pass. Its cost is host_bytes / host memory bandwidth,
 /// or host_flops / (cores x vector width x clock) when that is larger (offload/profile.hpp).
 /// A step may be synchronous (plan_step::synchronous): the op waits for everything issued before
 /// it. Baselines that model a framework's synchronous optimizer step use it (zero-offload: the

@@ -87,6 +87,13 @@ plan hand_plan(const two_layers& s) {
   return p;
 }
 
+// Every placeable step on the host, the device part planned by auto on the device view.
+sim_result all_steps_on_host(const trace& t, const lifetime_report& r, const hw_profile& hw,
+                                             std::uint64_t budget) {
+  const auto p = detail::make_all_on_host_planner(make_planner("auto"))->make_plan(t, r, hw, budget);
+  return simulate(t, r, p, hw);
+}
+
 double track_start(const sim_result& r, sim_track tr, std::uint32_t id) {
   for (const auto& e : r.timeline)
     if (e.track == tr && e.id == id) return e.start;
@@ -118,17 +125,43 @@ TEST(HostOps, HandTimelineOverlapsTheBackwardPass) {
     }
 }
 
-TEST(HostOps, ALaterHostOpFillsAnIdleStretch) {
-  // Steps in forward order: adam0 (2 s) waits for G0 until 6: [6,8]; adam1 (1 s) is ready at 5
-  // and fits before it: [5,6].
+TEST(HostOps, HostOpsRunInProgramOrder) {
+  // Steps in forward order, as the executor runs them (one after another on the thread that
+  // issues the iteration): adam0 (2 s) waits for G0 until 6: [6,8]; adam1 (1 s), ready at 5,
+  // waits for it: [8,9]. (A host that ran whichever step is ready would end at 8.)
   const auto s = make_two_layers(2000, 1000, false);
   sim_options o;
   o.record_timeline = true;
   const auto r = simulate(s.t, hand_plan(s), unit_hw(), o);
   ASSERT_TRUE(r.feasible()) << r.violations.front();
   EXPECT_DOUBLE_EQ(track_start(r, sim_track::host, s.step[0]), 6.0);
-  EXPECT_DOUBLE_EQ(track_start(r, sim_track::host, s.step[1]), 5.0);
-  EXPECT_DOUBLE_EQ(r.step_seconds, 8.0);
+  EXPECT_DOUBLE_EQ(track_start(r, sim_track::host, s.step[1]), 8.0);
+  EXPECT_DOUBLE_EQ(r.step_seconds, 9.0);
+}
+
+TEST(HostOps, DeviceWorkAfterAHostOpIsIssuedWhenItEnds) {
+  // f [0,1] on the device; the host step (3 s) beside it [0,3]; g reads only f's output, yet the
+  // executor enqueues it once the host step is done: [3,4].
+  trace t;
+  const auto g = t.add_tensor("G", 1000, tensor_kind::gradient);
+  const auto m = t.add_tensor("M", 1000, tensor_kind::optimizer_state);
+  const auto x = t.add_tensor("X", 1000, tensor_kind::activation);
+  const auto y = t.add_tensor("Y", 1000, tensor_kind::activation);
+  t.add_op(op1s("f", {}, {x}));
+  const auto h = t.add_op(host_op("adam", {g, m}, {m}, 3000));
+  const auto after = t.add_op(op1s("g", {x}, {y}));
+  t.validate();
+  plan p = plan::empty_for(t, "hand", 1 << 20);
+  p.steps[h].on_host = true;
+  p.initial_tier[g] = p.initial_tier[m] = tier::host;
+  p.steps[after].evictions = {{x, evict_action::drop}, {y, evict_action::drop}};
+  sim_options o;
+  o.record_timeline = true;
+  const auto r = simulate(t, p, unit_hw(), o);
+  ASSERT_TRUE(r.feasible()) << r.violations.front();
+  EXPECT_DOUBLE_EQ(track_start(r, sim_track::host, h), 0.0);
+  EXPECT_DOUBLE_EQ(track_start(r, sim_track::compute, after), 3.0);
+  EXPECT_DOUBLE_EQ(r.step_seconds, 4.0);
 }
 
 TEST(HostOps, TheNextReadWaitsForTheHostOpAndItsCopyUp) {
@@ -352,6 +385,41 @@ TEST(HostOps, AutoIsNeverSlowerThanZeroOffload) {
     hosted += pa.host_op_count() > 0;
   }
   EXPECT_GT(hosted, 5);  // auto does choose the host, not only the device plan
+}
+
+TEST(HostOps, TheTailGoesBackToTheDevice) {
+  // The device's last op ends at 4; host op 2 ends at 3 (kept there), host op 3 at 5 (it holds
+  // the step up: back to the device). An op the set does not place stays off.
+  sim_result sim;
+  sim.timeline = {{sim_track::compute, 0, 0, 1, 0}, {sim_track::recompute, 1, 1, 4, 0},
+                  {sim_track::host, 2, 1, 3, 0},    {sim_track::host, 3, 3, 5, 0}};
+  trace t;
+  for (int i = 0; i < 5; ++i) t.add_op(op1s("op" + std::to_string(i), {}, {}));
+  EXPECT_EQ(detail::tail_on_device(t, {0, 0, 1, 1, 0}, sim), std::vector<char>({0, 0, 1, 0, 0}));
+  // Nothing on the host past the device: the set as it was.
+  sim.timeline.pop_back();
+  EXPECT_EQ(detail::tail_on_device(t, {0, 0, 1, 1, 0}, sim), std::vector<char>({0, 0, 1, 1, 0}));
+}
+
+TEST(HostOps, AutoRunsTheLastGradientsStepsOnTheDevice) {
+  // GPT-2 medium at 1/4 of its peak on h200: with every step on the host, the embedding's step
+  // (its gradient is done last) runs after the device has finished. auto keeps the other steps
+  // on the host, runs that one on the device, and is faster than every step on the host.
+  const auto t = make_model_trace("gpt2-medium");
+  const auto r = analyze(t);
+  const auto hw = get_profile("h200");
+  const auto budget = r.peak_live_bytes / 4;
+  const auto all = all_steps_on_host(t, r, hw, budget);
+  const auto pa = make_planner("auto")->make_plan(t, r, hw, budget);
+  const auto a = simulate(t, r, pa, hw);
+  ASSERT_TRUE(a.feasible()) << a.violations.front();
+  EXPECT_GT(pa.host_op_count(), 0u);
+  op_index wte = 0;
+  for (op_index k = 0; k < t.ops.size(); ++k)
+    if (t.ops[k].name == "adam.wte") wte = k;
+  ASSERT_GT(wte, 0u);
+  EXPECT_FALSE(pa.steps[wte].on_host);
+  EXPECT_LT(a.step_seconds, all.step_seconds);
 }
 
 TEST(HostOps, PlaceableOpsKeepDeviceUsesBeforeHostUses) {

@@ -38,6 +38,34 @@ TEST(Zoo, EveryModelIsAValidTrainingStep) {
   EXPECT_THROW(make_model_trace("alexnet"), config_error);
 }
 
+TEST(Zoo, OptimizerStepsComeInTheOrderGradientsAreDone) {
+  // Each Adam step reads one gradient; the last device op writing it comes no earlier than the
+  // last one writing the gradient of the step before (a host optimizer works in arrival order).
+  for (const auto& name : zoo_model_names()) {
+    SCOPED_TRACE(name);
+    zoo_options o;
+    o.batch = 2;
+    o.seq = 64;
+    const auto t = make_model_trace(name, o);
+    const auto r = analyze(t);
+    std::int64_t prev = -1;
+    std::size_t steps = 0;
+    for (op_index k = 0; k < t.ops.size(); ++k) {
+      if (t.ops[k].name.rfind("adam.", 0) != 0) continue;
+      ++steps;
+      std::int64_t done = -1;
+      for (tensor_id x : t.ops[k].reads)
+        if (t.tensors[x].kind == tensor_kind::gradient)
+          for (const auto& u : r.tensors[x].uses)
+            if (u.writes && u.op != k) done = std::max<std::int64_t>(done, u.op);
+      ASSERT_GE(done, 0) << t.ops[k].name;
+      EXPECT_GE(done, prev) << t.ops[k].name;
+      prev = done;
+    }
+    EXPECT_GT(steps, 1u);
+  }
+}
+
 TEST(Zoo, ParameterCountsMatchPublishedSizes) {
   zoo_options o;
   o.batch = 1;
