@@ -392,7 +392,10 @@ class auto_planner final : public optioned_planner {
           quick.auto_sweep_reserves = {0.0, 0.15};
           quick.auto_late_weights = {0.0, 4.0};
           quick.auto_keep_shares = {0.5, 1.0};
-          hosted = host_candidates(t, r, hw, budget, auto_planner(quick));
+          hosted = host_candidates(t, r, hw, budget, name(),
+                                   [&](const device_view& v, const std::function<sim_result(const plan&)>& judge) {
+                                     return auto_planner(quick).device_plan(v.t, v.r, hw, budget, &judge);
+                                   });
         },
         [&] {
           z = make_zero_offload_planner(options())->make_plan(t, r, hw, budget);
@@ -408,9 +411,12 @@ class auto_planner final : public optioned_planner {
     best.offer(std::move(z), z_sim);
     return best.take();
   }
-  plan device_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) const {
+  // `judge`: how the recomputing search judges its candidates (host_candidates' judge for a
+  // device view); the swap-only search judges on `t`.
+  plan device_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
+                   const plan_judge* judge = nullptr) const {
     if (options().auto_recompute && std::any_of(t.ops.begin(), t.ops.end(), [](const op_desc& o) { return o.recomputable; }))
-      return auto_recompute_plan(t, r, hw, budget, options());
+      return auto_recompute_plan(t, r, hw, budget, options(), judge);
     return auto_swap_plan(t, r, hw, budget, options());
   }
 };

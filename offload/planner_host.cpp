@@ -26,7 +26,9 @@ namespace spillway::offload::detail {
 //    host copy is the one the step rewrites). Copies to NVMe in the view's plan become copies
 //    to the host tier, which the host op reads.
 // Ops whose shared tensors break that order stay on the device (placeable_on_host). The result
-// is judged by the simulator on the real trace like every other candidate.
+// is judged by the simulator on the real trace like every other candidate, and so is each plan
+// auto's recomputing search weighs for the view (host_candidates' judge): a view's plan that
+// fills the link with swaps is judged with the weights and gradients it must also carry.
 
 namespace {
 
@@ -196,7 +198,7 @@ std::vector<char> tail_on_device(const trace& t, const std::vector<char>& on_hos
 }
 
 std::vector<host_candidate> host_candidates(const trace& t, const lifetime_report& r, const hw_profile& hw,
-                                            std::uint64_t budget, const planner& device_planner) {
+                                            std::uint64_t budget, const std::string& name, const view_planner& plan_view) {
   std::vector<host_candidate> out;
   std::vector<std::vector<char>> sets;
   auto plan_set = [&](const std::vector<char>& set, bool timeline) -> bool {
@@ -204,8 +206,11 @@ std::vector<host_candidate> host_candidates(const trace& t, const lifetime_repor
     sets.push_back(set);
     const auto v = make_device_view(t, set);
     if (v.r.min_budget_bytes > budget) return false;
-    const plan pv = device_planner.make_plan(v.t, v.r, hw, budget);
-    plan p = plan_from_view(t, r, v, pv, device_planner.name());
+    const std::function<sim_result(const plan&)> judge = [&](const plan& candidate) {
+      return simulate(t, r, plan_from_view(t, r, v, candidate, name), hw);
+    };
+    const plan pv = plan_view(v, judge);
+    plan p = plan_from_view(t, r, v, pv, name);
     sim_options o;
     o.record_timeline = timeline;
     auto sim = simulate(t, r, p, hw, o);

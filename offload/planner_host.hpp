@@ -3,6 +3,8 @@
 // made from a plan for that view; the zero-offload baseline.
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -61,13 +63,16 @@ std::vector<char> tail_on_device(const trace& t, const std::vector<char>& on_hos
 /// auto's host placements: plans with every placeable host op on the host, with those but the
 /// ones whose run on the host outlasts the device's work by over 1% of the step (the last
 /// gradients' steps: tail_on_device), and with those that are cheaper there, each planned by
-/// `device_planner` on the device view and judged by the simulator on `t`, with its result;
-/// nothing when no op can go to the host.
+/// `plan_view` on the device view and judged by the simulator on `t`, with its result; nothing
+/// when no op can go to the host. `plan_view` gets the view and a judge that simulates a plan
+/// for the view as the plan for `t` it becomes (plan_from_view), so its search can weigh the
+/// copies the view does not show (the weights up, the gradients down) beside its own.
 struct host_candidate {
   plan p;
   sim_result sim;
 };
+using view_planner = std::function<plan(const device_view&, const std::function<sim_result(const plan&)>&)>;
 std::vector<host_candidate> host_candidates(const trace& t, const lifetime_report& r, const hw_profile& hw,
-                                            std::uint64_t budget, const planner& device_planner);
+                                            std::uint64_t budget, const std::string& name, const view_planner& plan_view);
 
 }  // namespace spillway::offload::detail

@@ -56,14 +56,15 @@ struct judged {
 template <class Swap>
 std::optional<judged> with_reruns(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
                                   const std::vector<remake_candidate>& cands, const std::vector<char>& want,
-                                  const std::string& policy, Swap swap, bool keep_made = true, bool spread = false) {
+                                  const std::string& policy, Swap swap, bool keep_made = true, bool spread = false,
+                                  const plan_judge* judge = nullptr) {
   const auto s = schedule_reruns(t, r, hw, cands, want, keep_made, spread);
   if (s.remade == 0) return std::nullopt;
   const auto fr = analyze(s.folded);
   if (fr.min_budget_bytes > budget) return std::nullopt;
   plan p = unfold_plan(swap(s.folded, fr), s, t.tensors.size());
   p.policy = policy;
-  auto sim = simulate(t, r, p, hw);
+  auto sim = judge ? (*judge)(p) : simulate(t, r, p, hw);
   return judged{std::move(p), std::move(sim)};
 }
 
@@ -225,10 +226,10 @@ std::optional<judged> capuchin_plan(const trace& t, const lifetime_report& r, co
 
 // The plan another planner makes, judged, under the name `policy`.
 judged judge_planner(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
-                 const planner& swapper, const std::string& policy) {
+                     const planner& swapper, const std::string& policy, const plan_judge* judge = nullptr) {
   plan p = swapper.make_plan(t, r, hw, budget);
   p.policy = policy;
-  auto sim = simulate(t, r, p, hw);
+  auto sim = judge ? (*judge)(p) : simulate(t, r, p, hw);
   return {std::move(p), std::move(sim)};
 }
 
@@ -264,20 +265,20 @@ class capuchin_planner final : public optioned_planner {
 }  // namespace
 
 plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
-                         const planner_options& opt) {
+                         const planner_options& opt, const plan_judge* judge) {
   auto swap_opt = opt;
   swap_opt.auto_recompute = false;
   if (r.peak_live_bytes <= budget) return auto_swap_plan(t, r, hw, budget, swap_opt);  // everything fits
   std::vector<std::function<std::optional<judged>()>> makers;
   makers.push_back([&]() -> std::optional<judged> {
     plan own = auto_swap_plan(t, r, hw, budget, swap_opt);
-    auto sim = simulate(t, r, own, hw);
+    auto sim = judge ? (*judge)(own) : simulate(t, r, own, hw);
     return judged{std::move(own), std::move(sim)};
   });
   // Every baseline's plan is a candidate, so auto is never slower than one of them.
   for (const char* name : {"lms", "vdnn-all", "vdnn-conv", "checkpoint", "capuchin"})
     makers.push_back([&, name]() -> std::optional<judged> {
-      return judge_planner(t, r, hw, budget, *make_planner(name, swap_opt), "auto");
+      return judge_planner(t, r, hw, budget, *make_planner(name, swap_opt), "auto", judge);
     });
   // checkpoint's values with auto's sweep, and the share of them that frees the most bytes
   // per rerun second; then, when the best plan still stalls, the values within groups of 2 and
@@ -321,7 +322,7 @@ plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_prof
           [&](const trace& ft, const lifetime_report& fr) {
             return auto_swap_plan(ft, fr, hw, budget, share >= 1 && i == 0 && keep_made ? swap_opt : so);
           },
-          keep_made, spread);
+          keep_made, spread, judge);
     });
   };
   add(0, 1.0, true);

@@ -4,21 +4,28 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "offload/planner.hpp"
 #include "offload/rerun_schedule.hpp"
+#include "offload/simulator.hpp"
 
 namespace spillway::offload::detail {
 
 /// auto without recomputation: the sweep search of Note [auto] (planner_auto.cpp).
 plan auto_swap_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
                     const planner_options& opt);
+/// How a search judges a candidate plan for the trace it plans: the simulator on another trace
+/// the plan stands for (a device view's plan, judged as the whole trace's plan it becomes).
+using plan_judge = std::function<sim_result(const plan&)>;
+
 /// auto with recomputation: the fastest of its swap-only plan, checkpoint's, capuchin's and
-/// plans that remake the values with the most bytes per rerun second.
+/// plans that remake the values with the most bytes per rerun second; each judged by `judge`
+/// where given, else simulated on `t`.
 plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
-                         const planner_options& opt);
+                         const planner_options& opt, const plan_judge* judge = nullptr);
 
 /// The candidates whose reruns need no other rerun, greedily in `order` (indices into `c`): a
 /// candidate joins when each of its writer's inputs is persistent or alive (by `r`) until the

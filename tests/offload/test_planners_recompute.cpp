@@ -371,6 +371,30 @@ TEST(PlannersRecompute, AutoRemakesPartWhereMemoryIsLeft) {
   EXPECT_LT(s_auto.step_seconds, 1.35 * s_auto.compute_seconds);
 }
 
+// A judge given to auto's recomputing search decides among its candidates: one that calls every
+// plan with a rerun slow leaves a plan without reruns, the default judge (the simulator) a plan
+// with them; each candidate goes through the judge.
+TEST(PlannersRecompute, AJudgeChoosesAmongTheCandidates) {
+  const auto t = make_model_trace("gpt2-small", {2, 128, 3});
+  const auto rep = analyze(t);
+  const auto hw = get_profile("h200");
+  const std::uint64_t budget = rep.min_budget_bytes + (rep.peak_live_bytes - rep.min_budget_bytes) / 8;
+  planner_options o;
+  const auto plain = detail::auto_recompute_plan(t, rep, hw, budget, o);
+  ASSERT_GT(plain.recompute_count(), 0u);
+  std::size_t calls = 0;
+  const detail::plan_judge no_reruns = [&](const plan& p) {
+    ++calls;
+    auto s = simulate(t, rep, p, hw);
+    if (p.recompute_count() > 0) s.step_seconds *= 1000;
+    return s;
+  };
+  const auto judged = detail::auto_recompute_plan(t, rep, hw, budget, o, &no_reruns);
+  EXPECT_EQ(judged.recompute_count(), 0u);
+  EXPECT_GE(calls, 6u);  // its own swap plan and every baseline's, at least
+  EXPECT_TRUE(simulate(t, rep, judged, hw).feasible());
+}
+
 // checkpoint keeps what crosses a layer boundary and remakes the rest of the layer; its reruns
 // are forward ops only, and the losses' inputs never need a copy.
 TEST(PlannersRecompute, CheckpointKeepsLayerBoundaries) {
