@@ -30,12 +30,13 @@ namespace spillway::offload::detail {
 // auto: the fastest of its swap-only search, every baseline's plan (lms, vdnn, checkpoint,
 //   capuchin), and plans that remake shares of checkpoint's values, swaps placed by a shorter
 //   sweep search. Stage 1 remakes all of them. Where its best plan still spends more than 5%
-//   of its step stalled or rerunning, stage 2 remakes 50, 75, 90 and 95% of them, taking
-//   first the single reruns (values whose writer reads no other dropped value and which no
-//   other dropped value's writer reads: each rerun stands alone, no chain) in order of bytes
-//   freed per second of rerun, then the rest in that order: where memory is left, fewer and
-//   shorter reruns; at 90 and 95% the few values least worth a rerun are swapped instead
-//   (ResNet-152 at 1/4 of its peak on h200: 52.4 -> 47.1 ms). Where the plan stalls more than 5%, stage 2 also tries the shares of
+//   of its step stalled or rerunning, stage 2 remakes 50 and 75% of them (90 and 95% too on
+//   traces of up to fine_search_ops ops), taking first the single reruns (values whose writer
+//   reads no other dropped value and which no other dropped value's writer reads: each rerun
+//   stands alone, no chain) in order of bytes freed per second of rerun, then the rest in that
+//   order: where memory is left, fewer and shorter reruns; at 90 and 95% the few values least
+//   worth a rerun are swapped instead (ResNet-152 at 1/4 of its peak on h200: 52.4 -> 47.1 ms).
+//   Where the plan stalls more than 5%, stage 2 also tries the shares of
 //   planner_options::auto_remake_shares in plain bytes-per-rerun-second order, checkpoint's
 //   values over groups of 2 and 4 layers, or of two ops where the trace names no layers, and
 //   chains that drop what they make early (Note [Rerun schedules]). auto's own plans spread
@@ -46,6 +47,9 @@ namespace spillway::offload::detail {
 //   every baseline's plan is among them, it is never slower than any baseline.
 
 namespace {
+
+// Traces of up to this many ops get stage 2's finer shares.
+constexpr std::size_t fine_search_ops = 5000;
 
 struct judged {
   plan p;
@@ -334,7 +338,9 @@ plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_prof
     // (fewer reruns where memory is left); where the plan still stalls, shares in plain
     // bytes-per-second order, the other families and every single rerun too.
     makers.clear();
-    for (double share : {0.5, 0.75, 0.9, 0.95}) add(4, share, true);
+    for (double share : {0.5, 0.75}) add(4, share, true);
+    if (t.ops.size() <= fine_search_ops)
+      for (double share : {0.9, 0.95}) add(4, share, true);
     if (stall > 0.05 * step) {
       for (double share : opt.auto_remake_shares)
         if (share < 1) add(0, share, true);
