@@ -186,12 +186,14 @@ plan plan_from_view(const trace& t, const lifetime_report& r, const device_view&
   return p;
 }
 
-std::vector<char> tail_on_device(const trace& t, const std::vector<char>& on_host, const sim_result& sim) {
+std::vector<char> tail_on_device(const trace& t, const std::vector<char>& on_host, const sim_result& sim,
+                                 double least_tail_seconds) {
   double device_end = 0;
   for (const auto& e : sim.timeline)
     if (e.track == sim_track::compute || e.track == sim_track::recompute) device_end = std::max(device_end, e.end);
   auto out = on_host;
   out.resize(t.ops.size(), 0);
+  if (sim.step_seconds - device_end <= least_tail_seconds) return out;
   for (const auto& e : sim.timeline)
     if (e.track == sim_track::host && e.end > device_end && e.id < out.size()) out[e.id] = 0;
   return out;
@@ -223,13 +225,9 @@ std::vector<host_candidate> host_candidates(const trace& t, const lifetime_repor
     // embedding's, whose gradient is done last): where that tail is over 1% of the step, a
     // candidate runs them on the device, their state kept there or swapped by the plan.
     auto& sim = out.back().sim;
-    double device_end = 0;
-    for (const auto& e : sim.timeline)
-      if (e.track == sim_track::compute || e.track == sim_track::recompute) device_end = std::max(device_end, e.end);
-    const bool tail = sim.step_seconds - device_end > 0.01 * sim.step_seconds;
-    const auto fewer = tail ? placeable_on_host(t, r, tail_on_device(t, all, sim)) : std::vector<char>{};
+    auto fewer = tail_on_device(t, all, sim, 0.01 * sim.step_seconds);
     sim.timeline.clear();
-    if (tail) (void)plan_set(fewer, false);
+    if (fewer != all) (void)plan_set(placeable_on_host(t, r, fewer), false);
   }
   (void)plan_set(cheaper_host_ops(t, r, hw), false);
   return out;

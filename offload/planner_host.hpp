@@ -56,9 +56,11 @@ std::unique_ptr<planner> make_zero_offload_planner(const planner_options& opt);
 /// device planner.
 std::unique_ptr<planner> make_all_on_host_planner(std::unique_ptr<planner> device_planner);
 
-/// `on_host` less the ops the timeline of `sim` (recorded) shows on the host after the device's
-/// last op has ended: the steps that hold the end of the iteration up.
-std::vector<char> tail_on_device(const trace& t, const std::vector<char>& on_host, const sim_result& sim);
+/// `on_host` (one entry per op) less the ops the timeline of `sim` (recorded) shows on the host
+/// after the device's last op has ended: the steps that hold the end of the iteration up. Only
+/// where they end the iteration more than `least_tail_seconds` after the device; else `on_host`.
+std::vector<char> tail_on_device(const trace& t, const std::vector<char>& on_host, const sim_result& sim,
+                                 double least_tail_seconds = 0);
 
 /// auto's host placements: plans with every placeable host op on the host, with those but the
 /// ones whose run on the host outlasts the device's work by over 1% of the step (the last

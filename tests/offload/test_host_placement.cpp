@@ -393,11 +393,16 @@ TEST(HostOps, TheTailGoesBackToTheDevice) {
   sim_result sim;
   sim.timeline = {{sim_track::compute, 0, 0, 1, 0}, {sim_track::recompute, 1, 1, 4, 0},
                   {sim_track::host, 2, 1, 3, 0},    {sim_track::host, 3, 3, 5, 0}};
+  sim.step_seconds = 5;
   trace t;
   for (int i = 0; i < 5; ++i) t.add_op(op1s("op" + std::to_string(i), {}, {}));
   EXPECT_EQ(detail::tail_on_device(t, {0, 0, 1, 1, 0}, sim), std::vector<char>({0, 0, 1, 0, 0}));
+  // A tail of 1 s, no longer than the least asked for: the set as it was.
+  EXPECT_EQ(detail::tail_on_device(t, {0, 0, 1, 1, 0}, sim, 1.0), std::vector<char>({0, 0, 1, 1, 0}));
+  EXPECT_EQ(detail::tail_on_device(t, {0, 0, 1, 1, 0}, sim, 0.99), std::vector<char>({0, 0, 1, 0, 0}));
   // Nothing on the host past the device: the set as it was.
   sim.timeline.pop_back();
+  sim.step_seconds = 4;
   EXPECT_EQ(detail::tail_on_device(t, {0, 0, 1, 1, 0}, sim), std::vector<char>({0, 0, 1, 1, 0}));
 }
 
