@@ -28,7 +28,8 @@ plan_timing timing_from_simulation(const trace& t, const lifetime_report& r, con
   out.op_end.assign(n, 0);
   out.step = sim.step_seconds;
   for (const auto& e : sim.timeline) {
-    if (e.track != sim_track::compute || e.id >= n) continue;
+    // A device op's run, or a host op's (Note [Host ops]): when it starts and ends.
+    if ((e.track != sim_track::compute && e.track != sim_track::host) || e.id >= n) continue;
     out.op_start[e.id] = e.start;
     out.op_end[e.id] = e.end;
   }

@@ -99,11 +99,21 @@ class residency {
             if (released_[x]) temps.push_back(x);
           }
         }
-      for (auto x : op.reads)
-        if (open_[x] < 0) open(x, layout_slot::place(k), layout_slot::place(k), op_start(k));
-      for (auto x : op.writes)
-        if (open_[x] < 0) open(x, layout_slot::place(k), layout_slot::place(k), op_start(k));
-      for (auto x : op.writes) tier_current_[x] = 0;
+      if (k < p_.steps.size() && p_.steps[k].on_host) {
+        // An op on the host (Note [Host ops in the executor]) places nothing on the device; the
+        // device copies of what it writes are dropped before it runs, and the host tier holds
+        // the new values.
+        for (auto x : op.writes) {
+          if (open_[x] >= 0) close(x, layout_slot::place(k), op_start(k));
+          tier_current_[x] = 1;
+        }
+      } else {
+        for (auto x : op.reads)
+          if (open_[x] < 0) open(x, layout_slot::place(k), layout_slot::place(k), op_start(k));
+        for (auto x : op.writes)
+          if (open_[x] < 0) open(x, layout_slot::place(k), layout_slot::place(k), op_start(k));
+        for (auto x : op.writes) tier_current_[x] = 0;
+      }
       if (k < p_.steps.size()) {
         for (const auto& e : p_.steps[k].evictions) {
           const auto x = e.tensor;

@@ -32,7 +32,9 @@ namespace spillway {
 // iteration: its block wraps around the timeline. The executor asks the layout for the address of each allocation it makes
 // while following the plan and falls back to best fit when the address is taken (the run
 // departed from the plan). An op's scratch (executor::scratch) is not in the plan; it is taken
-// from the top of the arena, where the layout, packed from address 0 up, plans least.
+// from the top of the arena, where the layout, packed from address 0 up, plans least. An op the
+// plan places on the host allocates nothing on the device (Note [Host ops in the executor]): its
+// tensors get no block for it, and the device copy of what it writes ends at its step.
 
 /// The timeline position of an allocation, as the executor makes them.
 struct layout_slot {
@@ -69,7 +71,7 @@ struct device_layout {
 /// device use overlaps in time: bytes are not handed to a prefetch before the copy out of their
 /// last tensor has ended, so no allocation waits for a copy the replay did not wait for.
 struct plan_timing {
-  std::vector<double> op_start, op_end;  ///< per op, seconds from the iteration's start
+  std::vector<double> op_start, op_end;  ///< per op (a host op's run on the host), seconds from the iteration's start
   double step = 0;                       ///< the iteration's length
   /// At key(x, k): when the copy in of the prefetch of x issued before op k starts.
   std::unordered_map<std::uint64_t, double> load_start;

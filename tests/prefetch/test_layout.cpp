@@ -130,6 +130,45 @@ TEST(Layout, TimedLayoutKeepsBytesBusyUntilTheirCopyOutEnds) {
       << "b's copy in would wait for a's copy out";
 }
 
+// An op the plan places on the host runs over host-tier copies (Note [Host ops in the executor]):
+// none of its tensors gets a block for it, and the device copy of what it writes is gone from
+// its step on, until a prefetch brings the new value back.
+TEST(Layout, AHostOpPlacesNothingOnTheDevice) {
+  trace t;
+  const auto w = t.add_tensor("w", 4 * g, tensor_kind::parameter);
+  const auto dw = t.add_tensor("w.grad", 4 * g, tensor_kind::gradient);
+  const auto m = t.add_tensor("w.moments", 8 * g, tensor_kind::optimizer_state);
+  const auto a = t.add_tensor("a", 4 * g, tensor_kind::activation);
+  const auto c = t.add_tensor("c", 4 * g, tensor_kind::activation);
+  t.add_op("forward", {w}, {a});
+  t.add_op("backward", {a, w}, {dw});
+  op_desc step;
+  step.name = "step";
+  step.reads = {dw, m, w};
+  step.writes = {w, m};
+  step.host_capable = true;
+  t.add_op(step);
+  t.add_op("after", {}, {c});  // takes the bytes w had: w is not on the device here
+  t.add_op("eval", {w, c}, {});
+  t.validate();
+  plan p = plan::empty_for(t, "test", 16 * g);
+  p.initial_tier[dw] = tier::host;
+  p.initial_tier[m] = tier::host;
+  p.steps[1].evictions.push_back({dw, evict_action::evict_to_host});
+  p.steps[2].on_host = true;
+  p.steps[4].prefetches.push_back({w, tier::host, 4});
+  p.validate(t);
+  const auto l = make_layout(t, p, {});
+  expect_disjoint(l);
+  for (const auto& b : l.placed) EXPECT_NE(b.id, m) << "the moments are only ever on the host";
+  EXPECT_FALSE(l.offset(dw, layout_slot::place(2)).has_value());
+  EXPECT_FALSE(l.offset(w, layout_slot::place(2)).has_value());
+  ASSERT_TRUE(l.offset(w, layout_slot::prefetch(4)).has_value());
+  // w (4) beside a (4) and the gradient (4) in the backward pass; c reuses w's bytes after the step.
+  EXPECT_EQ(l.extent, 12 * g);
+  EXPECT_EQ(l.peak_live, 12 * g);
+}
+
 TEST(Layout, RandomPlansPackDisjointlyAndTheExecutorFindsEveryAddressFree) {
   std::mt19937_64 rng(2024);
   device_options o;
