@@ -1,5 +1,6 @@
-// The packed device layout: a hand-built case with known addresses, and a property test over
-// random traces, budgets and every planner: blocks alive at the same time never share bytes, and
+// The packed device layout: hand-built cases with known addresses, and a property test over
+// random traces (some with ops auto may run on the host), budgets and every planner: blocks
+// alive at the same time never share bytes, a host op's tensors get no block for it, and
 // an executor following the plan over an arena finds every planned address free (no layout
 // misses, no on-demand fetches or evictions, no refusals for fragments) once it runs the plan;
 // shaken orders never pack looser than the fixed ones, and pack a plan the same way every time.
@@ -45,7 +46,7 @@ void expect_disjoint(const device_layout& l) {
   EXPECT_GE(l.extent, l.peak_live);
 }
 
-trace random_trace(std::mt19937_64& rng) {
+trace random_trace(std::mt19937_64& rng, bool host_ops = false) {
   trace t;
   auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng); };
   auto size = [&] { return std::uniform_int_distribution<std::uint64_t>(1, 48)(rng) * 1000 + pick(700); };
@@ -64,7 +65,13 @@ trace random_trace(std::mt19937_64& rng) {
         readable.push_back(x);
       }
     }
-    t.add_op("op" + std::to_string(t.ops.size()), {r.begin(), r.end()}, {w.begin(), w.end()});
+    const auto op = t.add_op("op" + std::to_string(t.ops.size()), {r.begin(), r.end()}, {w.begin(), w.end()});
+    // With `host_ops`, some ops over persistent tensors alone may run on the host, as an
+    // optimizer's steps do.
+    bool persistent_only = true;
+    for (auto x : r) persistent_only = persistent_only && is_persistent(t.tensors[x].kind);
+    for (auto x : w) persistent_only = persistent_only && is_persistent(t.tensors[x].kind);
+    if (host_ops && persistent_only && pick(2) == 0) t.ops[op].host_capable = true;
   }
   t.validate();
   return t;
@@ -176,8 +183,11 @@ TEST(Layout, RandomPlansPackDisjointlyAndTheExecutorFindsEveryAddressFree) {
   cpu_device dev(o);
   auto hw = offload::get_profile("v100-16g");
   int runs = 0, with_layout = 0;
+  int hosted = 0;
   for (int round = 0; round < 60; ++round) {
-    const auto t = random_trace(rng);
+    // Every other auto plan may run ops on the host (Note [Host ops in the executor]).
+    const bool host_ops = round % 8 == 3;
+    const auto t = random_trace(rng, host_ops);
     const auto rep = offload::analyze(t);
     const char* names[] = {"none", "lms", "vdnn", "auto"};
     const std::string policy = names[round % 4];
@@ -188,6 +198,11 @@ TEST(Layout, RandomPlansPackDisjointlyAndTheExecutorFindsEveryAddressFree) {
     const auto l = make_layout(t, p, {});
     expect_disjoint(l);
     if (HasFatalFailure()) return;
+    for (op_index k = 0; k < t.ops.size(); ++k) {
+      if (!p.steps[k].on_host) continue;
+      for (const auto& ids : {t.ops[k].reads, t.ops[k].writes})
+        for (auto x : ids) EXPECT_FALSE(l.offset(x, layout_slot::place(k)).has_value()) << "round " << round << ", host op " << k;
+    }
 
     // Run it: the executor's budget leaves the packing its extent (and the arena rounds).
     executor_stack_options so;
@@ -204,8 +219,14 @@ TEST(Layout, RandomPlansPackDisjointlyAndTheExecutorFindsEveryAddressFree) {
     for (int it = 0; it < 3; ++it) {
       ex.begin_iteration();
       for (op_index k = 0; k < t.ops.size(); ++k) {
-        ex.begin_op(k, t.ops[k].reads, t.ops[k].writes, t.ops[k].name);
-        ex.end_op(k);
+        if (ex.placed_on_host(k)) {
+          (void)ex.begin_host_op(k, t.ops[k].reads, t.ops[k].writes, t.ops[k].name);
+          ex.end_host_op(k);
+          hosted += it == 2;
+        } else {
+          ex.begin_op(k, t.ops[k].reads, t.ops[k].writes, t.ops[k].name);
+          ex.end_op(k);
+        }
         for (auto id : dies_after[k]) ex.release(id);
       }
       const auto st = ex.end_iteration();
@@ -222,6 +243,7 @@ TEST(Layout, RandomPlansPackDisjointlyAndTheExecutorFindsEveryAddressFree) {
   }
   EXPECT_EQ(runs, 120);
   EXPECT_EQ(with_layout, runs) << "the layout fits the budget it was given, so it must be used";
+  EXPECT_GT(hosted, 0) << "no plan ran an op on the host";
 }
 
 TEST(Layout, ShakenOrdersNeverPackLooserAndPackTheSameEveryTime) {
