@@ -135,6 +135,12 @@ result_row replay_one(const trace& t, const lifetime_report& rep, const hw_profi
       const auto& life = rep.tensors[id];
       if (life.used() && !is_persistent(t.tensors[id].kind)) dies_after[life.last_use()].push_back(id);
     }
+    // A rerun the plan asks for (Note [Recomputation] in prefetch/plan.hpp) runs the op's stand-in
+    // kernel again, on the compute stream as the op itself.
+    ex.set_rerun([&](op_index o) {
+      const double seconds = *t.ops[o].measured_seconds;
+      dev.launch_kernel(ex.compute_stream(), [seconds] { work_for(seconds); });
+    });
     ex.follow(&t, &p, &layout);
     int warmups = 0;
     for (int it = 0; it <= iterations; ++it) {  // iteration 0 reaches the plan's steady state
@@ -302,7 +308,7 @@ const command_registration registration{"replay", [](CLI::App& app, int& exit_co
                   "replay link GB/s each way (default: transfers that can be hidden: the lower bound is the ideal step)");
   examples::add_config_flags(*cmd, a->config, {"cpu_device_memory"});
   cmd->add_option("--budget-ratio", a->ratios, "budgets as fractions of peak live bytes")->capture_default_str();
-  cmd->add_option("--policy", a->policies, "none, lms, vdnn, vdnn-conv, auto")->capture_default_str();
+  cmd->add_option("--policy", a->policies, "none, lms, vdnn, vdnn-conv, checkpoint, capuchin, auto")->capture_default_str();
   cmd->add_option("--iterations", a->iterations, "measured iterations (after one warm-up)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--json", a->json_file, "write rows as JSON")->check(writable_file);
   cmd->add_option("--chrome-trace", a->chrome_file, "write each run's real timeline to FILE.<model>.<policy>.<ratio>.json")->check(writable_file);
