@@ -78,6 +78,7 @@ class residency {
       tier_current_[x] = 1;
     }
     std::vector<tensor_id> temps;  // released values reruns made, still placed
+    double device_done = 0;        // when the device ops so far have ended
     for (op_index k = 0; k < n; ++k) {
       const auto& op = t_.ops[k];
       if (k < p_.steps.size())
@@ -101,13 +102,14 @@ class residency {
         }
       if (k < p_.steps.size() && p_.steps[k].on_host) {
         // An op on the host (Note [Host ops in the executor]) places nothing on the device; the
-        // device copies of what it writes are dropped before it runs, and the host tier holds
-        // the new values.
+        // device copies of what it writes are dropped before it runs, freed once the device work
+        // enqueued before it is done, and the host tier holds the new values.
         for (auto x : op.writes) {
-          if (open_[x] >= 0) close(x, layout_slot::place(k), op_start(k));
+          if (open_[x] >= 0) close(x, layout_slot::place(k), std::max(op_start(k), device_done));
           tier_current_[x] = 1;
         }
       } else {
+        device_done = std::max(device_done, op_end(k));
         for (auto x : op.reads)
           if (open_[x] < 0) open(x, layout_slot::place(k), layout_slot::place(k), op_start(k));
         for (auto x : op.writes)

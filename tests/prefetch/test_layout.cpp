@@ -176,6 +176,48 @@ TEST(Layout, AHostOpPlacesNothingOnTheDevice) {
   EXPECT_EQ(l.peak_live, 12 * g);
 }
 
+// Timed, the device copy of what a host op writes keeps its bytes until the device work
+// enqueued before the host op has ended (it may still read them), though the host op starts
+// earlier.
+TEST(Layout, WhatAHostOpWritesKeepsItsBytesUntilTheDeviceWorkBeforeItEnds) {
+  trace t;
+  const auto w = t.add_tensor("w", 4 * g, tensor_kind::parameter);
+  const auto m = t.add_tensor("w.moments", 4 * g, tensor_kind::optimizer_state);
+  const auto v = t.add_tensor("v", 4 * g, tensor_kind::parameter);
+  const auto a = t.add_tensor("a", 4 * g, tensor_kind::activation);
+  t.add_op("forward", {w}, {a});
+  op_desc step;
+  step.name = "step";
+  step.reads = {m, w};
+  step.writes = {w, m};
+  step.host_capable = true;
+  t.add_op(step);
+  t.add_op("next", {v, a}, {});
+  t.validate();
+  plan p = plan::empty_for(t, "test", 16 * g);
+  p.initial_tier[m] = tier::host;
+  p.initial_tier[v] = tier::host;
+  p.steps[1].on_host = true;
+  p.steps[2].prefetches.push_back({v, tier::host, 2});
+  p.steps[2].evictions.push_back({v, evict_action::evict_to_host});
+  p.validate(t);
+
+  const auto untimed = make_layout(t, p, {});
+  expect_disjoint(untimed);
+  EXPECT_EQ(*untimed.offset(w, layout_slot::start_fetch), *untimed.offset(v, layout_slot::prefetch(2)))
+      << "in the executor's order w is gone before v comes: they can share bytes";
+
+  plan_timing timing;
+  timing.op_start = {0, 1, 6};  // the host step runs at 1-2, while the forward op runs to 5
+  timing.op_end = {5, 2, 7};
+  timing.step = 7;
+  timing.load_start[plan_timing::key(v, 2)] = 3.0;  // v's copy in starts before the forward op ends
+  const auto timed = make_layout(t, p, {}, &timing);
+  expect_disjoint(timed);
+  EXPECT_NE(*timed.offset(w, layout_slot::start_fetch), *timed.offset(v, layout_slot::prefetch(2)))
+      << "v's copy in would overwrite w while the forward op still reads it";
+}
+
 TEST(Layout, RandomPlansPackDisjointlyAndTheExecutorFindsEveryAddressFree) {
   std::mt19937_64 rng(2024);
   device_options o;
