@@ -77,6 +77,16 @@ trace random_trace(std::mt19937_64& rng, bool host_ops = false) {
   return t;
 }
 
+// An optimizer step that may run on the host.
+op_desc host_step(std::vector<tensor_id> reads, std::vector<tensor_id> writes) {
+  op_desc step;
+  step.name = "step";
+  step.reads = std::move(reads);
+  step.writes = std::move(writes);
+  step.host_capable = true;
+  return step;
+}
+
 }  // namespace
 
 TEST(Layout, TensorsApartInTimeShareAnAddressAndAResidentParameterWraps) {
@@ -149,12 +159,7 @@ TEST(Layout, AHostOpPlacesNothingOnTheDevice) {
   const auto c = t.add_tensor("c", 4 * g, tensor_kind::activation);
   t.add_op("forward", {w}, {a});
   t.add_op("backward", {a, w}, {dw});
-  op_desc step;
-  step.name = "step";
-  step.reads = {dw, m, w};
-  step.writes = {w, m};
-  step.host_capable = true;
-  t.add_op(step);
+  t.add_op(host_step({dw, m, w}, {w, m}));
   t.add_op("after", {}, {c});  // takes the bytes w had: w is not on the device here
   t.add_op("eval", {w, c}, {});
   t.validate();
@@ -186,12 +191,7 @@ TEST(Layout, WhatAHostOpWritesKeepsItsBytesUntilTheDeviceWorkBeforeItEnds) {
   const auto v = t.add_tensor("v", 4 * g, tensor_kind::parameter);
   const auto a = t.add_tensor("a", 4 * g, tensor_kind::activation);
   t.add_op("forward", {w}, {a});
-  op_desc step;
-  step.name = "step";
-  step.reads = {m, w};
-  step.writes = {w, m};
-  step.host_capable = true;
-  t.add_op(step);
+  t.add_op(host_step({m, w}, {w, m}));
   t.add_op("next", {v, a}, {});
   t.validate();
   plan p = plan::empty_for(t, "test", 16 * g);
