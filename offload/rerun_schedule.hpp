@@ -13,8 +13,10 @@
 namespace spillway::offload::detail {
 
 /// A value that may be dropped and made again: a transient written once, by a recomputable op,
-/// and read again after an idle stretch. Dropped after op `after`, made again before op `use`
-/// (the stretch with the most compute when there are several).
+/// and read again after an idle stretch: one with at least four times the writer's duration in
+/// compute, or one where the writer's inputs are still there at its end (no chain). Dropped
+/// after op `after`, made again before op `use` (the stretch with the most compute when there
+/// are several).
 struct remake_candidate {
   tensor_id x = 0;
   op_index writer = 0;

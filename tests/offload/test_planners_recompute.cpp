@@ -239,6 +239,43 @@ TEST(PlannersRecompute, RemakingBeatsSwappingWhenTheLinkIsSlow) {
   EXPECT_EQ(s_swap.recomputes, 0u);
 }
 
+// A value read again one op later (a branch output waiting for its shortcut) is a candidate
+// only where its writer's inputs are still there then: here n's input a is itself dropped
+// over that op, so remaking b would start a chain; with n reading only the weight, b stays.
+TEST(PlannersRecompute, AShortStretchIsACandidateOnlyWithoutAChain) {
+  for (bool n_reads_a : {true, false}) {
+    SCOPED_TRACE(n_reads_a ? "n reads a" : "n reads w");
+    trace t;
+    const auto w = t.add_tensor("w", 1000, tensor_kind::parameter);
+    const auto a = t.add_tensor("a", 100000, tensor_kind::activation);
+    const auto b = t.add_tensor("b", 100000, tensor_kind::activation);
+    const auto sc = t.add_tensor("s", 100000, tensor_kind::activation);
+    const auto y = t.add_tensor("y", 100000, tensor_kind::activation);
+    auto op = [&](std::string name, std::vector<tensor_id> r, std::vector<tensor_id> wr) {
+      op_desc o;
+      o.name = std::move(name);
+      o.reads = std::move(r);
+      o.writes = std::move(wr);
+      o.recomputable = true;
+      o.measured_seconds = 1e-3;
+      t.add_op(std::move(o));
+    };
+    op("c", {w}, {a});
+    op("n", n_reads_a ? std::vector<tensor_id>{a} : std::vector<tensor_id>{w}, {b});
+    op("s", {w}, {sc});
+    op("add", {b, sc}, {y});
+    for (int i = 0; i < 10; ++i) op("idle" + std::to_string(i), {w, y}, {});
+    op("back", {a, y}, {});
+    const auto rep = analyze(t);
+    const auto cands = detail::remake_candidates(t, rep, test_hw(1e9));
+    auto has = [&](tensor_id x) {
+      return std::any_of(cands.begin(), cands.end(), [&](const detail::remake_candidate& c) { return c.x == x; });
+    };
+    EXPECT_TRUE(has(a));  // a long stretch: always a candidate
+    EXPECT_EQ(has(b), !n_reads_a);
+  }
+}
+
 // Single reruns: no chosen value's writer reads another chosen value or one dead by the time
 // the value is made again (so no rerun needs another), and every candidate left out has a
 // reason: one of those, or it is an input of the writer of one chosen before it. Random
