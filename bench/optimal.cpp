@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/command.hpp"
+#include "bench/milp.hpp"
 #include "bench/plan_optimal.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
@@ -31,6 +32,7 @@ struct optimal_args {
   std::vector<double> ratios;
   std::string json_file;
   std::string only;  // cases whose name contains this
+  std::string solver;  // empty: the first of milp_solvers()
 };
 
 /// A chain of `layers` forward ops (each reads the activation before it and its weight, writes
@@ -160,7 +162,7 @@ int run_optimal(const optimal_args& a) {
         const plan pl = make_planner(p)->make_plan(c.t, rep, hw, r.budget);
         r.planners.emplace_back(p, simulate(c.t, rep, pl, hw));
       }
-      r.opt = plan_optimal(c.t, rep, hw, r.budget, a.time_limit_s, &r.why);
+      r.opt = plan_optimal(c.t, rep, hw, r.budget, a.time_limit_s, &r.why, a.solver);
       std::printf("%-22s %4zu %5.3f %8.2fG", r.name.c_str(), r.ops, ratio, static_cast<double>(r.budget) / (1ull << 30));
       for (const auto& [p, s] : r.planners) std::printf(" %10.3f%s", s.step_seconds * 1e3, s.feasible() ? " " : "!");
       if (r.opt)
@@ -203,8 +205,8 @@ int run_optimal(const optimal_args& a) {
     }
   }
   char buf[256];
-  std::printf("\ntargets over %zu rows (h200-like profile '%s', time limit %.0f s per solve):\n", rows.size(), hw.name.c_str(),
-              a.time_limit_s);
+  std::printf("\ntargets over %zu rows (h200-like profile '%s', %s, time limit %.0f s per solve):\n", rows.size(),
+              hw.name.c_str(), (a.solver.empty() ? milp_solvers().front() : a.solver).c_str(), a.time_limit_s);
   std::snprintf(buf, sizeof buf, "optimal solved to a gap of 2%% or less: %zu/%zu rows", solved, rows.size());
   verdict(solved == rows.size(), buf);
   std::snprintf(buf, sizeof buf, "optimal's plan feasible in the simulator: %zu/%zu rows", feasible, rows.size());
@@ -232,6 +234,7 @@ int run_optimal(const optimal_args& a) {
         j["optimal_gap"] = r.opt->gap;
         j["optimal_solve_s"] = r.opt->solve_s;
         j["optimal_status"] = r.opt->status;
+        j["optimal_solver"] = r.opt->solver;
         j["optimal_binaries"] = r.opt->binaries;
       } else {
         j["optimal_status"] = r.why;
@@ -247,8 +250,10 @@ int run_optimal(const optimal_args& a) {
 
 command_registration reg("optimal", [](CLI::App& app, int& exit_code) {
   auto a = std::make_shared<optimal_args>();
-  auto* sub = app.add_subcommand("optimal", "the planners against an optimal keep/swap/recompute program (GLPK) on small traces");
+  auto* sub = app.add_subcommand("optimal", "the planners against an optimal keep/swap/recompute program (CBC or GLPK) on small traces");
   sub->add_option("--time-limit", a->time_limit_s, "seconds the solver may take per case")->check(CLI::PositiveNumber);
+  sub->add_option("--solver", a->solver, "MILP solver (default: the first this build has, CBC before GLPK)")
+      ->check(CLI::IsMember(milp_solvers()));
   sub->add_option("--hw", a->hw, "hardware profile name or .json");
   sub->add_option("--budget-ratio", a->ratios, "budget as a fraction of peak live bytes (repeatable; default 0.5 0.25 0.125)");
   sub->add_option("--case", a->only, "only the cases whose name contains this text");

@@ -1,10 +1,9 @@
 // The optimal reference planner: builds the keep / swap / recompute program of Note [Optimal
-// MILP], solves it with GLPK under a time limit, turns the solution into a plan and simulates it.
+// MILP], solves it (bench/milp.hpp: CBC or GLPK) under a time limit, turns the solution into a plan and simulates it.
 #include "bench/plan_optimal.hpp"
 
+#include "bench/milp.hpp"
 #include "offload/planner.hpp"
-
-#include <glpk.h>
 
 #include <algorithm>
 #include <chrono>
@@ -51,7 +50,7 @@ namespace {
 using offload::hw_profile;
 using offload::lifetime_report;
 
-/// A linear expression over columns (1-based GLPK indices) plus a constant.
+/// A linear expression over columns (numbered from 1) plus a constant.
 struct lin {
   double c = 0;
   std::vector<std::pair<int, double>> t;
@@ -92,7 +91,7 @@ class builder {
   builder(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget)
       : t_(t), r_(r), hw_(hw), budget_(budget), n_(static_cast<std::uint32_t>(t.ops.size())) {}
 
-  std::optional<optimal_result> run(double time_limit_s, std::string* why);
+  std::optional<optimal_result> run(double time_limit_s, std::string* why, const std::string& solver);
 
  private:
   int col(double lo, double hi, bool binary) {
@@ -559,25 +558,7 @@ plan builder::make_plan(const std::vector<double>& v) const {
   return p;
 }
 
-struct search_state {
-  const std::vector<std::vector<double>>* starts = nullptr;
-  bool offered = false;
-  double bound = -1e300;
-  std::chrono::steady_clock::time_point deadline;
-};
-
-void on_search(glp_tree* tree, void* info) {
-  auto* s = static_cast<search_state*>(info);
-  if (glp_ios_reason(tree) == GLP_IHEUR && !s->offered) {
-    s->offered = true;
-    for (const auto& x : *s->starts) glp_ios_heur_sol(tree, x.data());
-  }
-  if (const int best = glp_ios_best_node(tree); best != 0) s->bound = std::max(s->bound, glp_ios_node_bound(tree, best));
-  // GLPK looks at tm_lim only between some steps; this stops the search on time wherever it asks.
-  if (std::chrono::steady_clock::now() > s->deadline) glp_ios_terminate(tree);
-}
-
-std::optional<optimal_result> builder::run(double time_limit_s, std::string* why) {
+std::optional<optimal_result> builder::run(double time_limit_s, std::string* why, const std::string& solver) {
   auto say = [&](std::string s) -> std::optional<optimal_result> {
     if (why) *why = std::move(s);
     return std::nullopt;
@@ -617,95 +598,38 @@ std::optional<optimal_result> builder::run(double time_limit_s, std::string* why
     if (start.empty() || objective(v) < objective(start)) start = v;
   if (start.empty()) start.assign(lo_.size() + 1, 0);
 
-  const int terminal_was = glp_term_out(GLP_OFF);  // GLPK prints nothing; the bench does
-  glp_prob* lp = glp_create_prob();
-  glp_set_obj_dir(lp, GLP_MIN);
-  const int ncols = static_cast<int>(lo_.size());
-  glp_add_cols(lp, ncols);
-  std::size_t binaries = 0;
-  for (int c = 1; c <= ncols; ++c) {
-    if (bin_[c - 1]) {
-      glp_set_col_kind(lp, c, GLP_BV);
-      ++binaries;
-    } else {
-      glp_set_col_bnds(lp, c, hi_[c - 1] >= 1e29 ? GLP_LO : GLP_DB, lo_[c - 1], hi_[c - 1]);
-    }
-  }
-  for (int c : T_) glp_set_obj_coef(lp, c, 1);
-  glp_add_rows(lp, static_cast<int>(rows_.size()));
-  std::vector<int> ia{0}, ja{0};
-  std::vector<double> ar{0};
-  for (std::size_t i = 0; i < rows_.size(); ++i) {
-    std::map<int, double> merged;
-    for (auto [c, v] : rows_[i].e.t) merged[c] += v;
-    for (auto [c, v] : merged)
-      if (v != 0) {
-        ia.push_back(static_cast<int>(i + 1));
-        ja.push_back(c);
-        ar.push_back(v);
-      }
-    glp_set_row_bnds(lp, static_cast<int>(i + 1), GLP_LO, rows_[i].lo, 0);
-  }
-  glp_load_matrix(lp, static_cast<int>(ia.size() - 1), ia.data(), ja.data(), ar.data());
-  glp_scale_prob(lp, GLP_SF_AUTO);
+  milp m;
+  m.lo = lo_;
+  m.hi = hi_;
+  m.binary = bin_;
+  m.objective = T_;
+  m.rows.reserve(rows_.size());
+  for (const auto& r : rows_) m.rows.push_back({r.e.t, r.lo});
+  // The best starting solution first (CBC takes only that one).
+  std::stable_sort(starts.begin(), starts.end(),
+                   [&](const std::vector<double>& a, const std::vector<double>& b) { return objective(a) < objective(b); });
+  m.starts = std::move(starts);
+  const double used = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto sol = solve_milp(m, std::max(0.5, time_limit_s - used), solver);
 
   optimal_result res;
-  res.binaries = binaries;
-  res.columns = static_cast<std::size_t>(ncols);
+  res.solver = solver.empty() ? milp_solvers().front() : solver;
+  res.binaries = static_cast<std::size_t>(std::count(bin_.begin(), bin_.end(), true));
+  res.columns = lo_.size();
   res.rows = rows_.size();
-  const auto left_ms = [&] {
-    const double used = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return std::max(1, static_cast<int>((time_limit_s - used) * 1e3));
-  };
-  glp_smcp sp;
-  glp_init_smcp(&sp);
-  sp.msg_lev = GLP_MSG_OFF;
-  sp.tm_lim = left_ms();
-  const int lp_rc = glp_simplex(lp, &sp);
-  const double root_bound = lp_rc == 0 && glp_get_status(lp) == GLP_OPT ? glp_get_obj_val(lp) : -1e300;
+  res.status = sol.status;
+  res.proven_optimal = sol.proven_optimal;
   std::vector<double> best = start;
-  bool have_mip = false;
-  search_state st;
-  st.starts = &starts;
-  st.deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(time_limit_s));
-  if (lp_rc == 0 && glp_get_status(lp) == GLP_OPT) {
-    glp_iocp ip;
-    glp_init_iocp(&ip);
-    ip.msg_lev = GLP_MSG_OFF;
-    ip.tm_lim = left_ms();
-    ip.presolve = GLP_OFF;  // the callback offers a solution in the program's own columns
-    ip.mip_gap = 1e-4;
-    ip.br_tech = GLP_BR_PCH;
-    ip.bt_tech = GLP_BT_BLB;
-    // Tried on the bench's chains: the feasibility pump finds the better solutions (it is also
-    // where GLPK runs past the time limit: it does not ask the callback); proximity search,
-    // Gomory cuts and no cuts at all did no better within seconds.
-    ip.mir_cuts = GLP_ON;
-    ip.cov_cuts = GLP_ON;
-    ip.fp_heur = GLP_ON;
-    ip.cb_func = on_search;
-    ip.cb_info = &st;
-    const int rc = glp_intopt(lp, &ip);
-    const int ms = glp_mip_status(lp);
-    have_mip = ms == GLP_OPT || ms == GLP_FEAS;
-    res.proven_optimal = ms == GLP_OPT || (rc == 0 && ms == GLP_OPT) || rc == GLP_EMIPGAP;
-    res.status = ms == GLP_OPT ? "optimal" : rc == GLP_ETMLIM || rc == GLP_ESTOP ? "time limit" : rc == GLP_EMIPGAP ? "gap reached" : have_mip ? "feasible" : "no solution";
-    if (have_mip)
-      for (int c = 1; c <= ncols; ++c) best[c] = glp_mip_col_val(lp, c);
-    res.objective_s = have_mip ? glp_mip_obj_val(lp) / 1e3 : 0;
+  if (sol.found) {
+    best = sol.x;
+    res.objective_s = sol.objective / 1e3;
   } else {
-    res.status = "no LP solution in time";
-  }
-  glp_delete_prob(lp);
-  glp_term_out(terminal_was);
-  if (!have_mip) {
     // The starting solution stands in when it keeps the budget (the simulator decides).
-    double obj = 0;
-    for (int c : T_) obj += best[c];
-    res.objective_s = obj / 1e3;
+    res.objective_s = objective(best) / 1e3;
     res.status += ", best starting solution";
   }
-  res.bound_s = std::min(res.objective_s, std::max(st.bound, root_bound) / 1e3);
+  // No bound proven (no LP solution in time): the whole step is the gap.
+  res.bound_s = std::isfinite(sol.bound) ? std::min(res.objective_s, sol.bound / 1e3) : 0;
   res.gap = res.proven_optimal ? 0 : (res.objective_s > 0 ? (res.objective_s - res.bound_s) / res.objective_s : 1);
   res.p = make_plan(best);
   res.sim = offload::simulate(t_, r_, res.p, hw_);
@@ -716,8 +640,12 @@ std::optional<optimal_result> builder::run(double time_limit_s, std::string* why
 }  // namespace
 
 std::optional<optimal_result> plan_optimal(const trace& t, const offload::lifetime_report& r, const offload::hw_profile& hw,
-                                           std::uint64_t budget, double time_limit_s, std::string* why) {
-  return builder(t, r, hw, budget).run(time_limit_s, why);
+                                           std::uint64_t budget, double time_limit_s, std::string* why,
+                                           const std::string& solver) {
+  const auto have = milp_solvers();
+  if (!solver.empty() && std::find(have.begin(), have.end(), solver) == have.end())
+    (void)solve_milp({}, 0, solver);  // throws, naming the solvers there are
+  return builder(t, r, hw, budget).run(time_limit_s, why, solver);
 }
 
 }  // namespace spillway::bench

@@ -2,6 +2,7 @@
 // hand analysis gives, by recomputing when the link is slow and by swapping when it is fast.
 #include <gtest/gtest.h>
 
+#include "bench/milp.hpp"
 #include "bench/plan_optimal.hpp"
 #include "offload/lifetime.hpp"
 #include "offload/zoo.hpp"
@@ -58,46 +59,55 @@ trace hand_trace() {
 }
 
 TEST(PlanOptimal, RecomputesWhenTheLinkIsSlow) {
-  const auto t = hand_trace();
-  const auto r = offload::analyze(t);
-  const auto hw = profile(1e8);  // a 1 MB copy takes 10 ms, a rerun of f 1 ms
-  std::string why;
-  const auto res = plan_optimal(t, r, hw, 4 * MB, 10, &why);
-  ASSERT_TRUE(res) << why;
-  EXPECT_TRUE(res->proven_optimal) << res->status;
-  EXPECT_TRUE(res->sim.feasible()) << (res->sim.violations.empty() ? "" : res->sim.violations.front());
-  EXPECT_NEAR(res->sim.step_seconds, 8e-3, 1e-9);
-  EXPECT_NEAR(res->objective_s, 8e-3, 1e-7);
-  EXPECT_EQ(res->sim.recomputes, 1u);
-  EXPECT_EQ(res->sim.h2d_bytes, 0u);
-  ASSERT_EQ(res->p.steps[5].recomputes.size(), 1u);
-  EXPECT_EQ(res->p.steps[5].recomputes[0], 1u);
+  for (const auto& solver : milp_solvers()) {
+    SCOPED_TRACE(solver);
+    const auto t = hand_trace();
+    const auto r = offload::analyze(t);
+    const auto hw = profile(1e8);  // a 1 MB copy takes 10 ms, a rerun of f 1 ms
+    std::string why;
+    const auto res = plan_optimal(t, r, hw, 4 * MB, 10, &why, solver);
+    ASSERT_TRUE(res) << why;
+    EXPECT_TRUE(res->proven_optimal) << res->status;
+    EXPECT_TRUE(res->sim.feasible()) << (res->sim.violations.empty() ? "" : res->sim.violations.front());
+    EXPECT_NEAR(res->sim.step_seconds, 8e-3, 1e-9);
+    EXPECT_NEAR(res->objective_s, 8e-3, 1e-7);
+    EXPECT_EQ(res->sim.recomputes, 1u);
+    EXPECT_EQ(res->sim.h2d_bytes, 0u);
+    ASSERT_EQ(res->p.steps[5].recomputes.size(), 1u);
+    EXPECT_EQ(res->p.steps[5].recomputes[0], 1u);
+  }
 }
 
 TEST(PlanOptimal, SwapsWhenTheLinkIsFast) {
-  const auto t = hand_trace();
-  const auto r = offload::analyze(t);
-  const auto hw = profile(1e10);  // a 1 MB copy takes 0.1 ms
-  std::string why;
-  const auto res = plan_optimal(t, r, hw, 4 * MB, 10, &why);
-  ASSERT_TRUE(res) << why;
-  EXPECT_TRUE(res->proven_optimal) << res->status;
-  EXPECT_TRUE(res->sim.feasible()) << (res->sim.violations.empty() ? "" : res->sim.violations.front());
-  EXPECT_NEAR(res->sim.step_seconds, 7.1e-3, 1e-9);
-  EXPECT_NEAR(res->objective_s, 7.1e-3, 1e-7);
-  EXPECT_EQ(res->sim.recomputes, 0u);
-  EXPECT_EQ(res->sim.d2h_bytes, MB);
-  EXPECT_EQ(res->sim.h2d_bytes, MB);
+  for (const auto& solver : milp_solvers()) {
+    SCOPED_TRACE(solver);
+    const auto t = hand_trace();
+    const auto r = offload::analyze(t);
+    const auto hw = profile(1e10);  // a 1 MB copy takes 0.1 ms
+    std::string why;
+    const auto res = plan_optimal(t, r, hw, 4 * MB, 10, &why, solver);
+    ASSERT_TRUE(res) << why;
+    EXPECT_TRUE(res->proven_optimal) << res->status;
+    EXPECT_TRUE(res->sim.feasible()) << (res->sim.violations.empty() ? "" : res->sim.violations.front());
+    EXPECT_NEAR(res->sim.step_seconds, 7.1e-3, 1e-9);
+    EXPECT_NEAR(res->objective_s, 7.1e-3, 1e-7);
+    EXPECT_EQ(res->sim.recomputes, 0u);
+    EXPECT_EQ(res->sim.d2h_bytes, MB);
+    EXPECT_EQ(res->sim.h2d_bytes, MB);
+  }
 }
 
 TEST(PlanOptimal, KeepsEverythingWhenItFits) {
-  const auto t = hand_trace();
-  const auto r = offload::analyze(t);
-  const auto res = plan_optimal(t, r, profile(1e8), r.peak_live_bytes, 10);
-  ASSERT_TRUE(res);
-  EXPECT_TRUE(res->sim.feasible());
-  EXPECT_NEAR(res->sim.step_seconds, 7e-3, 1e-9);
-  EXPECT_EQ(res->p.prefetch_count() + res->p.recompute_count(), 0u);
+  for (const auto& solver : milp_solvers()) {
+    SCOPED_TRACE(solver);
+    const auto t = hand_trace();
+    const auto r = offload::analyze(t);
+    const auto res = plan_optimal(t, r, profile(1e8), r.peak_live_bytes, 10, nullptr, solver);
+    ASSERT_TRUE(res);
+    EXPECT_TRUE(res->sim.feasible());
+    EXPECT_NEAR(res->sim.step_seconds, 7e-3, 1e-9);
+    EXPECT_EQ(res->p.prefetch_count() + res->p.recompute_count(), 0u);
+  }
 }
 
 TEST(PlanOptimal, RefusesWhatItCannotTake) {
@@ -110,6 +120,22 @@ TEST(PlanOptimal, RefusesWhatItCannotTake) {
   ASSERT_GT(big.ops.size(), optimal_max_ops);
   EXPECT_FALSE(plan_optimal(big, offload::analyze(big), profile(1e8), 1ull << 40, 10, &why));
   EXPECT_NE(why.find("ops"), std::string::npos) << why;
+}
+
+// Every solver the build has is asked in the tests above; one it lacks is refused by name.
+TEST(PlanOptimal, NamesTheSolversItHas) {
+  const auto have = milp_solvers();
+  ASSERT_FALSE(have.empty());
+  const auto t = hand_trace();
+  const auto r = offload::analyze(t);
+  try {
+    (void)plan_optimal(t, r, profile(1e8), 4 * MB, 10, nullptr, "simplex-by-hand");
+    FAIL() << "an unknown solver was taken";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("simplex-by-hand"), std::string::npos) << what;
+    for (const auto& s : have) EXPECT_NE(what.find(s), std::string::npos) << what;
+  }
 }
 
 }  // namespace
