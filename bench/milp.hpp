@@ -21,7 +21,8 @@ struct milp {
     double lo = 0;                              ///< sum of the terms >= lo
   };
   std::vector<row> rows;
-  /// Feasible solutions to start from (index c for column c; index 0 unused), best first.
+  /// Feasible solutions to start from (index c for column c; index 0 unused), best first; GLPK
+  /// starts from them, CBC does not.
   std::vector<std::vector<double>> starts;
 };
 

@@ -596,7 +596,8 @@ std::optional<optimal_result> builder::run(double time_limit_s, std::string* why
   };
   for (const auto& v : starts)
     if (start.empty() || objective(v) < objective(start)) start = v;
-  if (start.empty()) start.assign(lo_.size() + 1, 0);
+  const bool have_start = !start.empty();
+  if (!have_start) start.assign(lo_.size() + 1, 0);
 
   milp m;
   m.lo = lo_;
@@ -605,7 +606,7 @@ std::optional<optimal_result> builder::run(double time_limit_s, std::string* why
   m.objective = T_;
   m.rows.reserve(rows_.size());
   for (const auto& r : rows_) m.rows.push_back({r.e.t, r.lo});
-  // The best starting solution first (CBC takes only that one).
+  // The best starting solution first.
   std::stable_sort(starts.begin(), starts.end(),
                    [&](const std::vector<double>& a, const std::vector<double>& b) { return objective(a) < objective(b); });
   m.starts = std::move(starts);
@@ -620,11 +621,12 @@ std::optional<optimal_result> builder::run(double time_limit_s, std::string* why
   res.status = sol.status;
   res.proven_optimal = sol.proven_optimal;
   std::vector<double> best = start;
-  if (sol.found) {
+  if (sol.found && (!have_start || sol.objective <= objective(start) + 1e-9)) {
     best = sol.x;
     res.objective_s = sol.objective / 1e3;
   } else {
-    // The starting solution stands in when it keeps the budget (the simulator decides).
+    // The best starting solution stands in where the solver found none better in time (CBC
+    // may end on a worse one than the start it was given); the simulator judges its budget.
     res.objective_s = objective(best) / 1e3;
     res.status += ", best starting solution";
   }

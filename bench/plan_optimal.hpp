@@ -33,9 +33,10 @@ struct optimal_result {
 
 /// Solves the keep / swap / recompute program for `t` at `budget` on `hw` within about
 /// `time_limit_s` seconds, turns the best solution into a plan and simulates it.
-/// The solver starts from the least-memory solution and from the plans of the library's planners
-/// that the program can express (GLPK from all of them, CBC from the best); when it finds nothing
-/// better in time the best of those stands (status says so). GLPK's feasibility pump may run past the limit by some seconds.
+/// Starting solutions: the least-memory one and the plans of the library's planners that the
+/// program can express. GLPK starts from them; CBC from none (it does better so); where the
+/// solver ends on nothing better in time, the best of them stands (status says so). GLPK's
+/// feasibility pump may run past the limit by some seconds.
 /// nullopt when the trace has no ops or more than optimal_max_ops, or when the budget is below
 /// the least any plan needs; `why`, when given, says which. `solver`: one of milp_solvers()
 /// (bench/milp.hpp), empty for the first; another throws std::invalid_argument before any work.
