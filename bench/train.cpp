@@ -100,12 +100,29 @@ std::string fmt(const char* f, auto... args) {
   return buf;
 }
 
+// The median over the run's planned steps (the recording step moves and waits on demand by
+// design) of one figure of a step's report; over every step when none was planned.
+double per_step(const run_result& r, auto figure) {
+  std::vector<double> v;
+  for (const auto& it : r.iterations)
+    if (it.planned) v.push_back(static_cast<double>(figure(it)));
+  if (v.empty())
+    for (const auto& it : r.iterations) v.push_back(static_cast<double>(figure(it)));
+  return median_of(std::move(v));
+}
+double h2d_per_step(const run_result& r) { return per_step(r, [](const iteration_report& i) { return i.h2d_bytes; }); }
+double d2h_per_step(const run_result& r) { return per_step(r, [](const iteration_report& i) { return i.d2h_bytes; }); }
+double nvme_per_step(const run_result& r) {
+  return per_step(r, [](const iteration_report& i) { return i.nvme_read_bytes + i.nvme_write_bytes; });
+}
+double stall_per_step(const run_result& r) { return per_step(r, [](const iteration_report& i) { return i.stall_ms; }); }
+
 std::string table_line(const std::string& policy, const std::string& budget, const run_result& r, double ratio,
                        const std::string& match) {
+  auto bytes = [](double b) { return format_bytes(static_cast<std::uint64_t>(b)); };
   return fmt("%-15s %-16s %9.1f %7.3f %11s %11s %11s %11s %9.1f %6s", policy.c_str(), budget.c_str(), r.median_step_ms(),
-             ratio, format_bytes(r.h2d_bytes).c_str(), format_bytes(r.d2h_bytes).c_str(),
-             format_bytes(r.nvme_read_bytes + r.nvme_write_bytes).c_str(), format_bytes(r.peak_device_bytes).c_str(),
-             r.stall_ms, match.c_str());
+             ratio, bytes(h2d_per_step(r)).c_str(), bytes(d2h_per_step(r)).c_str(), bytes(nvme_per_step(r)).c_str(),
+             format_bytes(r.peak_device_bytes).c_str(), stall_per_step(r), match.c_str());
 }
 
 nlohmann::json row_json(const std::string& example, const row& w, const run_result& resident) {
@@ -127,6 +144,9 @@ nlohmann::json row_json(const std::string& example, const row& w, const run_resu
           {"nvme_write_bytes", r.nvme_write_bytes},
           {"peak_device_bytes", r.peak_device_bytes},
           {"stall_ms", r.stall_ms},
+          {"h2d_bytes_per_step", h2d_per_step(r)},
+          {"d2h_bytes_per_step", d2h_per_step(r)},
+          {"stall_ms_per_step", stall_per_step(r)},
           {"on_demand_fetches", r.on_demand_fetches},
           {"on_demand_evictions", r.on_demand_evictions},
           {"recomputes", r.recomputes},
@@ -216,7 +236,7 @@ int run(const train_args& a) {
   std::cout << ", " << a.steps << " steps (median without the recording step), footprint "
             << format_bytes(footprint) << ", least budget " << format_bytes(least) << "\n"
             << "runs interleaved step by step; ratio = median over planned steps of step time / the resident "
-               "step just before it\n\n";
+               "step just before it; h2d, d2h, nvme and stall: median per planned step\n\n";
   std::cout << fmt("%-15s %-16s %9s %7s %11s %11s %11s %11s %9s %6s", "policy", "budget", "step ms", "ratio", "h2d", "d2h",
                    "nvme", "peak dev", "stall ms", "losses")
             << "\n";

@@ -85,7 +85,7 @@ std::vector<void*> executor::begin_host_op(op_index k, std::span<const tensor_id
       out.push_back(backing_->host_copy(id, st.desc.name, st.desc.bytes));  // waits for its moves
     }
   }
-  host_stall_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  stats_.host_op_wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   host_op_start_us_ = now_us();
   op_open_ = true;
   host_op_open_ = true;

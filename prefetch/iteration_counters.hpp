@@ -8,7 +8,10 @@
 namespace spillway {
 
 struct iteration_counters {
-  double stall_ms = 0;  ///< time ops waited for tensors that were not there in time
+  /// Time ops waited for tensors that were not there in time: the device's compute waiting for
+  /// copies, and the calling thread's waits for room or for on-demand moves. Not a host op's
+  /// wait for the device work that makes its inputs (host_op_wait_ms): the device is busy then.
+  double stall_ms = 0;
   std::uint64_t h2d_bytes = 0;
   std::uint64_t d2h_bytes = 0;
   std::uint64_t nvme_read_bytes = 0;
@@ -23,6 +26,9 @@ struct iteration_counters {
   std::uint64_t recomputes = 0;              ///< ops run again before a later op (Note [Recomputation] in plan.hpp)
   std::uint64_t host_ops = 0;                ///< ops the plan ran on the host (Note [Host ops] in plan.hpp)
   double host_op_ms = 0;                     ///< SUM of their wall times, on the thread that ran them
+  /// SUM of the time host ops waited, before they ran, for their inputs' host copies (the device
+  /// work that writes them and the copies out), on the thread that ran them.
+  double host_op_wait_ms = 0;
 };
 
 }  // namespace spillway

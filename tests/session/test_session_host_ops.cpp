@@ -277,8 +277,25 @@ TEST(SessionHostOps, OnTheHostTheOptimizerStateNeverCrossesTheLink) {
     EXPECT_GE(h.h2d_bytes, layers * bytes) << policy;
     EXPECT_LT(h.h2d_bytes + h.d2h_bytes, d.h2d_bytes + d.d2h_bytes + 2 * layers * bytes) << policy;
     EXPECT_GT(h.host_op_ms, 0.0) << policy;
+    EXPECT_GT(h.host_op_wait_ms, 0.0) << policy;
     EXPECT_EQ(h.host_ops, static_cast<std::uint64_t>(layers)) << policy;
   }
+}
+
+// A host step waits for its gradient's copy out; on a slow link that wait is long, and it is
+// the host op's (host_op_wait_ms), not a stall of the device's work (stall_ms), which counts
+// only waits for copies the plan did not hide: here the weights' copies up at the next step.
+TEST(SessionHostOps, AHostStepsWaitForItsInputsIsNotAStall) {
+  auto c = config_for("none", 0, "host");
+  c.link_gbps = 0.02;  // 64 KiB in 3.3 ms each way
+  Session s(c);
+  counts n;
+  EXPECT_EQ(wrapped(s, 3, n), plain(3));
+  const auto& h = s.history().back();
+  ASSERT_EQ(h.host_ops, static_cast<std::uint64_t>(layers));
+  // Each step waits for its own gradient's copy out, after the one before it ran.
+  EXPECT_GE(h.host_op_wait_ms, 3.0);
+  EXPECT_LE(h.stall_ms + h.host_op_wait_ms + h.host_op_ms, h.step_ms * 1.05 + 1.0);
 }
 
 TEST(SessionHostOps, AGradientThePlanLeavesOnTheDeviceIsCopiedOutFirst) {
