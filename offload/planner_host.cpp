@@ -183,6 +183,10 @@ plan plan_from_view(const trace& t, const lifetime_report& r, const device_view&
     }
     if (!had_prefetch) p.steps[0].prefetches.push_back({x, tier::host, first});
   }
+  // The copies up at the first op in the order of their use: the link serves them first in,
+  // first out, and the first ops' weights should not wait behind the last layer's.
+  std::stable_sort(p.steps[0].prefetches.begin(), p.steps[0].prefetches.end(),
+                   [](const prefetch& a, const prefetch& b) { return a.use < b.use; });
   return p;
 }
 

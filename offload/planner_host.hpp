@@ -36,7 +36,8 @@ std::vector<char> cheaper_host_ops(const trace& t, const lifetime_report& r, con
 device_view make_device_view(const trace& t, const std::vector<char>& on_host);
 /// The plan for `t` from plan `pv` for the view `v`: the ops placed on the host, the tensors
 /// only they touch in the host tier all along, the shared ones homed in the host tier, brought
-/// up before their first device use and copied down (or dropped) after their last.
+/// up before their first device use and copied down (or dropped) after their last. The copies
+/// up at op 0 go in the order of their first use.
 /// `params_up_front`: prefetch every shared value the device reads first at op 0 (resident
 /// from the start of the step, as ZeRO-Offload keeps its 16-bit parameters).
 plan plan_from_view(const trace& t, const lifetime_report& r, const device_view& v, const plan& pv, std::string policy,
