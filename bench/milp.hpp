@@ -38,9 +38,13 @@ struct milp_solution {
 /// The solvers this build has, the preferred first ("CBC", then "GLPK").
 std::vector<std::string> milp_solvers();
 
+/// Throws std::invalid_argument naming the solvers there are when `solver` is neither empty nor
+/// one of milp_solvers().
+void require_milp_solver(const std::string& solver);
+
 /// Solves `m` within about `seconds` with `solver` (one of milp_solvers(); empty: the first).
 /// GLPK's feasibility pump may run past the limit by some seconds. Prints nothing.
-/// Throws std::invalid_argument naming the solvers there are when `solver` is not one of them.
+/// Throws as require_milp_solver does.
 milp_solution solve_milp(const milp& m, double seconds, const std::string& solver = {});
 
 namespace detail {

@@ -1,5 +1,6 @@
 // The optimal reference planner: builds the keep / swap / recompute program of Note [Optimal
-// MILP], solves it (bench/milp.hpp: CBC or GLPK) under a time limit, turns the solution into a plan and simulates it.
+// MILP], solves it (bench/milp.hpp: CBC or GLPK) under a time limit, turns the solution into a
+// plan and simulates it.
 #include "bench/plan_optimal.hpp"
 
 #include "bench/milp.hpp"
@@ -644,9 +645,7 @@ std::optional<optimal_result> builder::run(double time_limit_s, std::string* why
 std::optional<optimal_result> plan_optimal(const trace& t, const offload::lifetime_report& r, const offload::hw_profile& hw,
                                            std::uint64_t budget, double time_limit_s, std::string* why,
                                            const std::string& solver) {
-  const auto have = milp_solvers();
-  if (!solver.empty() && std::find(have.begin(), have.end(), solver) == have.end())
-    (void)solve_milp({}, 0, solver);  // throws, naming the solvers there are
+  require_milp_solver(solver);  // before any work
   return builder(t, r, hw, budget).run(time_limit_s, why, solver);
 }
 
