@@ -44,6 +44,9 @@ struct planner_options {
   /// ... trying to remake each of these shares of the values that could be remade, those
   /// that free the most bytes per second of rerun first.
   std::vector<double> auto_remake_shares = {0.25, 0.5, 1.0};
+  /// auto: rounds of its last stage, which makes reruns of the copies its best plan still waits
+  /// for (Note [Recomputing planners]); 0 skips it.
+  std::uint32_t auto_stall_rounds = 6;
 };
 
 class planner {

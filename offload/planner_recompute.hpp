@@ -34,6 +34,12 @@ plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_prof
 std::vector<std::size_t> single_reruns(const trace& t, const lifetime_report& r, const std::vector<remake_candidate>& c,
                                        const std::vector<std::size_t>& order);
 
+/// Per wait of the compute stream of at least `least` seconds in `s`'s timeline (the gap before
+/// an op or rerun starts), longest first: the tensors whose copy, in or out, ended as it
+/// started, so that it waited for the copy or for the memory the copy freed. Waits that no copy
+/// ends are left out.
+std::vector<std::vector<tensor_id>> waited_copies(const sim_result& s, double least);
+
 std::unique_ptr<planner> make_checkpoint_planner(const planner_options& opt);
 std::unique_ptr<planner> make_capuchin_planner(const planner_options& opt);
 

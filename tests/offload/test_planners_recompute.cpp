@@ -466,5 +466,47 @@ TEST(PlannersRecompute, NamesAndErrorsListTheNewPolicies) {
   }
 }
 
+// The waits of a hand-made timeline: op 1 waits 2 s for tensor 7's copy in, op 2 starts as
+// tensor 3's copy out ends (the memory it frees) 1 s after op 1; a rerun waits 0.5 s for a copy
+// of tensor 4 to NVMe; the 0.1 s gap is below the least, and the wait no copy ends is left out.
+TEST(PlannersRecompute, WaitedCopiesNamesWhatEachWaitAwaited) {
+  sim_result s;
+  auto ev = [&](sim_track k, std::uint32_t id, double a, double b) { s.timeline.push_back({k, id, a, b, 1}); };
+  ev(sim_track::compute, 0, 0, 1);
+  ev(sim_track::h2d, 7, 0.5, 3);
+  ev(sim_track::d2h, 3, 1, 5);
+  ev(sim_track::d2h, 9, 1, 4.5);  // ends before the wait's end: not what op 2 waited for
+  ev(sim_track::compute, 2, 5, 6);
+  ev(sim_track::compute, 1, 3, 4);
+  ev(sim_track::nvme_write, 4, 2, 6.5);
+  ev(sim_track::recompute, 5, 6.5, 7);
+  ev(sim_track::compute, 6, 7.1, 8);    // 0.1 s gap
+  ev(sim_track::compute, 8, 10, 11);    // a 2 s gap no copy ends
+  const auto w = detail::waited_copies(s, 0.2);
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_EQ(w[0], std::vector<tensor_id>{7});
+  EXPECT_EQ(w[1], std::vector<tensor_id>{3});
+  EXPECT_EQ(w[2], std::vector<tensor_id>{4});
+  EXPECT_TRUE(detail::waited_copies(s, 2.5).empty());
+}
+
+// auto's last stage: ResNet-50 on h200 at 1/8 of its peak, where the forward pass waits for
+// block outputs copied out; remaking the values behind the longest waits instead shortens the
+// step (102.8 -> 97.3 ms when it was written), and the plan stays feasible.
+TEST(PlannersRecompute, AutoRemakesWhatItsPlanWaitedFor) {
+  const auto t = make_model_trace("resnet50");
+  const auto rep = analyze(t);
+  const auto hw = get_profile("h200");
+  const std::uint64_t budget = rep.peak_live_bytes / 8;
+  planner_options without;
+  without.auto_stall_rounds = 0;
+  const auto before = simulate(t, rep, detail::auto_recompute_plan(t, rep, hw, budget, without), hw);
+  const auto p = detail::auto_recompute_plan(t, rep, hw, budget, {});
+  const auto after = simulate(t, rep, p, hw);
+  ASSERT_TRUE(after.feasible()) << after.violations.front();
+  EXPECT_LT(after.step_seconds, 0.98 * before.step_seconds) << after.step_seconds << " against " << before.step_seconds;
+  EXPECT_LT(after.stall_seconds, before.stall_seconds);
+}
+
 }  // namespace
 }  // namespace spillway::offload
