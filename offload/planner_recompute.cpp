@@ -46,9 +46,11 @@ namespace spillway::offload::detail {
 //   ops, is Capuchin's rule applied to the best plan's own timeline: the copies its compute
 //   still waits for (a value copied in too late, or one whose copy out must end before the
 //   memory it frees is there) are made reruns where their values may be remade, the values
-//   behind the longest waits first, added to the values the plan drops; up to
-//   planner_options::auto_stall_rounds rounds, each from the best plan so far (ResNet-50 at 1/8
-//   of its peak on h200: 102.8 -> 97.3 ms, ResNet-152 at 1/4: 43.0 -> 41.3). The candidates of
+//   behind the longest waits first, added to the values the plan drops; a value the plan drops
+//   and still copies (a chain made it early and kept it) is made again before its own read
+//   instead (schedule_reruns' `again`). Up to planner_options::auto_stall_rounds rounds, each
+//   from the best plan so far (on h200, ResNet-50 at 1/8 of its peak: 102.8 -> 97.3 ms;
+//   ResNet-152 at 1/4: 43.0 -> 41.3, at 1/8: 61.3 -> 50.6). The candidates of
 //   a stage are planned at once on the host's cores and the fastest kept (the first of equals).
 //   As every baseline's plan is among them, it is never slower than any baseline.
 
@@ -64,6 +66,7 @@ struct judged {
   // tensor; empty when none) and the schedule's settings.
   std::vector<char> want;
   bool keep_made = true, spread = true;
+  std::vector<char> again;  // values made again even when keep_made (schedule_reruns)
 };
 
 // Plans `t` dropping and remaking the candidates `want` selects; `swap` plans the folded trace.
@@ -72,15 +75,15 @@ template <class Swap>
 std::optional<judged> with_reruns(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
                                   const std::vector<remake_candidate>& cands, const std::vector<char>& want,
                                   const std::string& policy, Swap swap, bool keep_made = true, bool spread = false,
-                                  const plan_judge* judge = nullptr) {
-  const auto s = schedule_reruns(t, r, hw, cands, want, keep_made, spread);
+                                  const plan_judge* judge = nullptr, const std::vector<char>& again = {}) {
+  const auto s = schedule_reruns(t, r, hw, cands, want, keep_made, spread, again);
   if (s.remade == 0) return std::nullopt;
   const auto fr = analyze(s.folded);
   if (fr.min_budget_bytes > budget) return std::nullopt;
   plan p = unfold_plan(swap(s.folded, fr), s, t.tensors.size());
   p.policy = policy;
   auto sim = judge ? (*judge)(p) : simulate(t, r, p, hw);
-  return judged{std::move(p), std::move(sim), want, keep_made, spread};
+  return judged{std::move(p), std::move(sim), want, keep_made, spread, again};
 }
 
 bool better(const sim_result& a, const sim_result& b) {
@@ -274,7 +277,7 @@ judged judge_planner(const trace& t, const lifetime_report& r, const hw_profile&
   plan p = swapper.make_plan(t, r, hw, budget);
   p.policy = policy;
   auto sim = judge ? (*judge)(p) : simulate(t, r, p, hw);
-  return {std::move(p), std::move(sim), {}, true, true};
+  return {std::move(p), std::move(sim), {}, true, true, {}};
 }
 
 class checkpoint_planner final : public optioned_planner {
@@ -327,11 +330,15 @@ void stalls_to_reruns(const trace& t, const lifetime_report& r, const hw_profile
       waits = waited_copies(simulate(t, r, best->p, hw, rec), 0.01 * best->sim.step_seconds);
     }
     const auto base = best->want.empty() ? std::vector<char>(nt, 0) : best->want;
+    const auto base_again = best->again.empty() ? std::vector<char>(nt, 0) : best->again;
+    // A value the plan drops yet copies was made early by a chain and kept: it is made again
+    // before its own read instead.
+    auto addable = [&](tensor_id x) { return base[x] ? !base_again[x] : may[x] == 1; };
     std::vector<std::vector<tensor_id>> picks;
     for (const auto& w : waits) {
       std::vector<tensor_id> add;
       for (tensor_id x : w)
-        if (may[x] && !base[x] && !tried[x] && std::find(add.begin(), add.end(), x) == add.end()) add.push_back(x);
+        if (addable(x) && !tried[x] && std::find(add.begin(), add.end(), x) == add.end()) add.push_back(x);
       if (add.empty()) continue;
       for (tensor_id x : add) tried[x] = 1;
       picks.push_back(std::move(add));
@@ -347,12 +354,12 @@ void stalls_to_reruns(const trace& t, const lifetime_report& r, const hw_profile
     for (const auto& p : picks)
       for (bool keep_made : {best->keep_made, !best->keep_made})
         makers.push_back([&, p, keep_made, spread = best->spread] {
-          auto want = base;
-          for (tensor_id x : p) want[x] = 1;
+          auto want = base, again = base_again;
+          for (tensor_id x : p) (base[x] ? again : want)[x] = 1;
           return with_reruns(
               t, r, hw, budget, all, want, "auto",
               [&](const trace& ft, const lifetime_report& fr) { return auto_swap_plan(ft, fr, hw, budget, so); },
-              keep_made, spread, judge);
+              keep_made, spread, judge, again);
         });
     auto cand = best_of(std::move(makers));
     changed = cand && better(cand->sim, best->sim);
@@ -371,7 +378,7 @@ plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_prof
   makers.push_back([&]() -> std::optional<judged> {
     plan own = auto_swap_plan(t, r, hw, budget, swap_opt);
     auto sim = judge ? (*judge)(own) : simulate(t, r, own, hw);
-    return judged{std::move(own), std::move(sim), {}, true, true};
+    return judged{std::move(own), std::move(sim), {}, true, true, {}};
   });
   // Every baseline's plan is a candidate, so auto is never slower than one of them.
   for (const char* name : {"lms", "vdnn-all", "vdnn-conv", "checkpoint", "capuchin"})

@@ -18,8 +18,8 @@ namespace spillway::offload::detail {
 // not yet made again, or dead after their last use): a chain back to values that are still
 // there. A rerun writes every output of its op, so a dropped value that a rerun makes early
 // is there from then on (its own rerun is not needed); or, where memory is short (keep_made
-// false), it is dropped again after the op and made once more before its own read: more
-// reruns, fewer bytes held. A value whose writer's inputs were
+// false, or for the values of `again` alone), it is dropped again after the op and made once
+// more before its own read: more reruns, fewer bytes held. A value whose writer's inputs were
 // overwritten since the writer ran cannot be made with the same bits: it is kept.
 // Spread chains: a chain before op k holds every value it makes until op k has run, so a long
 // one needs the memory of all its values at once. Spread, each rerun of the chain moves back
@@ -66,7 +66,7 @@ class scheduler {
       : t_(t), r_(r), hw_(hw), writer_(single_recomputable_writer(t, r)) {}
 
   rerun_schedule run(const std::vector<remake_candidate>& cands, const std::vector<char>& want, bool keep_made,
-                     bool spread) {
+                     bool spread, const std::vector<char>& again) {
     const std::size_t nt = t_.tensors.size(), n = t_.ops.size();
     scheduled_.assign(nt, 0);
     drop_after_.assign(nt, -1);
@@ -100,7 +100,8 @@ class scheduler {
       for (op_index o : list)
         for (tensor_id z : t_.ops[o].writes) {
           made_now_[z] = 0;
-          if (keep_made && scheduled_[z] && drop_after_[z] < k && k <= remake_at_[z]) remake_at_[z] = k;  // there from now on
+          const bool keep = keep_made && (z >= again.size() || !again[z]);
+          if (keep && scheduled_[z] && drop_after_[z] < k && k <= remake_at_[z]) remake_at_[z] = k;  // there from now on
         }
       if (spread && list.size() > 1) spread_chain(k, s.reruns);
     }
@@ -304,8 +305,8 @@ std::vector<remake_candidate> remake_candidates(const trace& t, const lifetime_r
 
 rerun_schedule schedule_reruns(const trace& t, const lifetime_report& r, const hw_profile& hw,
                                const std::vector<remake_candidate>& candidates, const std::vector<char>& want,
-                               bool keep_made, bool spread) {
-  return scheduler(t, r, hw).run(candidates, want, keep_made, spread);
+                               bool keep_made, bool spread, const std::vector<char>& again) {
+  return scheduler(t, r, hw).run(candidates, want, keep_made, spread, again);
 }
 
 plan unfold_plan(plan folded, const rerun_schedule& s, std::size_t tensors) {
