@@ -493,15 +493,22 @@ TEST(PlannersRecompute, WaitedCopiesNamesWhatEachWaitAwaited) {
   ev(sim_track::compute, 8, 10, 11);    // a 2 s gap no copy ends
   const auto w = detail::waited_copies(s, 0.2);
   ASSERT_EQ(w.size(), 3u);
-  EXPECT_EQ(w[0], std::vector<tensor_id>{7});
-  EXPECT_EQ(w[1], std::vector<tensor_id>{3});
-  EXPECT_EQ(w[2], std::vector<tensor_id>{4});
+  EXPECT_EQ(w[0].copies, std::vector<tensor_id>{7});
+  EXPECT_EQ(w[0].op, 1u);
+  EXPECT_DOUBLE_EQ(w[0].seconds, 2);
+  EXPECT_EQ(w[1].copies, std::vector<tensor_id>{3});
+  EXPECT_EQ(w[1].op, 2u);
+  EXPECT_FALSE(w[1].rerun);
+  EXPECT_EQ(w[2].copies, std::vector<tensor_id>{4});
+  EXPECT_EQ(w[2].op, 5u);
+  EXPECT_TRUE(w[2].rerun);
   EXPECT_TRUE(detail::waited_copies(s, 2.5).empty());
 }
 
 // auto's last stage: ResNet-50 on h200 at 1/8 of its peak, where the forward pass waits for
-// block outputs copied out; remaking the values behind the longest waits instead shortens the
-// step (102.8 -> 97.3 ms when it was written), and the plan stays feasible.
+// block outputs copied out; remaking the values behind the longest waits, or values live over
+// the op that waited for memory, instead shortens the step (the device plan 112.3 -> 103.1 ms
+// when it was written, auto's whole search 102.8 -> 93.7), and the plan stays feasible.
 TEST(PlannersRecompute, AutoRemakesWhatItsPlanWaitedFor) {
   const auto t = make_model_trace("resnet50");
   const auto rep = analyze(t);
@@ -513,7 +520,7 @@ TEST(PlannersRecompute, AutoRemakesWhatItsPlanWaitedFor) {
   const auto p = detail::auto_recompute_plan(t, rep, hw, budget, {});
   const auto after = simulate(t, rep, p, hw);
   ASSERT_TRUE(after.feasible()) << after.violations.front();
-  EXPECT_LT(after.step_seconds, 0.98 * before.step_seconds) << after.step_seconds << " against " << before.step_seconds;
+  EXPECT_LT(after.step_seconds, 0.95 * before.step_seconds) << after.step_seconds << " against " << before.step_seconds;
   EXPECT_LT(after.stall_seconds, before.stall_seconds);
 }
 
