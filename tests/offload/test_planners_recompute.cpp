@@ -505,23 +505,45 @@ TEST(PlannersRecompute, WaitedCopiesNamesWhatEachWaitAwaited) {
   EXPECT_TRUE(detail::waited_copies(s, 2.5).empty());
 }
 
+// A zoo model on h200 at `ratio` of its peak, planned by `make` without auto's last stage and
+// with it (Note [Recomputing planners], stage 3).
+struct with_and_without_stage3 {
+  plan before_plan, after_plan;
+  sim_result before, after;
+};
+template <class Make>
+with_and_without_stage3 plan_twice(const std::string& model, double ratio, Make make) {
+  const auto t = make_model_trace(model);
+  const auto rep = analyze(t);
+  const auto hw = get_profile("h200");
+  const auto budget = static_cast<std::uint64_t>(ratio * static_cast<double>(rep.peak_live_bytes));
+  planner_options without;
+  without.auto_stall_rounds = 0;
+  with_and_without_stage3 out;
+  out.before_plan = make(t, rep, hw, budget, without);
+  out.after_plan = make(t, rep, hw, budget, planner_options{});
+  out.before = simulate(t, rep, out.before_plan, hw);
+  out.after = simulate(t, rep, out.after_plan, hw);
+  return out;
+}
+plan device_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
+                 const planner_options& o) {
+  return detail::auto_recompute_plan(t, r, hw, budget, o);
+}
+plan whole_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
+                const planner_options& o) {
+  return make_planner("auto", o)->make_plan(t, r, hw, budget);
+}
+
 // auto's last stage: ResNet-50 on h200 at 1/8 of its peak, where the forward pass waits for
 // block outputs copied out; remaking the values behind the longest waits, or values live over
 // the op that waited for memory, instead shortens the step (the device plan 112.3 -> 103.1 ms
 // when it was written, auto's whole search 102.8 -> 93.7), and the plan stays feasible.
 TEST(PlannersRecompute, AutoRemakesWhatItsPlanWaitedFor) {
-  const auto t = make_model_trace("resnet50");
-  const auto rep = analyze(t);
-  const auto hw = get_profile("h200");
-  const std::uint64_t budget = rep.peak_live_bytes / 8;
-  planner_options without;
-  without.auto_stall_rounds = 0;
-  const auto before = simulate(t, rep, detail::auto_recompute_plan(t, rep, hw, budget, without), hw);
-  const auto p = detail::auto_recompute_plan(t, rep, hw, budget, {});
-  const auto after = simulate(t, rep, p, hw);
-  ASSERT_TRUE(after.feasible()) << after.violations.front();
-  EXPECT_LT(after.step_seconds, 0.95 * before.step_seconds) << after.step_seconds << " against " << before.step_seconds;
-  EXPECT_LT(after.stall_seconds, before.stall_seconds);
+  const auto r = plan_twice("resnet50", 0.125, device_plan);
+  ASSERT_TRUE(r.after.feasible()) << r.after.violations.front();
+  EXPECT_LT(r.after.step_seconds, 0.95 * r.before.step_seconds) << r.after.step_seconds << " against " << r.before.step_seconds;
+  EXPECT_LT(r.after.stall_seconds, r.before.stall_seconds);
 }
 
 // The stage's last step on a transformer, gpt2-medium on h200 at 1/4 of its peak with the
@@ -529,35 +551,19 @@ TEST(PlannersRecompute, AutoRemakesWhatItsPlanWaitedFor) {
 // on a link with time left; keeping the least worth of them, it is faster (54.07 -> 53.35 ms
 // when it was written).
 TEST(PlannersRecompute, AutoKeepsTheValuesLeastWorthTheirReruns) {
-  const auto t = make_model_trace("gpt2-medium");
-  const auto rep = analyze(t);
-  const auto hw = get_profile("h200");
-  const std::uint64_t budget = rep.peak_live_bytes / 4;
-  planner_options without;
-  without.auto_stall_rounds = 0;
-  const auto pb = make_planner("auto", without)->make_plan(t, rep, hw, budget);
-  const auto before = simulate(t, rep, pb, hw);
-  const auto pa = make_planner("auto")->make_plan(t, rep, hw, budget);
-  const auto after = simulate(t, rep, pa, hw);
-  ASSERT_TRUE(after.feasible()) << after.violations.front();
-  EXPECT_LT(after.step_seconds, before.step_seconds) << after.step_seconds << " against " << before.step_seconds;
-  EXPECT_LT(pa.recompute_count(), pb.recompute_count());
+  const auto r = plan_twice("gpt2-medium", 0.25, whole_plan);
+  ASSERT_TRUE(r.after.feasible()) << r.after.violations.front();
+  EXPECT_LT(r.after.step_seconds, r.before.step_seconds) << r.after.step_seconds << " against " << r.before.step_seconds;
+  EXPECT_LT(r.after_plan.recompute_count(), r.before_plan.recompute_count());
 }
 
 // The same stage at ResNet-152 at 1/8 of its peak: there the plan copied out and back values a
 // chain had made early and kept; made again before their own reads instead, the step shortens
 // (61.3 -> 50.6 ms for auto's whole search when it was written).
 TEST(PlannersRecompute, AutoMakesAgainWhatAChainMadeEarlyAndItsPlanCopied) {
-  const auto t = make_model_trace("resnet152");
-  const auto rep = analyze(t);
-  const auto hw = get_profile("h200");
-  const std::uint64_t budget = rep.peak_live_bytes / 8;
-  planner_options without;
-  without.auto_stall_rounds = 0;
-  const auto before = simulate(t, rep, detail::auto_recompute_plan(t, rep, hw, budget, without), hw);
-  const auto after = simulate(t, rep, detail::auto_recompute_plan(t, rep, hw, budget, {}), hw);
-  ASSERT_TRUE(after.feasible()) << after.violations.front();
-  EXPECT_LT(after.step_seconds, 0.9 * before.step_seconds) << after.step_seconds << " against " << before.step_seconds;
+  const auto r = plan_twice("resnet152", 0.125, device_plan);
+  ASSERT_TRUE(r.after.feasible()) << r.after.violations.front();
+  EXPECT_LT(r.after.step_seconds, 0.9 * r.before.step_seconds) << r.after.step_seconds << " against " << r.before.step_seconds;
 }
 
 }  // namespace
