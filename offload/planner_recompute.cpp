@@ -349,11 +349,13 @@ void stalls_to_reruns(const trace& t, const lifetime_report& r, const hw_profile
         // instead, as many bytes as the copies move, most bytes per rerun second first.
         std::uint64_t need = 0, got = 0;
         for (tensor_id x : w.copies) need += t.tensors[x].bytes;
-        for (std::size_t i : order)
-          if (got < need && all[i].after < w.op && w.op < all[i].use && !base[all[i].x] && !tried[all[i].x]) {
+        for (std::size_t i : order) {
+          if (got >= need) break;
+          if (all[i].after < w.op && w.op < all[i].use && !base[all[i].x] && !tried[all[i].x]) {
             add.push_back(all[i].x);
             got += t.tensors[all[i].x].bytes;
           }
+        }
       }
       if (add.empty()) continue;
       for (tensor_id x : add) tried[x] = 1;
