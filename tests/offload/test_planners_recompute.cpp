@@ -170,15 +170,27 @@ std::string logical_check(const trace& t, const plan& p) {
   return "";
 }
 
+// A random training trace, a link of one of two speeds, and a budget between the least any
+// plan needs and the peak.
+struct random_case {
+  trace t;
+  hw_profile hw;
+  lifetime_report rep;
+  std::uint64_t budget = 0;
+};
+random_case make_random_case(std::mt19937_64& rng, int iter) {
+  random_case c{random_training(rng), test_hw(iter % 2 ? 1e8 : 1e9), {}, 0};
+  c.rep = analyze(c.t);
+  const std::uint64_t lo = c.rep.min_budget_bytes, hi = std::max(c.rep.peak_live_bytes, lo);
+  c.budget = std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
+  return c;
+}
+
 TEST(PlannersRecompute, RandomTrainingTracesAndBudgets) {
   std::mt19937_64 rng(1130);
   int recomputing_plans = 0;
   for (int iter = 0; iter < 120; ++iter) {
-    const auto t = random_training(rng);
-    const auto hw = test_hw(iter % 2 ? 1e8 : 1e9);
-    const auto rep = analyze(t);
-    const std::uint64_t lo = rep.min_budget_bytes, hi = std::max(rep.peak_live_bytes, lo);
-    const auto budget = std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
+    const auto [t, hw, rep, budget] = make_random_case(rng, iter);
     std::map<std::string, double> step;
     for (const auto& name : planner_names()) {
       SCOPED_TRACE(name + " iteration " + std::to_string(iter) + " budget " + std::to_string(budget));
@@ -200,6 +212,25 @@ TEST(PlannersRecompute, RandomTrainingTracesAndBudgets) {
     for (const auto& [name, sec] : step) EXPECT_LE(step["auto"], sec * (1 + 1e-9)) << "auto slower than " << name;
   }
   EXPECT_GT(recomputing_plans, 60);  // the search must actually recompute on these traces
+}
+
+// Traces longer than auto_fine_search_ops get a shorter search (Note [Recomputing
+// planners]); with the bound at 0 every random trace takes it, and auto's plan must still be
+// feasible and never slower than any baseline's.
+TEST(PlannersRecompute, TheShorterSearchOfLongTracesKeepsEveryBaseline) {
+  std::mt19937_64 rng(1202);
+  planner_options longer;
+  longer.auto_fine_search_ops = 0;
+  for (int iter = 0; iter < 40; ++iter) {
+    const auto [t, hw, rep, budget] = make_random_case(rng, iter);
+    SCOPED_TRACE("iteration " + std::to_string(iter) + " budget " + std::to_string(budget));
+    const auto a = simulate(t, make_planner("auto", longer)->make_plan(t, rep, hw, budget), hw);
+    ASSERT_TRUE(a.feasible()) << a.violations[0];
+    for (const char* name : {"lms", "vdnn-all", "vdnn-conv", "checkpoint", "capuchin"}) {
+      const auto s = simulate(t, make_planner(name)->make_plan(t, rep, hw, budget), hw);
+      if (s.feasible()) EXPECT_LE(a.step_seconds, s.step_seconds * (1 + 1e-9)) << "auto slower than " << name;
+    }
+  }
 }
 
 // A value 10x slower to copy than to make again: auto and checkpoint remake it, and at a budget
