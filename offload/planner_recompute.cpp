@@ -32,10 +32,10 @@ namespace spillway::offload::detail {
 //   sweep search. Stage 1 remakes all of them. Where its best plan still spends more than 5%
 //   of its step stalled or rerunning, stage 2 remakes 50 and 75% of them (90 and 95% too on
 //   traces of up to planner_options::auto_fine_search_ops ops), taking first the single
-//   reruns (values whose writer
-//   reads no other dropped value and which no other dropped value's writer reads: each rerun
-//   stands alone, no chain) in order of bytes freed per second of rerun, then the rest in that
-//   order: where memory is left, fewer and shorter reruns; at 90 and 95% the few values least
+//   reruns (values whose writer reads no other dropped value and which no other dropped
+//   value's writer reads: each rerun stands alone, no chain) in order of bytes freed per
+//   second of rerun, then the rest in that order: where memory is left, fewer and shorter
+//   reruns; at 90 and 95% the few values least
 //   worth a rerun are swapped instead (ResNet-152 at 1/4 of its peak on h200: 52.4 -> 47.1 ms).
 //   Where the plan stalls more than 5%, stage 2 also tries the shares of
 //   planner_options::auto_remake_shares in plain bytes-per-rerun-second order, checkpoint's
@@ -60,8 +60,8 @@ namespace spillway::offload::detail {
 //   a stage are planned at once on the host's cores and the fastest kept (the first of equals).
 //   As every baseline's plan is among them, it is never slower than any baseline. On longer
 //   traces, auto's own swap plan and checkpoint's values swept take the shorter sweep search
-//   too (a 10,008-op GPT-2 trace at 1/4 of its peak: the same step, about a quarter less
-//   planning). The device view of a host placement (Note [Host placement]) is searched
+//   too (a 10,008-op GPT-2 trace at 1/4 of its peak: the same step, about a third less
+//   planning time). The device view of a host placement (Note [Host placement]) is searched
 //   without the swap-only baselines; the device plan it is weighed against holds them.
 
 namespace {
@@ -430,7 +430,7 @@ plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_prof
   });
   // Every baseline's plan is a candidate, so auto is never slower than one of them. A device
   // view of a host placement (`judge` given) leaves out the swap-only ones: the device plan
-  // it is weighed against has them, and the view's own sweep does better.
+  // it is weighed against has them (over the zoo, no auto row changes without them).
   for (const char* name : {"lms", "vdnn-all", "vdnn-conv", "checkpoint", "capuchin"}) {
     const bool swap_only = std::string_view(name) != "checkpoint" && std::string_view(name) != "capuchin";
     if (judge && swap_only) continue;
