@@ -52,15 +52,15 @@ namespace spillway::offload::detail {
 //   instead (schedule_reruns' `again`); where no value behind a wait may be remade (model
 //   state copied out to make room), values that may be remade and live over the op are
 //   dropped, as many bytes as the copies move. Up to planner_options::auto_stall_rounds
-//   rounds, each from the best plan so far (on h200, ResNet-50 at 1/8 of its peak: 102.8 ->
-//   93.7 ms; ResNet-152 at 1/4: 43.0 -> 41.3, at 1/8: 61.3 -> 50.6; gpt2-large at 1/4: 108.8
-//   -> 105.2). Last, the best plan keeps 5, 10, 20 or 30% of the values it drops, those that
-//   free the fewest bytes per second of rerun (gpt2-xl at 1/8: 221.2 -> 215.9 ms; where the
+//   rounds, each from the best plan so far (on h200, ResNet-50 at 1/8 of its peak: 79.6 ->
+//   70.3 ms; ResNet-152 at 1/4: 40.4 -> 38.7, at 1/8: 61.9 -> 49.8; gpt2-large at 1/4: 107.7
+//   -> 104.0). Last, the best plan keeps 5, 10, 20 or 30% of the values it drops, those that
+//   free the fewest bytes per second of rerun (gpt2-xl at 1/8: 219.2 -> 214.0 ms; where the
 //   link has time left, a swap costs less than such a rerun). The candidates of
 //   a stage are planned at once on the host's cores and the fastest kept (the first of equals).
 //   As every baseline's plan is among them, it is never slower than any baseline. On longer
 //   traces, auto's own swap plan and checkpoint's values swept take the shorter sweep search
-//   too (a 10,008-op GPT-2 trace at 1/4 of its peak: the same step, about a third less
+//   too (a GPT-2 trace of about 10,000 ops at 1/4 of its peak: the same step, about a third less
 //   planning time). The device view of a host placement (Note [Host placement]) is searched
 //   without the swap-only baselines; the device plan it is weighed against holds them.
 

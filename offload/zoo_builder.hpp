@@ -35,6 +35,9 @@ class model_builder {
     double flops = 0;
     double bwd_flops = 0;
     std::uint64_t workspace_bytes = 0;  ///< cuDNN-style scratch, forward and backward
+    /// An add: its backward hands the output's gradient to each input as it is (Note [Adds
+    /// pass their gradient on] in zoo_builder.cpp).
+    bool passes_grad = false;
   };
   void fwd(fwd_op op);
   /// Fused softmax cross-entropy: reads logits and labels, writes the loss and the logits'

@@ -1,6 +1,7 @@
 // Zoo: convolutional traces (VGG-16, ResNet-50, ResNet-152) from their published layer
 // tables, fp32, NCHW. Each conv gets a cuDNN-style workspace (twice its output, capped at
-// 64 MiB); batch norm keeps its input for backward, ReLU its output.
+// 64 MiB); batch norm keeps its input for backward, ReLU its output; a residual add hands its
+// gradient to both branches (Note [Adds pass their gradient on] in zoo_builder.cpp).
 #include <algorithm>
 #include <string>
 
@@ -50,7 +51,7 @@ class cnn {
   fmap add(const std::string& name, const fmap& a, const fmap& b) {
     const auto out = m_.act(name + ".out", elems(a));
     const double e = static_cast<double>(elems(a));
-    m_.fwd({name, "elementwise", layer_, {a.t, b.t}, {}, {out}, {}, e, 2 * e, 0});
+    m_.fwd({name, "elementwise", layer_, {a.t, b.t}, {}, {out}, {}, e, 2 * e, 0, true});
     return {out, a.c, a.h, a.w};
   }
   fmap pool(const std::string& name, const fmap& x, std::uint64_t k, std::uint64_t stride, bool global) {

@@ -1,6 +1,7 @@
 // Zoo: transformer traces (GPT-2 family, GPT-3-style 6.7B and 13B, BERT-large) from their
 // published shapes. Pre-LN blocks, attention with the softmax probabilities kept for backward
-// (no flash attention), no dropout, tied input/output embeddings.
+// (no flash attention), no dropout, tied input/output embeddings; residual adds hand their
+// gradient to both branches (Note [Adds pass their gradient on] in zoo_builder.cpp).
 #include <string>
 
 #include "offload/zoo_builder.hpp"
@@ -39,7 +40,7 @@ trace make_transformer(const transformer_shape& s, std::uint32_t batch, std::uin
   };
   auto add = [&](const std::string& name, std::int32_t layer, tensor_id a, tensor_id b) {
     const auto out = m.act(name + ".out", T * h);
-    m.fwd(op{name, "elementwise", layer, {a, b}, {}, {out}, {}, Td * hd, 2 * Td * hd, 0});
+    m.fwd(op{name, "elementwise", layer, {a, b}, {}, {out}, {}, Td * hd, 2 * Td * hd, 0, true});
     return out;
   };
   auto gelu = [&](const std::string& name, std::int32_t layer, tensor_id in, std::uint64_t width) {

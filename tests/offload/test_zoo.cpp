@@ -1,5 +1,8 @@
 // Tests of the model zoo: every model yields a valid trace with forward, backward and Adam,
 // and parameter counts match the published sizes.
+#include <algorithm>
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include "device/error.hpp"
@@ -80,6 +83,56 @@ TEST(Zoo, ParameterCountsMatchPublishedSizes) {
   EXPECT_NEAR(params_of(make_model_trace("resnet50", o), 4) / 1e6, 25.5, 0.3);
   EXPECT_NEAR(params_of(make_model_trace("vgg16", o), 4) / 1e6, 138.4, 0.5);
   EXPECT_NEAR(params_of(make_model_trace("resnet152", o), 4) / 1e6, 60.2, 0.5);
+}
+
+const op_desc* find_op(const trace& t, const std::string& name) {
+  for (const auto& op : t.ops)
+    if (op.name == name) return &op;
+  return nullptr;
+}
+
+bool touches(const op_desc& op, tensor_id x, bool write) {
+  const auto& v = write ? op.writes : op.reads;
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+TEST(Zoo, AddsHandTheirGradientToBothInputs) {
+  // Note [Adds pass their gradient on]: a residual add writes no gradient; its branch reads the
+  // add's output gradient, and the block's first op adds the skip path's share into it.
+  zoo_options o;
+  o.batch = 2;
+  o.seq = 64;
+  const auto t = make_model_trace("resnet50", o);
+  tensor_id g = 0;
+  bool found = false;
+  for (tensor_id x = 0; x < t.tensors.size(); ++x)
+    if (t.tensors[x].name == "d.layer1.1.add.out") g = x, found = true;
+  ASSERT_TRUE(found);
+  EXPECT_EQ(find_op(t, "layer1.1.add.bwd"), nullptr);
+  for (const auto& x : t.tensors) EXPECT_NE(x.name, "d.layer1.1.bn3.out");  // no gradient of its own
+  const auto* relu = find_op(t, "layer1.1.relu3.bwd");
+  const auto* bn3 = find_op(t, "layer1.1.bn3.bwd");
+  const auto* conv1 = find_op(t, "layer1.1.conv1.bwd");
+  ASSERT_TRUE(relu && bn3 && conv1);
+  EXPECT_TRUE(touches(*relu, g, true));
+  EXPECT_TRUE(touches(*bn3, g, false));
+  EXPECT_FALSE(touches(*bn3, g, true));
+  EXPECT_TRUE(touches(*conv1, g, false));
+  EXPECT_TRUE(touches(*conv1, g, true));  // the skip path's share added in
+  EXPECT_LT(bn3, conv1);                  // after the branch has read it
+  // The block's input gradient is that same tensor: the previous block's relu3 reads it.
+  const auto* prev = find_op(t, "layer1.0.relu3.bwd");
+  ASSERT_NE(prev, nullptr);
+  EXPECT_TRUE(touches(*prev, g, false));
+  // The downsampling block's add hands its gradient to both of its branches as well.
+  const auto* down = find_op(t, "layer1.0.down.bn.bwd");
+  const auto* bn3_0 = find_op(t, "layer1.0.bn3.bwd");
+  ASSERT_TRUE(down && bn3_0);
+  EXPECT_EQ(down->reads.front(), bn3_0->reads.front());
+  // The transformers' residual adds likewise.
+  const auto gpt = make_model_trace("gpt2-small", o);
+  EXPECT_EQ(find_op(gpt, "h0.add1.bwd"), nullptr);
+  EXPECT_EQ(find_op(gpt, "h0.add2.bwd"), nullptr);
 }
 
 TEST(Zoo, FlopsScaleWithBatchAndLayersOverride) {
