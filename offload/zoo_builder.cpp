@@ -121,22 +121,6 @@ trace model_builder::finish() {
     for (auto o : f.outs)
       if (o < grad.size() && grad[o] != no_grad) add_unique(op.reads, static_cast<tensor_id>(grad[o]));
     if (op.reads.empty()) continue;  // nothing downstream needs this op's outputs
-    if (f.passes_grad) {  // Note [Adds pass their gradient on]
-      const auto g_out = op.reads.front();
-      for (auto in : f.ins) {
-        if (in < no_grad_.size() && no_grad_[in]) continue;
-        if (grad[in] == no_grad) {
-          grad[in] = g_out;
-        } else {
-          add_unique(op.reads, static_cast<tensor_id>(grad[in]));
-          add_unique(op.writes, static_cast<tensor_id>(grad[in]));
-        }
-      }
-      if (op.writes.empty()) continue;  // every input takes the gradient as it is: no op
-      op.bytes = op_bytes(op, 0);
-      t_.add_op(std::move(op));
-      continue;
-    }
     for (auto s : f.saved) add_unique(op.reads, s);
     for (auto p : f.params) add_unique(op.reads, params_[p].w);
     for (auto in : f.ins) {
@@ -144,6 +128,8 @@ trace model_builder::finish() {
       if (grad[in] != no_grad) {  // several consumers: accumulate
         add_unique(op.reads, static_cast<tensor_id>(grad[in]));
         add_unique(op.writes, static_cast<tensor_id>(grad[in]));
+      } else if (f.passes_grad) {  // Note [Adds pass their gradient on]
+        grad[in] = op.reads.front();
       } else {
         const auto g = t_.add_tensor("d." + t_.tensors[in].name, t_.tensors[in].bytes, tensor_kind::activation);
         grad.resize(t_.tensors.size(), no_grad);
@@ -159,6 +145,7 @@ trace model_builder::finish() {
     }
     if (f.workspace_bytes) op.writes.push_back(workspace("ws." + op.name, f.workspace_bytes));
     grad.resize(t_.tensors.size(), no_grad);
+    if (f.passes_grad && op.writes.empty()) continue;  // each input took the gradient as it is
     op.bytes = op_bytes(op, 0);
     t_.add_op(std::move(op));
     for (auto p : f.params) {
