@@ -4,6 +4,8 @@
 
 #include <math.h>
 
+#include <type_traits>
+
 #include "kernels/cuda_launchers.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/launch.hpp"
@@ -13,9 +15,10 @@ namespace spillway::kernels {
 
 namespace {
 
-// The causal softmax, one body for float32 and bf16 storage. The forward takes each exponential
-// twice (for the sum, then for the output) rather than keeping it in the scores, so a bf16 row
-// is rounded once, at its final value.
+// The causal softmax, one body for float32 and bf16 storage. A float32 row keeps each
+// exponential in the scores between the sum and the scaling; a bf16 row takes it twice (for the
+// sum, then for the output), so it is rounded once, at its final value. Both give the bits of
+// expf(x - max) * (1 / sum) in float.
 template <class T>
 void causal_forward(kernel_context& ctx, stream s, T* scores, int batch, int seq) {
   SPILLWAY_KERNEL_EXPECTS(batch >= 0 && seq > 0, "causal_softmax_forward");
@@ -29,9 +32,15 @@ void causal_forward(kernel_context& ctx, stream s, T* scores, int batch, int seq
         float mx = load(x[0]);
         for (std::size_t j = 1; j <= i; ++j) mx = load(x[j]) > mx ? load(x[j]) : mx;
         float sum = 0.0f;
-        for (std::size_t j = 0; j <= i; ++j) sum += expf(load(x[j]) - mx);
-        const float inv = 1.0f / sum;
-        for (std::size_t j = 0; j <= i; ++j) x[j] = store_as<T>(expf(load(x[j]) - mx) * inv);
+        if constexpr (std::is_same_v<T, float>) {
+          for (std::size_t j = 0; j <= i; ++j) sum += (x[j] = expf(x[j] - mx));
+          const float inv = 1.0f / sum;
+          for (std::size_t j = 0; j <= i; ++j) x[j] *= inv;
+        } else {
+          for (std::size_t j = 0; j <= i; ++j) sum += expf(load(x[j]) - mx);
+          const float inv = 1.0f / sum;
+          for (std::size_t j = 0; j <= i; ++j) x[j] = store_as<T>(expf(load(x[j]) - mx) * inv);
+        }
         for (std::size_t j = i + 1; j < t; ++j) x[j] = store_as<T>(0.0f);
       }
     });

@@ -2,7 +2,7 @@
 // small pieces of softmax and layer norm that are per element. Plain functions, no state.
 #pragma once
 
-#include <math.h>  // tanhf, sqrtf, expf, logf in the global namespace for both g++ and nvcc
+#include <math.h>  // sqrtf, expf, logf in the global namespace for both g++ and nvcc
 
 #include "kernels/bf16.hpp"
 #include "kernels/exact_math.hpp"
@@ -10,21 +10,26 @@
 
 namespace spillway::kernels::ops {
 
-// GELU, tanh approximation (as in GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// GELU, tanh approximation (as in GPT-2): 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
+// Evaluated as x s with s = 1 / (1 + exp(-2u)), since 0.5 (1 + tanh(u)) is the logistic of 2u:
+// the same function, one expf in place of tanhf, which is about three times as fast on the host
+// (the cpu backend's GELU had cost several times the GEMM in front of it).
 inline constexpr float gelu_c = 0.7978845608028654f;  // sqrt(2 / pi)
 inline constexpr float gelu_a = 0.044715f;
 
-SPILLWAY_HD inline float gelu(float x) {
+/// 0.5 (1 + tanh(u)) for the u of x: the logistic of 2u.
+SPILLWAY_HD inline float gelu_gate(float x) {
   const float u = gelu_c * (x + gelu_a * x * x * x);
-  return 0.5f * x * (1.0f + tanhf(u));
+  return 1.0f / (1.0f + expf(-2.0f * u));
 }
 
-/// d gelu(x) / dx.
+SPILLWAY_HD inline float gelu(float x) { return x * gelu_gate(x); }
+
+/// d gelu(x) / dx = s + x s (1 - s) 2 du/dx, with s the gate (0.5 (1 - tanh^2) = 2 s (1 - s)).
 SPILLWAY_HD inline float gelu_grad(float x) {
-  const float u = gelu_c * (x + gelu_a * x * x * x);
-  const float t = tanhf(u);
+  const float s = gelu_gate(x);
   const float du = gelu_c * (1.0f + 3.0f * gelu_a * x * x);
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+  return s + x * (2.0f * s * (1.0f - s)) * du;
 }
 
 SPILLWAY_HD inline float relu(float x) { return x > 0.0f ? x : 0.0f; }

@@ -72,7 +72,7 @@ void add_common_flags(CLI::App& app, flag_values& v, bool with_data) {
                  "device budget as a fraction of the model's footprint (learned by a first one-step run)");
   app.add_option("--steps", v.steps, "training steps")->capture_default_str();
   app.add_option("--seed", v.seed, "seed of initial weights and data")->check(whole_number)->capture_default_str();
-  app.add_option("--preset", v.preset, "model size: tiny, small (about 1 s/step on 2 cpu cores), medium, large (GPU)")
+  app.add_option("--preset", v.preset, "model size: tiny, small (under 1 s/step on 2 cpu cores), medium, large (GPU)")
       ->capture_default_str();
   app.add_option("--precision", v.precision,
                  "number format: fp32, or bf16 (bf16 weights, activations and gradients; fp32 master weights and "
