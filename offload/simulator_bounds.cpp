@@ -73,6 +73,17 @@ namespace spillway::offload {
 //         on a grid L_0 = 0 < ... < L_G = all such bytes, every L in [L_i, L_i+1] gives at
 //         least max(C_<j, D(L_i+1)) + max(dur(j) + C_>j, H'(L_i)) (and the form at e_j), so
 //         the least of these over i is a bound.
+//     (d) Reruns are compute. A regenerable x that is off at tau and read again in this
+//         iteration comes back after tau (its memory is taken after tau) by a copy in or by a
+//         rerun of its writer w, which runs on the compute stream after tau, beside the
+//         compute still to run. One rerun of w remakes all it writes, so x's share of it is
+//         dur(w) bytes(x) / (bytes w writes), and the shares of the values a set of reruns
+//         remakes add up to at most their time. Taking the K_j bytes off as in (a) but with
+//         the regenerable ones owing a copy in or their share of a rerun (the cheapest share
+//         per byte first), the time after tau is at least max(compute after tau + R,
+//         copies in as in (a)) for the split the plan makes, and the least over splits is a
+//         bound (remake_or_copy). Without it a regenerable value is free, and a trace whose
+//         activations are all regenerable gets no more than compute time.
 //     Each op's bound scans every tensor, so on a large trace (ops with N_j > B times tensors
 //     above order_work_limit) it is taken only at some ops: half of them those with the most
 //     needed bytes, half spread evenly among the ops with N_j > B. The largest over any set of
@@ -92,10 +103,14 @@ class order_bound {
   order_bound(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget)
       : t_(t), r_(r), hw_(hw), budget_(budget), n_(t.ops.size()), until_(detail::remake_until(t, r)) {
     dur_.resize(n_);
+    rate_.assign(n_, 0.0);
     before_.assign(n_ + 1, 0);  // before_[k]: compute of ops < k
     for (std::size_t k = 0; k < n_; ++k) {
       dur_[k] = hw.op_seconds(t.ops[k]);
       before_[k + 1] = before_[k] + dur_[k];
+      std::uint64_t out = 0;
+      for (tensor_id x : t.ops[k].writes) out += t.tensors[x].bytes;
+      if (out > 0) rate_[k] = dur_[k] / static_cast<double>(out);
     }
   }
 
@@ -120,6 +135,8 @@ class order_bound {
       d_.clear();
       h_.clear();
       l_.clear();
+      g_.clear();
+      std::uint64_t regen_h = 0;  // bytes of g_: regenerable, read again in this iteration
       std::uint64_t late_total = 0;
       for (tensor_id x = 0; x < scan; ++x) {
         const auto& lt = r_.tensors[x];
@@ -131,7 +148,12 @@ class order_bound {
         needed += b;
         if (last_write[x] >= 0 && j < until_[static_cast<std::size_t>(last_write[x])]) {
           free_d += b;  // regenerable: a rerun brings it back, no copy either way
-          free_h += b;
+          free_h += b;  // (the rerun's compute: (d) of Note [Lower bound], from g_)
+          if (has_next) {
+            const auto w = static_cast<std::size_t>(last_write[x]);
+            g_.push_back({lt.uses[next[x]].op, b, rate_[w]});
+            regen_h += b;
+          }
           continue;
         }
         if (last_write[x] >= 0) {
@@ -153,8 +175,16 @@ class order_bound {
         const double dmin = d2h_before(off > free_d ? off - free_d : 0);
         const double hmin = h2d_after(off > free_h ? off - free_h : 0);
         const double after = before_[n_] - before_[j + 1];
-        const double at_start = std::max(before_[j], dmin) + std::max(dur_[j] + after, hmin);
-        const double at_end = std::max(before_[j + 1], dmin) + std::max(after, hmin);
+        double h_start = hmin, h_end = hmin;
+        if (regen_h > 0) {
+          const std::uint64_t free_copy = free_h - regen_h;  // owe no copy in and no rerun
+          const std::uint64_t need = off > free_copy ? off - free_copy : 0;
+          prepare_split(need);
+          h_start = std::max(h_start, remake_or_copy(dur_[j] + after));
+          h_end = std::max(h_end, remake_or_copy(after));
+        }
+        const double at_start = std::max(before_[j], dmin) + std::max(dur_[j] + after, h_start);
+        const double at_end = std::max(before_[j + 1], dmin) + std::max(after, h_end);
         const double v = std::max({at_start, at_end, late_chain(j, off, free_d - late_total, free_h, late_total)});
         if (v > best) {
           best = v;
@@ -200,9 +230,75 @@ class order_bound {
   }
 
   struct item {
-    std::size_t op;  // the write before (d_) or the read after (h_)
+    std::size_t op;  // the write before (d_) or the read after (h_, g_)
     std::uint64_t bytes;
+    double rate = 0;  // g_: seconds of the writer's rerun per byte it writes
   };
+
+  void prepare_split(std::uint64_t need) {
+    need_ = static_cast<double>(need);
+    auto later = [](const item& x, const item& y) { return x.op > y.op; };
+    std::sort(h_.begin(), h_.end(), later);
+    std::sort(g_.begin(), g_.end(), later);
+    both_.resize(h_.size() + g_.size());
+    std::merge(h_.begin(), h_.end(), g_.begin(), g_.end(), both_.begin(), later);
+    // H(L) = L / bw + the largest (compute from op_i on) - (bytes before i) / bw over the
+    // items i taken (those with fewer than L bytes before them), latest read first.
+    const double bw = hw_.h2d_bytes_per_s;
+    copy_before_.assign(1, 0.0);
+    copy_peak_.clear();
+    for (const auto& it : both_) {
+      const double v = before_[n_] - before_[it.op] - copy_before_.back() / bw;
+      copy_peak_.push_back(copy_peak_.empty() ? v : std::max(copy_peak_.back(), v));
+      copy_before_.push_back(copy_before_.back() + static_cast<double>(it.bytes));
+    }
+    // R(q): the values remade, cheapest share per byte first.
+    std::sort(g_.begin(), g_.end(), [](const item& x, const item& y) { return x.rate < y.rate; });
+    remade_before_.assign(1, 0.0);
+    remade_secs_.assign(1, 0.0);
+    for (const auto& it : g_) {
+      remade_before_.push_back(remade_before_.back() + static_cast<double>(it.bytes));
+      remade_secs_.push_back(remade_secs_.back() + static_cast<double>(it.bytes) * it.rate);
+    }
+  }
+
+  // Part (d) of the order bound, after prepare_split(need): the least time from the instant
+  // to the end of the step when `need` bytes that are off come back in this iteration, each by
+  // a copy in (h_ and g_, latest read first, as h2d_after) or, for the regenerable ones (g_),
+  // by a rerun of its writer, which adds its share of the writer's time to the `compute` still
+  // to run. With q the bytes remade (cheapest share first: R(q)) and the rest copied
+  // (H(need - q)), the least over q of max(compute + R(q), H(need - q)); the copy side may pick
+  // bytes the rerun side also took, which only lowers it.
+  double remake_or_copy(double compute) const {
+    if (need_ <= 0) return 0;
+    auto remade = [&](double q) {
+      const auto i = static_cast<std::size_t>(std::upper_bound(remade_before_.begin(), remade_before_.end(), q) -
+                                              remade_before_.begin()) - 1;
+      if (i >= g_.size()) return remade_secs_.back();
+      return remade_secs_[i] + (q - remade_before_[i]) * g_[i].rate;
+    };
+    auto copied = [&](double l) {
+      l = std::min(l, copy_before_.back());
+      if (l <= 0) return 0.0;
+      const auto k = static_cast<std::size_t>(std::lower_bound(copy_before_.begin(), copy_before_.end(), l) -
+                                              copy_before_.begin());  // items 0..k-1 are taken
+      return l / hw_.h2d_bytes_per_s + copy_peak_[k - 1];
+    };
+    const double top = std::min(remade_before_.back(), need_);
+    // f(q) = compute + R(q) rises, g(q) = H(need - q) falls. If f(lo) <= g(lo) and
+    // f(hi) >= g(hi), every q gives at least max(f(lo), g(hi)): below lo g is larger, above hi
+    // f is, between them both are. Bisection closes [lo, hi] on the crossing.
+    auto f = [&](double q) { return compute + remade(q); };
+    auto g = [&](double q) { return copied(need_ - q); };
+    if (f(0) >= g(0)) return f(0);
+    if (f(top) <= g(top)) return g(top);
+    double lo = 0, hi = top;
+    for (int i = 0; i < 60 && hi - lo > top * 1e-12; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      (f(mid) <= g(mid) ? lo : hi) = mid;
+    }
+    return std::max(f(lo), g(hi));
+  }
 
   // Least time the D2H queue needs to have copied out `need` bytes of values written at the ops
   // in d_ (each copy starts after its op ends, so after the compute up to it): the earliest
@@ -314,8 +410,12 @@ class order_bound {
   std::uint64_t budget_;
   std::size_t n_;
   std::vector<op_index> until_;  // detail::remake_until
-  std::vector<double> dur_, before_;
-  std::vector<item> d_, h_, l_;
+  std::vector<double> dur_, rate_, before_;  // rate_[w]: op w's seconds per byte it writes
+  std::vector<item> d_, h_, l_, g_, both_;
+  // prepare_split's curves: bytes before each item of both_ (latest read first) and of g_
+  // (cheapest first), the prefix peaks of H and the rerun seconds before each item of g_.
+  double need_ = 0;
+  std::vector<double> copy_before_, copy_peak_, remade_before_, remade_secs_;
 };
 
 }  // namespace
