@@ -138,9 +138,20 @@ plan plan_from_view(const trace& t, const lifetime_report& r, const device_view&
   plan p = pv;
   p.policy = std::move(policy);
   for (op_index k = 0; k < t.ops.size(); ++k) p.steps[k].on_host = v.on_host[k] != 0;
-  const auto sp = spans(t, r, v.on_host);
+  auto sp = spans(t, r, v.on_host);
   std::vector<char> host_side(t.tensors.size(), 0);
   for (tensor_id x = 0; x < t.tensors.size(); ++x) host_side[x] = sp[x].first_host >= 0;
+  // A rerun the view's plan makes before op k reads its op's inputs there: a device use of
+  // them at k (a weight a rerun reads after the last pass that read it stays until that rerun
+  // is done). Not past the first host use: a rerun reads values the host has not rewritten.
+  for (op_index k = 0; k < t.ops.size(); ++k)
+    for (op_index o : pv.steps[k].recomputes)
+      for (tensor_id x : t.ops[o].reads) {
+        auto& s = sp[x];
+        if (host_side[x] && s.first_dev >= 0 && static_cast<std::int64_t>(k) > s.last_dev &&
+            static_cast<std::int64_t>(k) < s.first_host)
+          s.last_dev = static_cast<std::int64_t>(k);
+      }
   // The view's copies of host-side tensors: none for those only host ops touch, host instead of
   // NVMe for shared ones, and the shared ones' evictions after their last device use replaced.
   for (op_index k = 0; k < t.ops.size(); ++k) {

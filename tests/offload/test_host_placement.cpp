@@ -464,6 +464,52 @@ TEST(HostOps, PlaceableOpsKeepDeviceUsesBeforeHostUses) {
   EXPECT_EQ(detail::all_host_ops(t, r2, unit_hw()), std::vector<char>({0, 1}));
 }
 
+TEST(HostOps, AWeightARerunReadsStaysUntilTheRerun) {
+  // f reads W and writes A (recomputable); the backward op reads A but not W; the step runs on
+  // the host. The view's plan drops A after f and reruns f before b, so W's last device use is
+  // that rerun, not f: the plan for the trace keeps W on the device until then.
+  trace t;
+  const auto w = t.add_tensor("W", 1000, tensor_kind::parameter);
+  const auto g = t.add_tensor("G", 1000, tensor_kind::gradient);
+  const auto m = t.add_tensor("M", 1000, tensor_kind::optimizer_state);
+  const auto a = t.add_tensor("A", 1000, tensor_kind::activation);
+  const auto s = t.add_tensor("S", 1000, tensor_kind::workspace);
+  op_desc f = op1s("f", {w}, {a});
+  f.recomputable = true;
+  t.add_op(f);
+  t.add_op(op1s("scratch", {}, {s}));
+  t.add_op(op1s("b", {a}, {g}));
+  t.add_op(host_op("step", {w, g, m}, {w, m}, 3000));
+  t.validate();
+  const auto r = analyze(t);
+  const auto hw = unit_hw();
+  const std::vector<char> on_host = {0, 0, 0, 1};
+  ASSERT_EQ(detail::all_host_ops(t, r, hw), on_host);
+  const auto v = detail::make_device_view(t, on_host);
+  plan pv = plan::empty_for(v.t, "hand", 3000);
+  pv.initial_tier[g] = pv.initial_tier[m] = tier::host;  // M only the step touches; G written by b
+  pv.steps[0].evictions.push_back({a, evict_action::drop});
+  pv.steps[1].evictions.push_back({s, evict_action::drop});
+  pv.steps[2].recomputes.push_back(0);
+  pv.steps[2].evictions.push_back({a, evict_action::drop});
+  pv.steps[2].evictions.push_back({g, evict_action::evict_to_host});
+  const auto vs = simulate(v.t, v.r, pv, hw);
+  ASSERT_TRUE(vs.feasible()) << vs.violations.front();
+  const auto p = detail::plan_from_view(t, r, v, pv, "hand");
+  const auto sim = simulate(t, r, p, hw);
+  ASSERT_TRUE(sim.feasible()) << sim.violations.front();
+  EXPECT_EQ(sim.recomputes, 1u);
+  EXPECT_EQ(sim.host_ops, 1u);
+  // W leaves the device after b (the rerun's op), not after f.
+  auto leaves_at = [&](tensor_id x) {
+    for (op_index k = 0; k < t.ops.size(); ++k)
+      for (const auto& e : p.steps[k].evictions)
+        if (e.tensor == x) return static_cast<std::int64_t>(k);
+    return std::int64_t{-1};
+  };
+  EXPECT_EQ(leaves_at(w), 2);
+}
+
 TEST(HostOps, TraceJsonKeepsHostFields) {
   const auto s = make_two_layers(2000, 1000, false);
   const auto back = trace_from_json(trace_to_json(s.t));
