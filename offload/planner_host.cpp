@@ -21,10 +21,11 @@ namespace spillway::offload::detail {
 //    use (gradients: written by the backward pass, read by the step; 16-bit weights: read by
 //    the forward and backward passes, written by the step). It is homed in the host tier: the
 //    device reads it by a prefetch before its first device use (at op 0 where the view's plan
-//    had it resident from the start), and after its last device use it is copied to the host
-//    when a host op reads that value (the 16-bit gradient), else dropped (the weights: the
-//    host copy is the one the step rewrites). Copies to NVMe in the view's plan become copies
-//    to the host tier, which the host op reads.
+//    had it resident from the start), and after its last device use (a rerun the view's plan
+//    makes counts as a use of its op's reads) it is copied to the host when a host op reads
+//    that value (the 16-bit gradient), else dropped (the weights: the host copy is the one the
+//    step rewrites). Copies to NVMe in the view's plan become copies to the host tier, which
+//    the host op reads.
 // Ops whose shared tensors break that order stay on the device (placeable_on_host). The result
 // is judged by the simulator on the real trace like every other candidate, and so is each plan
 // auto's recomputing search weighs for the view (host_candidates' judge): a view's plan that
