@@ -2,12 +2,12 @@
 // the fused qkv rows) around a masked softmax; plus the cpu launchers of that softmax.
 #include "kernels/attention.hpp"
 
-#include <math.h>
-
 #include <type_traits>
+#include <vector>
 
 #include "kernels/cuda_launchers.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/host_exp.hpp"
 #include "kernels/launch.hpp"
 #include "kernels/ops.hpp"
 
@@ -15,10 +15,10 @@ namespace spillway::kernels {
 
 namespace {
 
-// The causal softmax, one body for float32 and bf16 storage. A float32 row keeps each
-// exponential in the scores between the sum and the scaling; a bf16 row takes it twice (for the
-// sum, then for the output), so it is rounded once, at its final value. Both give the bits of
-// expf(x - max) * (1 / sum) in float.
+// The causal softmax, one body for float32 and bf16 storage. A row's exponentials are taken at
+// once (Note [Host exponentials]); a float32 row keeps them in the scores between the sum and
+// the scaling, a bf16 row in a float32 row of its own, so it is rounded once, at its final
+// value. Both give the bits of exp(x - max) * (1 / sum) in float, summed in order.
 template <class T>
 void causal_forward(kernel_context& ctx, stream s, T* scores, int batch, int seq) {
   SPILLWAY_KERNEL_EXPECTS(batch >= 0 && seq > 0, "causal_softmax_forward");
@@ -26,21 +26,23 @@ void causal_forward(kernel_context& ctx, stream s, T* scores, int batch, int seq
   SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_causal_softmax_forward(ctx, s, scores, batch, seq), [=] {
     const auto t = static_cast<std::size_t>(seq);
     detail::parallel_for(static_cast<std::size_t>(batch) * t, detail::grain_for(t), [&](std::size_t b, std::size_t e) {
+      std::vector<float> wide(std::is_same_v<T, float> ? 0 : t);
       for (std::size_t row = b; row < e; ++row) {
         const std::size_t i = row % t;  // query position: columns 0..i are visible
         T* x = scores + row * t;
         float mx = load(x[0]);
         for (std::size_t j = 1; j <= i; ++j) mx = load(x[j]) > mx ? load(x[j]) : mx;
+        float* ex = nullptr;
+        if constexpr (std::is_same_v<T, float>)
+          ex = x;
+        else
+          ex = wide.data();
+        for (std::size_t j = 0; j <= i; ++j) ex[j] = load(x[j]) - mx;
+        detail::exp_in_place(ex, i + 1);
         float sum = 0.0f;
-        if constexpr (std::is_same_v<T, float>) {
-          for (std::size_t j = 0; j <= i; ++j) sum += (x[j] = expf(x[j] - mx));
-          const float inv = 1.0f / sum;
-          for (std::size_t j = 0; j <= i; ++j) x[j] *= inv;
-        } else {
-          for (std::size_t j = 0; j <= i; ++j) sum += expf(load(x[j]) - mx);
-          const float inv = 1.0f / sum;
-          for (std::size_t j = 0; j <= i; ++j) x[j] = store_as<T>(expf(load(x[j]) - mx) * inv);
-        }
+        for (std::size_t j = 0; j <= i; ++j) sum += ex[j];
+        const float inv = 1.0f / sum;
+        for (std::size_t j = 0; j <= i; ++j) x[j] = store_as<T>(ex[j] * inv);
         for (std::size_t j = i + 1; j < t; ++j) x[j] = store_as<T>(0.0f);
       }
     });

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda_launchers.hpp"
 #include "kernels/elementwise_ops.hpp"
+#include "kernels/host_exp.hpp"
 #include "kernels/launch.hpp"
 #include "kernels/ops.hpp"
 
@@ -22,6 +23,39 @@ void map(kernel_context& ctx, stream s, [[maybe_unused]] const char* kernel, std
   SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_map(kernel, s, n, f), [=] {
     detail::parallel_for(n, elementwise_grain, [&](std::size_t b, std::size_t e) {
       for (std::size_t i = b; i < e; ++i) f(i);
+    });
+  });
+}
+
+/// GELU (dy null) or its gradient times dy, the cuda map kernel over the ops.hpp functor, or
+/// on the cpu a chunk at a time: the chunk's exponentials at once (Note [Host exponentials]),
+/// then the same math from them. y may alias x or dy: a chunk is read before it is written.
+template <class T>
+void gelu_t(kernel_context& ctx, stream s, const T* x, const T* dy, T* y, std::size_t n) {
+  if (n == 0) return;
+  constexpr std::size_t chunk = 256;
+  SPILLWAY_KERNEL_LAUNCH(ctx, s,
+                         dy == nullptr ? detail::cuda_map("gelu", s, n, ops::gelu_f<T>{x, y})
+                                       : detail::cuda_map("gelu_grad", s, n, ops::gelu_grad_f<T>{x, dy, y}),
+                         [=] {
+    detail::parallel_for(n, elementwise_grain, [&](std::size_t b, std::size_t e) {
+      // Whole chunks (the last one padded with zeros), so the loops over a chunk have a fixed
+      // count and the compiler turns them into vector code; each element's math is unchanged.
+      float xs[chunk], ex[chunk];
+      for (std::size_t i0 = b; i0 < e; i0 += chunk) {
+        const std::size_t m = e - i0 < chunk ? e - i0 : chunk;
+        for (std::size_t k = 0; k < m; ++k) xs[k] = load(x[i0 + k]);
+        for (std::size_t k = m; k < chunk; ++k) xs[k] = 0.0f;
+        for (std::size_t k = 0; k < chunk; ++k) ex[k] = ops::gelu_exp_arg(xs[k]);
+        detail::exp_in_place(ex, chunk);
+        if (dy == nullptr) {
+          for (std::size_t k = 0; k < chunk; ++k) ex[k] = ops::gelu_of(xs[k], ex[k]);
+        } else {
+          for (std::size_t k = 0; k < chunk; ++k) ex[k] = ops::gelu_grad_of(xs[k], ex[k]);
+          for (std::size_t k = 0; k < m; ++k) ex[k] = load(dy[i0 + k]) * ex[k];
+        }
+        for (std::size_t k = 0; k < m; ++k) y[i0 + k] = store_as<T>(ex[k]);
+      }
     });
   });
 }
@@ -88,17 +122,17 @@ void bias_backward(kernel_context& ctx, stream s, const bf16* dy, bf16* dbias, i
 }
 
 void gelu_forward(kernel_context& ctx, stream s, const float* x, float* y, std::size_t n) {
-  map(ctx, s, "gelu", n, ops::gelu_f<float>{x, y});
+  gelu_t<float>(ctx, s, x, nullptr, y, n);
 }
 void gelu_forward(kernel_context& ctx, stream s, const bf16* x, bf16* y, std::size_t n) {
-  map(ctx, s, "gelu", n, ops::gelu_f<bf16>{x, y});
+  gelu_t<bf16>(ctx, s, x, nullptr, y, n);
 }
 
 void gelu_backward(kernel_context& ctx, stream s, const float* x, const float* dy, float* dx, std::size_t n) {
-  map(ctx, s, "gelu_grad", n, ops::gelu_grad_f<float>{x, dy, dx});
+  gelu_t<float>(ctx, s, x, dy, dx, n);
 }
 void gelu_backward(kernel_context& ctx, stream s, const bf16* x, const bf16* dy, bf16* dx, std::size_t n) {
-  map(ctx, s, "gelu_grad", n, ops::gelu_grad_f<bf16>{x, dy, dx});
+  gelu_t<bf16>(ctx, s, x, dy, dx, n);
 }
 
 void relu_forward(kernel_context& ctx, stream s, const float* x, float* y, std::size_t n) {

@@ -17,20 +17,30 @@ namespace spillway::kernels::ops {
 inline constexpr float gelu_c = 0.7978845608028654f;  // sqrt(2 / pi)
 inline constexpr float gelu_a = 0.044715f;
 
-/// 0.5 (1 + tanh(u)) for the u of x: the logistic of 2u.
-SPILLWAY_HD inline float gelu_gate(float x) {
+/// -2u for the u of x: the gate below is 1 / (1 + exp(gelu_exp_arg(x))). The cpu launchers
+/// take the exponentials of a chunk at once (Note [Host exponentials]) and pass each one in.
+SPILLWAY_HD inline float gelu_exp_arg(float x) {
   const float u = gelu_c * (x + gelu_a * x * x * x);
-  return 1.0f / (1.0f + expf(-2.0f * u));
+  return -2.0f * u;
 }
 
-SPILLWAY_HD inline float gelu(float x) { return x * gelu_gate(x); }
+/// 0.5 (1 + tanh(u)), the logistic of 2u, from e = exp(-2u).
+SPILLWAY_HD inline float gelu_gate_of(float e) { return 1.0f / (1.0f + e); }
 
-/// d gelu(x) / dx = s + x s (1 - s) 2 du/dx, with s the gate (0.5 (1 - tanh^2) = 2 s (1 - s)).
-SPILLWAY_HD inline float gelu_grad(float x) {
-  const float s = gelu_gate(x);
+/// gelu(x) from e = exp(gelu_exp_arg(x)).
+SPILLWAY_HD inline float gelu_of(float x, float e) { return x * gelu_gate_of(e); }
+
+/// d gelu(x) / dx = s + x s (1 - s) 2 du/dx, with s the gate (0.5 (1 - tanh^2) = 2 s (1 - s)),
+/// from e = exp(gelu_exp_arg(x)).
+SPILLWAY_HD inline float gelu_grad_of(float x, float e) {
+  const float s = gelu_gate_of(e);
   const float du = gelu_c * (1.0f + 3.0f * gelu_a * x * x);
   return s + x * (2.0f * s * (1.0f - s)) * du;
 }
+
+SPILLWAY_HD inline float gelu(float x) { return gelu_of(x, expf(gelu_exp_arg(x))); }
+
+SPILLWAY_HD inline float gelu_grad(float x) { return gelu_grad_of(x, expf(gelu_exp_arg(x))); }
 
 SPILLWAY_HD inline float relu(float x) { return x > 0.0f ? x : 0.0f; }
 

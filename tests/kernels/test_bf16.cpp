@@ -280,7 +280,7 @@ TEST(Bf16ElementwiseCuda, MatchesCpu) {
   const auto want = run_elementwise<bf16>(cpu, x, dy, bias, rows, cols);
   const auto got = run_elementwise<bf16>(gpu, x, dy, bias, rows, cols);
   for (std::size_t i = 0; i < got.size(); ++i) {
-    if (i < 2)  // gelu and gelu' call expf, whose host and device versions may differ in the last float bit
+    if (i < 2)  // gelu and gelu' take exponentials, whose host (libmvec) and device versions differ in the last bits
       expect_near_bf16(got[i], want[i], 1e-6, 1.0, elementwise_names[i]);
     else  // one correctly rounded float32 operation (or an in-order sum) and one rounding: the same bits
       expect_same_bits(got[i], want[i], elementwise_names[i]);
