@@ -26,7 +26,8 @@ void write_json(const nlohmann::json& j, const std::string& path) {
   f << j.dump(2) << "\n";
 }
 
-std::string version_text(long v, long major_div, long minor_div, long minor_mod) {
+// The CUDA build's cuda_info uses it.
+[[maybe_unused]] std::string version_text(long v, long major_div, long minor_div, long minor_mod) {
   if (v < 0) return "unknown";
   return std::to_string(v / major_div) + "." + std::to_string(v / minor_div % minor_mod);
 }
