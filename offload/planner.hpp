@@ -46,7 +46,7 @@ struct planner_options {
   std::vector<double> auto_remake_shares = {0.25, 0.5, 1.0};
   /// auto: rounds of its last stage, which makes reruns of the copies its best plan still waits
   /// for (Note [Recomputing planners]); 0 skips it.
-  std::uint32_t auto_stall_rounds = 6;
+  std::uint32_t auto_stall_rounds = 8;
   /// auto: traces of up to this many ops get the whole recomputing search; longer ones a
   /// shorter one (Note [Recomputing planners]): planning time grows with the trace.
   std::size_t auto_fine_search_ops = 5000;

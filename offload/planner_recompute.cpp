@@ -53,8 +53,8 @@ namespace spillway::offload::detail {
 //   state copied out to make room), values that may be remade and live over the op are
 //   dropped, as many bytes as the copies move. Up to planner_options::auto_stall_rounds
 //   rounds, each from the best plan so far (on h200, ResNet-50 at 1/8 of its peak: 79.6 ->
-//   70.3 ms; ResNet-152 at 1/4: 40.4 -> 38.7, at 1/8: 61.9 -> 49.8; gpt2-large at 1/4: 107.7
-//   -> 104.0). Last, the best plan keeps 5, 10, 20 or 30% of the values it drops, those that
+//   70.3 ms; ResNet-152 at 1/4: 40.4 -> 38.7, at 1/8: 61.9 -> 48.4, where rounds 7 and 8 gain
+//   the last 1.4 ms and more rounds nothing; gpt2-large at 1/4: 107.7 -> 104.0). Last, the best plan keeps 5, 10, 20 or 30% of the values it drops, those that
 //   free the fewest bytes per second of rerun (gpt2-xl at 1/8: 219.2 -> 214.0 ms; where the
 //   link has time left, a swap costs less than such a rerun). The candidates of
 //   a stage are planned at once on the host's cores and the fastest kept (the first of equals).
