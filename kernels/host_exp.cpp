@@ -32,6 +32,4 @@ float host_exp(float x) {
   return x;
 }
 
-bool host_exp_is_vectorised() { return SPILLWAY_HAVE_MVEC != 0; }
-
 }  // namespace spillway::kernels::detail

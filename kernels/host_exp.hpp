@@ -23,7 +23,4 @@ void exp_in_place(float* v, std::size_t n);
 /// e^x, the bits exp_in_place gives x.
 float host_exp(float x);
 
-/// True when the exponentials go through libmvec (the build found it).
-bool host_exp_is_vectorised();
-
 }  // namespace spillway::kernels::detail
