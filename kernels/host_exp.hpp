@@ -8,9 +8,9 @@ namespace spillway::kernels::detail {
 
 // Note [Host exponentials]
 // GELU and the causal softmax spend most of their host time in expf: called once per element,
-// glibc's scalar expf took about 3.5 ns a value here, several times the GEMM beside it in a
-// small GPT layer. libmvec's 4-wide expf (the SSE variant, which every x86-64 CPU runs) takes
-// about a third of that. Its results are within a few ulp of expf, and, like expf's on the
+// glibc's scalar expf took about 3.5 ns a value here, so a small GPT layer's GELU took as long
+// as the GEMM in front of it. libmvec's 4-wide expf (the SSE variant, which every x86-64 CPU
+// runs) takes about a third of that. Its results are within a few ulp of expf, and, like expf's on the
 // device, need not be expf's bits; what the launchers need is that they do not change: each
 // element's result depends on its value alone, not on its neighbours, the length of the array
 // or where it starts, so a kernel repeats bit for bit whatever its chunks (Note [Deterministic
