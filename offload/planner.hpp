@@ -47,6 +47,9 @@ struct planner_options {
   /// auto: rounds of its last stage, which makes reruns of the copies its best plan still waits
   /// for (Note [Recomputing planners]); 0 skips it.
   std::uint32_t auto_stall_rounds = 8;
+  /// auto: candidates its stage 4 may try, each one value dropped or kept more than its best
+  /// plan does (Note [Recomputing planners]); 0 skips it.
+  std::size_t auto_toggle_evaluations = 300;
   /// auto: traces of up to this many ops get the whole recomputing search; longer ones a
   /// shorter one (Note [Recomputing planners]): planning time grows with the trace.
   std::size_t auto_fine_search_ops = 5000;
