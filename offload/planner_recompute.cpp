@@ -54,8 +54,9 @@ namespace spillway::offload::detail {
 //   dropped, as many bytes as the copies move. Up to planner_options::auto_stall_rounds
 //   rounds, each from the best plan so far (on h200, ResNet-50 at 1/8 of its peak: 79.6 ->
 //   70.3 ms; ResNet-152 at 1/4: 40.4 -> 38.7, at 1/8: 61.9 -> 48.4, where rounds 7 and 8 gain
-//   the last 1.4 ms and more rounds nothing; gpt2-large at 1/4: 107.7 -> 104.0). Last, the best plan keeps 5, 10, 20 or 30% of the values it drops, those that
-//   free the fewest bytes per second of rerun (gpt2-xl at 1/8: 219.2 -> 214.0 ms; where the
+//   the last 1.4 ms and more rounds nothing; gpt2-large at 1/4: 107.7 -> 104.0). Last, the
+//   best plan keeps 5, 10, 20 or 30% of the values it drops, those that free the fewest bytes
+//   per second of rerun (gpt2-xl at 1/8: 219.2 -> 214.0 ms; where the
 //   link has time left, a swap costs less than such a rerun). Stage 4, on the same traces:
 //   the values the plan drops are changed one at a time, one value dropped that was kept or
 //   kept that was dropped, in trace order, eight candidates at a time; the fastest of eight
@@ -100,6 +101,17 @@ std::optional<judged> with_reruns(const trace& t, const lifetime_report& r, cons
   p.policy = policy;
   auto sim = judge ? (*judge)(p) : simulate(t, r, p, hw);
   return judged{std::move(p), std::move(sim), want, keep_made, spread, again};
+}
+
+// with_reruns for auto's last stages: auto's sweep search `so` plans the folded trace.
+std::optional<judged> with_auto_swaps(const trace& t, const lifetime_report& r, const hw_profile& hw,
+                                      std::uint64_t budget, const std::vector<remake_candidate>& cands,
+                                      const std::vector<char>& want, const planner_options& so, bool keep_made,
+                                      bool spread, const plan_judge* judge, const std::vector<char>& again) {
+  return with_reruns(
+      t, r, hw, budget, cands, want, "auto",
+      [&](const trace& ft, const lifetime_report& fr) { return auto_swap_plan(ft, fr, hw, budget, so); }, keep_made,
+      spread, judge, again);
 }
 
 bool better(const sim_result& a, const sim_result& b) {
@@ -385,10 +397,7 @@ void stalls_to_reruns(const trace& t, const lifetime_report& r, const hw_profile
         makers.push_back([&, p, keep_made, spread = best->spread] {
           auto want = base, again = base_again;
           for (tensor_id x : p) (base[x] ? again : want)[x] = 1;
-          return with_reruns(
-              t, r, hw, budget, all, want, "auto",
-              [&](const trace& ft, const lifetime_report& fr) { return auto_swap_plan(ft, fr, hw, budget, so); },
-              keep_made, spread, judge, again);
+          return with_auto_swaps(t, r, hw, budget, all, want, so, keep_made, spread, judge, again);
         });
     auto cand = best_of(std::move(makers));
     changed = cand && better(cand->sim, best->sim);
@@ -413,10 +422,7 @@ void keep_least_worth(const trace& t, const lifetime_report& r, const hw_profile
     if (n == 0) continue;
     for (std::size_t j = 0; j < n; ++j) want[all[dropped[dropped.size() - 1 - j]].x] = 0;
     makers.push_back([&, want, keep_made = best->keep_made, spread = best->spread, again = best->again] {
-      return with_reruns(
-          t, r, hw, budget, all, want, "auto",
-          [&](const trace& ft, const lifetime_report& fr) { return auto_swap_plan(ft, fr, hw, budget, so); }, keep_made,
-          spread, judge, again);
+      return with_auto_swaps(t, r, hw, budget, all, want, so, keep_made, spread, judge, again);
     });
   }
   keep_best(best, best_of(std::move(makers)));
@@ -441,10 +447,7 @@ void toggle_reruns(const trace& t, const lifetime_report& r, const hw_profile& h
                         again = best->again] {
         auto want = base;
         want[x] = !want[x];
-        return with_reruns(
-            t, r, hw, budget, all, want, "auto",
-            [&](const trace& ft, const lifetime_report& fr) { return auto_swap_plan(ft, fr, hw, budget, so); }, keep_made,
-            spread, judge, again);
+        return with_auto_swaps(t, r, hw, budget, all, want, so, keep_made, spread, judge, again);
       });
     next = (next + makers.size()) % all.size();
     done += makers.size();
