@@ -98,7 +98,7 @@ void collective_stream::run() {
     {
       std::lock_guard lock(m_);
       if (failure)
-        error_ = failure;
+        error_ = std::move(failure);  // Note [Errors that cross threads]
       else
         ++done_;
     }

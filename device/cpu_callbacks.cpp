@@ -4,6 +4,7 @@
 #include <iterator>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "device/cpu_device.hpp"
 #include "device/cpu_device_detail.hpp"
@@ -52,7 +53,7 @@ void cpu_device::serve_callbacks() {
     }
     host_functions_.fetch_add(1, std::memory_order_relaxed);
     lock.lock();
-    call->error = failure;
+    call->error = std::move(failure);  // Note [Errors that cross threads]
     call->done = true;
     running_call_.reset();
     callbacks_done_.notify_all();

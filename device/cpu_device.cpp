@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "device/cpu_device_detail.hpp"
 #include "device/error.hpp"
@@ -303,7 +304,9 @@ void cpu_device::serve(stream_impl& q) {
     bool drained = false;
     {
       std::lock_guard lock(q.m);
-      if (failure && !rules_.sticky_errors && !q.error) q.error = failure;
+      // Moved: the caller may read and drop it before this thread would let go (Note [Errors
+      // that cross threads]).
+      if (failure && !rules_.sticky_errors && !q.error) q.error = std::move(failure);
       drained = --q.pending == 0;
     }
     // Only a drained queue is news to synchronize_stream: waking it after every item would cost

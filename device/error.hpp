@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -71,6 +72,11 @@ class cuda_error : public error {
 };
 
 namespace detail {
+/// A new exception object of the same Spillway type, message and errno as `e` (std::bad_alloc
+/// stays std::bad_alloc); any other exception, and null, come back as they are. For an error
+/// handed to another thread while this one keeps the original (Note [Errors that cross threads]).
+[[nodiscard]] std::exception_ptr copy_error(const std::exception_ptr& e) noexcept;
+
 /// " [at file:line]", with the build's leading "../" steps taken off the file's path: the one
 /// location format of every message that carries one.
 [[nodiscard]] std::string location_suffix(const char* file, int line);

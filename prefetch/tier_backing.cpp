@@ -191,7 +191,7 @@ move_handle tier_backing::save(tensor_id id, const std::string& name, const void
   device_.copy_async(staging, src, bytes, copy_kind::device_to_host, s);
   mark->record(s);
   worker_.after(mark, [this, id, name, file_name, staging, bytes, state](std::exception_ptr device_error) {
-    write_staged(id, name, file_name, staging, bytes, state, device_error);
+    write_staged(id, name, file_name, staging, bytes, state, std::move(device_error));
   });
   return handle;
 }
@@ -218,7 +218,7 @@ void tier_backing::write_staged(tensor_id id, const std::string& name, const std
   };
   if (device_error) {
     keep_on_host(false);
-    state->finish(device_error);
+    state->finish(std::move(device_error));
     return;
   }
   try {
@@ -229,7 +229,7 @@ void tier_backing::write_staged(tensor_id id, const std::string& name, const std
                          note_io(true, name, t0);
                          if (err) keep_on_host(true);
                          else free_staging(staging, bytes);
-                         state->finish(err);
+                         state->finish(std::move(err));  // Note [Errors that cross threads]
                        });
   } catch (...) {  // the swap space is full, or the tier refused: the bytes stay on the host
     auto err = std::current_exception();
@@ -240,7 +240,7 @@ void tier_backing::write_staged(tensor_id id, const std::string& name, const std
                                              e.what() + "); it is kept in host memory", 0));
     }
     keep_on_host(true);
-    state->finish(err);
+    state->finish(std::move(err));
   }
 }
 
@@ -302,7 +302,7 @@ move_handle tier_backing::load(tensor_id id, const std::string& name, void* dst,
     (void)nvme_->read(file_name, staging, capacity_of(bytes),
                       [this, name, t0, dst, staging, bytes, s, mark, state](std::exception_ptr err) {
                         note_io(false, name, t0);
-                        land(name, dst, staging, bytes, s, mark, state, err);
+                        land(name, dst, staging, bytes, s, mark, state, std::move(err));
                       });
   } catch (...) {
     mark->abandon();
@@ -349,7 +349,7 @@ void tier_backing::land(const std::string& name, void* dst, void* staging, std::
       err = std::make_exception_ptr(io_error(std::string("reading a tensor from the NVMe tier failed: ") + e.what(), 0));
     } catch (...) {
     }
-    state->finish(err);
+    state->finish(std::move(err));  // Note [Errors that cross threads]
     return;
   }
   // The staging block goes back once the copy out of it is done, on the worker thread.

@@ -74,7 +74,7 @@ class event_worker {
         err = std::current_exception();
       }
       try {
-        it.run(err);
+        it.run(std::move(err));  // Note [Errors that cross threads]
       } catch (...) {  // NOLINT(bugprone-empty-catch): a job must not throw; nothing to report to
       }
       it = item{};  // drops the event here, on this thread, before the job counts as run

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "device/device.hpp"
+#include "device/error.hpp"
 #include "device/event_pool.hpp"
 
 namespace spillway {
@@ -145,10 +146,11 @@ class move_handle {
     state_->wait_done();
     if (auto e = error()) std::rethrow_exception(e);
   }
-  /// The move's error once its host part is over, else null.
+  /// The move's error once its host part is over, else null. A copy of the thread's error that
+  /// only the caller holds (Note [Errors that cross threads]), so it outlives the handle safely.
   [[nodiscard]] std::exception_ptr error() const {
     std::lock_guard lock(state_->m);
-    return state_->error;
+    return detail::copy_error(state_->error);
   }
   /// Makes later work on stream `s` of `device` wait until the destination's bytes are there:
   /// a device-side event wait for moves with a device event on `device`, else a wait on the

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include "device/error.hpp"
 #include "device/units.hpp"
@@ -138,9 +139,9 @@ class nvme_transfer final : public block_owner {
     std::exception_ptr e;
     {
       std::lock_guard lock(error_mutex_);
-      e = error_;
+      e = std::exchange(error_, nullptr);  // this thread may outlive the caller's hold on it
     }
-    tier_.finished(this, e);
+    tier_.finished(this, std::move(e));
     drop_part();
   }
 
@@ -463,12 +464,12 @@ void nvme_tier::finished(detail::nvme_transfer* t, std::exception_ptr error) noe
   }
   if (t->on_done()) {
     try {
-      t->on_done()(error);
+      t->on_done()(detail::copy_error(error));  // Note [Errors that cross threads]
     } catch (...) {  // a completion must not throw; the move's own result still stands
     }
     t->on_done() = nullptr;  // what it holds goes now, not when the last block comes back
   }
-  t->state()->finish(error);
+  t->state()->finish(std::move(error));
   std::lock_guard lock(mutex_);
   --in_flight_;
   idle_cv_.notify_all();
