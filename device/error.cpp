@@ -1,10 +1,11 @@
-// Out-of-line pieces of the error hierarchy: the one location format.
+// Out-of-line pieces of the error hierarchy: the one location format, and copies of errors
+// handed to another thread.
 #include "device/error.hpp"
 
 #include <new>
+#include <string_view>
 #include <typeinfo>
 #include <utility>
-#include <string_view>
 
 namespace spillway::detail {
 
