@@ -64,8 +64,9 @@ class sweep {
     for (std::size_t k = 0; k < t.ops.size(); ++k) at_[k + 1] = at_[k] + hw.op_seconds(t.ops[k]);
   }
 
-  std::vector<off_interval> run(std::uint64_t limit, double late_weight) {
+  std::vector<off_interval> run(std::uint64_t limit, double late_weight, const std::vector<char>* stay) {
     late_weight_ = late_weight;
+    stay_ = stay;
     const std::size_t nt = t_.tensors.size();
     const auto n = static_cast<op_index>(t_.ops.size());
     std::vector<off_interval> out;
@@ -196,8 +197,13 @@ class sweep {
     for (int c = 0; c < 3; ++c) {
       auto& h = heaps_[c];
       for (int k = 0; k < (late_weight_ > 0 && c == 2 ? 4 : 1); ++k) {
-        while (!h.empty() && (!in_r_[h.top().x] || version_[h.top().x] != h.top().version || stamp_[h.top().x] == j))
+        for (;;) {
+          while (!h.empty() && (!in_r_[h.top().x] || version_[h.top().x] != h.top().version || stamp_[h.top().x] == j))
+            h.pop();
+          if (h.empty() || !stays(h.top().x)) break;
+          looked_.push_back({h.top(), c});  // put back below, never chosen
           h.pop();
+        }
         if (h.empty()) break;
         const entry e = h.top();
         h.pop();
@@ -226,8 +232,11 @@ class sweep {
     return best_c < 0 ? none_ : best.x;
   }
 
+  bool stays(tensor_id x) const { return stay_ && x < stay_->size() && (*stay_)[x]; }
+
   const trace& t_;
   const lifetime_report& r_;
+  const std::vector<char>* stay_ = nullptr;  // values never evicted (the search's pins)
   double inv_h2d_, inv_d2h_;
   std::vector<double> at_;  // compute seconds before each op
   std::vector<char> in_r_, has_copy_, first_off_;
@@ -335,7 +344,7 @@ void assign_tiers(const trace& t, const lifetime_report& r, std::vector<off_inte
 }  // namespace
 
 plan auto_swap_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
-                    const planner_options& opt) {
+                    const planner_options& opt, const std::vector<char>* stay) {
   if (r.peak_live_bytes <= budget) return build_plan(t, r, {}, "auto", budget);
   best_plan best;
   auto attempt = [&](std::vector<off_interval> ivs, double keep) {
@@ -359,7 +368,7 @@ plan auto_swap_plan(const trace& t, const lifetime_report& r, const hw_profile& 
   for (double reserve : opt.auto_sweep_reserves) {
     const auto limit = r.min_budget_bytes + static_cast<std::uint64_t>(room * (1.0 - std::clamp(reserve, 0.0, 1.0)));
     for (double w : opt.auto_late_weights) {
-      auto ivs = sw.run(limit, w);
+      auto ivs = sw.run(limit, w, stay);
       if (std::any_of(tried.begin(), tried.end(), [&](const swept& s) { return s.ivs == ivs; })) continue;
       const auto s = attempt(ivs, 0);
       tried.push_back({std::move(ivs), s.feasible(), s.step_seconds});

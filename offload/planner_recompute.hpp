@@ -14,9 +14,10 @@
 
 namespace spillway::offload::detail {
 
-/// auto without recomputation: the sweep search of Note [auto] (planner_auto.cpp).
+/// auto without recomputation: the sweep search of Note [auto] (planner_auto.cpp). The sweeps
+/// never evict a tensor whose entry in `stay` (indexed by tensor; null: none) is set.
 plan auto_swap_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
-                    const planner_options& opt);
+                    const planner_options& opt, const std::vector<char>* stay = nullptr);
 /// How a search judges a candidate plan for the trace it plans: the simulator on another trace
 /// the plan stands for (a device view's plan, judged as the whole trace's plan it becomes).
 using plan_judge = std::function<sim_result(const plan&)>;
