@@ -90,7 +90,7 @@ struct judged {
   std::vector<char> want;
   bool keep_made = true, spread = true;
   std::vector<char> again;  // values made again even when keep_made (schedule_reruns)
-  std::vector<char> stay;   // values auto's sweeps never evict (stage 3's pins); empty: none
+  std::vector<char> stay;   // values auto's sweeps never evict (the pinned search); empty: none
 };
 
 // Plans `t` dropping and remaking the candidates `want` selects; `swap` plans the folded trace.
