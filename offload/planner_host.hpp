@@ -63,11 +63,19 @@ std::unique_ptr<planner> make_all_on_host_planner(std::unique_ptr<planner> devic
 std::vector<char> tail_on_device(const trace& t, const std::vector<char>& on_host, const sim_result& sim,
                                  double least_tail_seconds = 0);
 
+/// `on_host` less its last host ops in program order (the steps of the weights whose gradients
+/// are done last: the first layers'), as many as it takes for the tensors they write that device
+/// ops read (the weights they send back up) to add up to `weight_bytes`; then placeable.
+std::vector<char> last_steps_on_device(const trace& t, const lifetime_report& r, const std::vector<char>& on_host,
+                                       double weight_bytes);
+
 /// auto's host placements: plans with every placeable host op on the host, with those but the
 /// ones whose run on the host outlasts the device's work by over 1% of the step (the last
 /// gradients' steps: tail_on_device), and with those that are cheaper there, each planned by
 /// `plan_view` on the device view and judged by the simulator on `t`, with its result; nothing
-/// when no op can go to the host. `plan_view` gets the view and a judge that simulates a plan
+/// when no op can go to the host. Where the fastest of them stalls over 1% of its step, up to
+/// three more keep the last steps on the device (last_steps_on_device), the weight bytes the
+/// link moves in the time it stalls more each round, while each is faster than the one before. `plan_view` gets the view and a judge that simulates a plan
 /// for the view as the plan for `t` it becomes (plan_from_view), so its search can weigh the
 /// copies the view does not show (the weights up, the gradients down) beside its own.
 struct host_candidate {

@@ -427,6 +427,49 @@ TEST(HostOps, AutoRunsTheLastGradientsStepsOnTheDevice) {
   EXPECT_LT(a.step_seconds, all.step_seconds);
 }
 
+TEST(HostOps, LastStepsOnDeviceCountTheWeightsTheySendUp) {
+  // Steps in order adam0 (op 4), adam1 (op 5): the last goes first. Each writes a 1000-byte
+  // weight the device reads and a moment only it touches, so 1000 weight bytes take one step,
+  // 1001 both; none asked for, the set as it was.
+  const auto s = make_two_layers(4000, 4000, false);
+  const auto r = analyze(s.t);
+  const std::vector<char> all = {0, 0, 0, 0, 1, 1};
+  EXPECT_EQ(detail::last_steps_on_device(s.t, r, all, 0), all);
+  EXPECT_EQ(detail::last_steps_on_device(s.t, r, all, 1000), std::vector<char>({0, 0, 0, 0, 1, 0}));
+  EXPECT_EQ(detail::last_steps_on_device(s.t, r, all, 1001), std::vector<char>({0, 0, 0, 0, 0, 0}));
+}
+
+TEST(HostOps, AutoKeepsTheFirstLayersStepsOnTheDeviceWhenTheForwardWaitsForTheirWeights) {
+  // GPT-3 6.7B cut to 4 blocks, at 1/2 of its peak on h200: with every step on the host, the
+  // 16-bit weights all come back up during the forward pass, more than its compute hides.
+  // Running the steps that would outlast the device's work on the device (the embedding's and
+  // most of the first block's) still leaves a 2.4 ms wait; auto keeps the first block's MLP
+  // output weight's step there too, its weight on the device across the iteration, and the
+  // forward pass no longer waits. The last block's steps stay on the host.
+  zoo_options o;
+  o.layers = 4;
+  const auto t = make_model_trace("gpt3-6.7b", o);
+  const auto r = analyze(t);
+  const auto hw = get_profile("h200");
+  const auto budget = r.peak_live_bytes / 2;
+  const auto all = all_steps_on_host(t, r, hw, budget);
+  ASSERT_TRUE(all.feasible()) << all.violations.front();
+  EXPECT_GT(all.stall_seconds, 0.02 * all.step_seconds);
+  const auto pa = make_planner("auto")->make_plan(t, r, hw, budget);
+  const auto a = simulate(t, r, pa, hw);
+  ASSERT_TRUE(a.feasible()) << a.violations.front();
+  auto step_of = [&](const std::string& name) {
+    for (op_index k = 0; k < t.ops.size(); ++k)
+      if (t.ops[k].name == name) return k;
+    ADD_FAILURE() << name;
+    return op_index{0};
+  };
+  EXPECT_FALSE(pa.steps[step_of("adam.h0.mlp.fc2.w")].on_host);
+  EXPECT_TRUE(pa.steps[step_of("adam.h3.mlp.fc1.w")].on_host);
+  EXPECT_LT(a.step_seconds, all.step_seconds);
+  EXPECT_LT(a.stall_seconds, 0.01 * a.step_seconds);
+}
+
 TEST(HostOps, TheWeightsComeUpInTheOrderOfTheirUse) {
   // ResNet-152 at 1/8 of its peak on h200, every step on the host: every weight comes up at the
   // first op, in the order the forward pass reads them, so the stem's convolution waits for its
