@@ -281,10 +281,14 @@ std::vector<host_candidate> host_candidates(const trace& t, const lifetime_repor
   const auto by_step = [](const host_candidate& a, const host_candidate& b) {
     return a.sim.step_seconds < b.sim.step_seconds;
   };
-  const auto& base = *std::min_element(out.begin(), out.end(), by_step);
   std::vector<char> base_set(t.ops.size(), 0);
-  for (op_index k = 0; k < t.ops.size(); ++k) base_set[k] = base.p.steps[k].on_host ? 1 : 0;
-  double stall = base.sim.stall_seconds, step = base.sim.step_seconds, keep = 0;
+  double stall = 0, step = 0, keep = 0;
+  {  // the fastest so far, read before `out` grows
+    const auto& base = *std::min_element(out.begin(), out.end(), by_step);
+    for (op_index k = 0; k < t.ops.size(); ++k) base_set[k] = base.p.steps[k].on_host ? 1 : 0;
+    stall = base.sim.stall_seconds;
+    step = base.sim.step_seconds;
+  }
   for (int round = 0; round < 3 && stall > 0.01 * step; ++round) {
     keep += stall * hw.h2d_bytes_per_s;
     if (!plan_set(last_steps_on_device(t, r, base_set, keep), false) || !(out.back().sim.step_seconds < step)) break;
