@@ -237,7 +237,7 @@ std::vector<char> last_steps_on_device(const trace& t, const lifetime_report& r,
     out[k] = 0;
     for (tensor_id x : t.ops[k].writes) {
       const auto& uses = r.tensors[x].uses;
-      if (std::any_of(uses.begin(), uses.end(), [&](const tensor_use& u) { return !t.ops[u.op].host_capable; }))
+      if (std::any_of(uses.begin(), uses.end(), [&](const tensor_use& u) { return u.reads && !t.ops[u.op].host_capable; }))
         moved += static_cast<double>(t.tensors[x].bytes);
     }
   }

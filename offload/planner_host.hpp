@@ -75,9 +75,10 @@ std::vector<char> last_steps_on_device(const trace& t, const lifetime_report& r,
 /// `plan_view` on the device view and judged by the simulator on `t`, with its result; nothing
 /// when no op can go to the host. Where the fastest of them stalls over 1% of its step, up to
 /// three more keep the last steps on the device (last_steps_on_device), the weight bytes the
-/// link moves in the time it stalls more each round, while each is faster than the one before. `plan_view` gets the view and a judge that simulates a plan
-/// for the view as the plan for `t` it becomes (plan_from_view), so its search can weigh the
-/// copies the view does not show (the weights up, the gradients down) beside its own.
+/// link moves in the time it stalls more each round, while each is faster than the one before.
+/// `plan_view` gets the view and a judge that simulates a plan for the view as the plan for `t`
+/// it becomes (plan_from_view), so its search can weigh the copies the view does not show (the
+/// weights up, the gradients down) beside its own.
 struct host_candidate {
   plan p;
   sim_result sim;
