@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <queue>
 #include <tuple>
 #include <vector>
 
@@ -84,6 +85,16 @@ namespace spillway::offload {
 //         copies in as in (a)) for the split the plan makes, and the least over splits is a
 //         bound (remake_or_copy). Without it a regenerable value is free, and a trace whose
 //         activations are all regenerable gets no more than compute time.
+//     (e) Copies of regenerable values. (d) lets a regenerable x come back by a copy in with
+//         no copy out, but the value it brings was written at op w < j in this iteration, so
+//         a D2H of it ran after e_w (or after a rerun of w, later still) and ended before
+//         tau, as for the values of (b). So of the regenerable values off at tau and read
+//         again, those not remade owe a copy out as well: with q the bytes remade, the copy
+//         out side owes K_j less the free bytes less q (the values of (b) and the regenerable
+//         ones, earliest written first), and the bound at tau is the least over q of
+//         max(C_<j, D(q)) + max(dur(j) + C_>j + R(q), H(q)) (and the form at e_j), D and H
+//         falling and R rising with q (out_remake_or_copy). It is taken beside (d), not in
+//         place of it.
 //     Each op's bound scans every tensor, so on a large trace (ops with N_j > B times tensors
 //     above order_work_limit) it is taken only at some ops: half of them those with the most
 //     needed bytes, half spread evenly among the ops with N_j > B. The largest over any set of
@@ -136,6 +147,7 @@ class order_bound {
       h_.clear();
       l_.clear();
       g_.clear();
+      gd_.clear();
       std::uint64_t regen_h = 0;  // bytes of g_: regenerable, read again in this iteration
       std::uint64_t late_total = 0;
       for (tensor_id x = 0; x < scan; ++x) {
@@ -152,6 +164,7 @@ class order_bound {
           if (has_next) {
             const auto w = static_cast<std::size_t>(last_write[x]);
             g_.push_back({lt.uses[next[x]].op, b, rate_[w]});
+            gd_.push_back({w, b});
             regen_h += b;
           }
           continue;
@@ -183,8 +196,13 @@ class order_bound {
           h_start = std::max(h_start, remake_or_copy(dur_[j] + after));
           h_end = std::max(h_end, remake_or_copy(after));
         }
-        const double at_start = std::max(before_[j], dmin) + std::max(dur_[j] + after, h_start);
-        const double at_end = std::max(before_[j + 1], dmin) + std::max(after, h_end);
+        double at_start = std::max(before_[j], dmin) + std::max(dur_[j] + after, h_start);
+        double at_end = std::max(before_[j + 1], dmin) + std::max(after, h_end);
+        if (regen_h > 0) {
+          prepare_copy_out(off > free_d - regen_h ? static_cast<double>(off - (free_d - regen_h)) : 0.0);
+          at_start = std::max(at_start, out_remake_or_copy(before_[j], dur_[j] + after));
+          at_end = std::max(at_end, out_remake_or_copy(before_[j + 1], after));
+        }
         const double v = std::max({at_start, at_end, late_chain(j, off, free_d - late_total, free_h, late_total)});
         if (v > best) {
           best = v;
@@ -262,6 +280,32 @@ class order_bound {
     }
   }
 
+  // R(q): the rerun seconds of the q regenerable bytes remade, cheapest share per byte first.
+  double remade(double q) const {
+    if (q <= 0) return 0.0;
+    const auto i = static_cast<std::size_t>(std::upper_bound(remade_before_.begin(), remade_before_.end(), q) -
+                                            remade_before_.begin()) - 1;
+    if (i >= g_.size()) return remade_secs_.back();
+    return remade_secs_[i] + (q - remade_before_[i]) * g_[i].rate;
+  }
+
+  // R's slope just above q: the share per byte of the item q falls in (R is convex).
+  double remade_slope(double q) const {
+    const auto i = static_cast<std::size_t>(std::upper_bound(remade_before_.begin(), remade_before_.end(), q) -
+                                            remade_before_.begin()) - 1;
+    return i < g_.size() ? g_[i].rate : 0.0;
+  }
+
+  // H(l): the least time from the instant to the end of the step when l bytes of h_ and g_
+  // come back by copies in, latest read first.
+  double copied(double l) const {
+    l = std::min(l, copy_before_.back());
+    if (l <= 0) return 0.0;
+    const auto k = static_cast<std::size_t>(std::lower_bound(copy_before_.begin(), copy_before_.end(), l) -
+                                            copy_before_.begin());  // items 0..k-1 are taken
+    return l / hw_.h2d_bytes_per_s + copy_peak_[k - 1];
+  }
+
   // Part (d) of the order bound, after prepare_split(need): the least time from the instant
   // to the end of the step when `need` bytes that are off come back in this iteration, each by
   // a copy in (h_ and g_, latest read first, as h2d_after) or, for the regenerable ones (g_),
@@ -271,19 +315,6 @@ class order_bound {
   // bytes the rerun side also took, which only lowers it.
   double remake_or_copy(double compute) const {
     if (need_ <= 0) return 0;
-    auto remade = [&](double q) {
-      const auto i = static_cast<std::size_t>(std::upper_bound(remade_before_.begin(), remade_before_.end(), q) -
-                                              remade_before_.begin()) - 1;
-      if (i >= g_.size()) return remade_secs_.back();
-      return remade_secs_[i] + (q - remade_before_[i]) * g_[i].rate;
-    };
-    auto copied = [&](double l) {
-      l = std::min(l, copy_before_.back());
-      if (l <= 0) return 0.0;
-      const auto k = static_cast<std::size_t>(std::lower_bound(copy_before_.begin(), copy_before_.end(), l) -
-                                              copy_before_.begin());  // items 0..k-1 are taken
-      return l / hw_.h2d_bytes_per_s + copy_peak_[k - 1];
-    };
     const double top = std::min(remade_before_.back(), need_);
     // f(q) = compute + R(q) rises, g(q) = H(need - q) falls. If f(lo) <= g(lo) and
     // f(hi) >= g(hi), every q gives at least max(f(lo), g(hi)): below lo g is larger, above hi
@@ -298,6 +329,87 @@ class order_bound {
       (f(mid) <= g(mid) ? lo : hi) = mid;
     }
     return std::max(f(lo), g(hi));
+  }
+
+  // For (e) of Note [Lower bound], after prepare_split: the D2H curve over the values of d_
+  // and the regenerable ones (gd_), earliest written first, for `owed` bytes off that are
+  // neither free nor remade. D(x) = x / bw + the largest before_[w_i + 1] - (bytes before
+  // item i) / bw over the items i with fewer than x bytes before them (as d2h_before).
+  void prepare_copy_out(double owed) {
+    owed_ = owed;
+    out_items_.assign(d_.begin(), d_.end());
+    out_items_.insert(out_items_.end(), gd_.begin(), gd_.end());
+    std::sort(out_items_.begin(), out_items_.end(), [](const item& a, const item& b) { return a.op < b.op; });
+    const double bw = hw_.d2h_bytes_per_s;
+    out_before_.assign(1, 0.0);
+    out_peak_.clear();
+    for (const auto& it : out_items_) {
+      const double v = before_[it.op + 1] - out_before_.back() / bw;
+      out_peak_.push_back(out_peak_.empty() ? v : std::max(out_peak_.back(), v));
+      out_before_.push_back(out_before_.back() + static_cast<double>(it.bytes));
+    }
+  }
+
+  double copied_out(double x) const {
+    x = std::min(x, out_before_.back());
+    if (x <= 0) return 0.0;
+    const auto k = static_cast<std::size_t>(std::lower_bound(out_before_.begin(), out_before_.end(), x) -
+                                            out_before_.begin());  // items 0..k-1 are taken
+    return x / hw_.d2h_bytes_per_s + out_peak_[k - 1];
+  }
+
+  // Part (e) of the order bound: (d) with the copies out that its copied values owe. With q
+  // the regenerable bytes remade, the least over q in [0, top] of F(q) = max(`ready`,
+  // D(owed - q)) + max(`compute` + R(q), H(need - q)). On a piece [qa, qb] of that range:
+  // D(x) = x / bw + a step that does not fall as x grows, so D(owed - q) >= (owed - q) / bw +
+  // the step at owed - qb; R is convex (cheapest first), so R(q) >= R(qa) + (q - qa) R'(qa);
+  // and H(need - q) >= H(need - qb). The least of that piecewise linear floor over the piece is
+  // at an end or a corner. The least floor over the pieces of a split of [0, top] is a bound;
+  // splitting the piece with the least floor, again and again, raises it toward min F.
+  double out_remake_or_copy(double ready, double compute) const {
+    if (need_ <= 0 && owed_ <= 0) return 0;
+    const double top = remade_before_.back();
+    const double bw = hw_.d2h_bytes_per_s, out_all = out_before_.back();
+    auto floor_on = [&](double qa, double qb) {
+      const double xa = owed_ - qa, xb = owed_ - qb, hb = copied(need_ - qb), ra = compute + remade(qa);
+      const double slope = remade_slope(qa);
+      // D's floor: 0 where no copy out is owed; the exact value where the cap on bytes binds.
+      const bool linear = xb > 0 && xa <= out_all;
+      const double step = linear ? copied_out(xb) - xb / bw : 0.0;
+      auto at = [&](double q) {
+        const double d = linear ? (owed_ - q) / bw + step : copied_out(owed_ - qb);
+        return std::max(ready, d) + std::max(ra + (q - qa) * slope, hb);
+      };
+      double least = std::min(at(qa), at(qb));
+      if (linear) {
+        const double q1 = owed_ - (ready - step) * bw;  // where the D floor meets `ready`
+        if (q1 > qa && q1 < qb) least = std::min(least, at(q1));
+      }
+      if (slope > 0) {
+        const double q2 = qa + (hb - ra) / slope;  // where the rerun side meets the copies in
+        if (q2 > qa && q2 < qb) least = std::min(least, at(q2));
+      }
+      return least;
+    };
+    if (top <= 0) return floor_on(0, 0);
+    struct span {
+      double qa, qb, v;
+      bool operator>(const span& o) const { return v > o.v; }
+    };
+    std::priority_queue<span, std::vector<span>, std::greater<span>> pieces;
+    constexpr int first = 16, splits = 112;
+    for (int i = 0; i < first; ++i) {
+      const double qa = top * i / first, qb = top * (i + 1) / first;
+      pieces.push({qa, qb, floor_on(qa, qb)});
+    }
+    for (int k = 0; k < splits; ++k) {
+      const span low = pieces.top();
+      pieces.pop();
+      const double mid = 0.5 * (low.qa + low.qb);
+      pieces.push({low.qa, mid, floor_on(low.qa, mid)});
+      pieces.push({mid, low.qb, floor_on(mid, low.qb)});
+    }
+    return pieces.top().v;
   }
 
   // Least time the D2H queue needs to have copied out `need` bytes of values written at the ops
@@ -412,10 +524,14 @@ class order_bound {
   std::vector<op_index> until_;  // detail::remake_until
   std::vector<double> dur_, rate_, before_;  // rate_[w]: op w's seconds per byte it writes
   std::vector<item> d_, h_, l_, g_, both_;
+  std::vector<item> gd_;  // the regenerable values of g_, by the op that wrote them
+  std::vector<item> out_items_;  // d_ and gd_, earliest written first (prepare_copy_out)
   // prepare_split's curves: bytes before each item of both_ (latest read first) and of g_
   // (cheapest first), the prefix peaks of H and the rerun seconds before each item of g_.
   double need_ = 0;
   std::vector<double> copy_before_, copy_peak_, remade_before_, remade_secs_;
+  double owed_ = 0;  // prepare_copy_out: bytes off that owe a copy out unless remade
+  std::vector<double> out_before_, out_peak_;
 };
 
 }  // namespace

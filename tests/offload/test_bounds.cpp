@@ -136,6 +136,40 @@ TEST(Bounds, RecomputationIsCoveredAndBeatsTheCopyOnlyBound) {
   EXPECT_GE(r.step_seconds, b.lower_bound_seconds);
 }
 
+// A regenerable value that comes back by a copy in was copied out first (part (e) of Note
+// [Lower bound]). op0 (recomputable, 10 s, reads nothing) writes A (1000 B); op1 (1 s)
+// fills the budget with a workspace, so A is off during it; op2 (1 s) reads A. At 100 B/s a
+// copy of A takes 10 s each way. Rerunning op0 gives 10 + 1 + 10 + 1 = 22 s; copying A
+// gives op1 after A's copy out ends (20 s), A back after op1 (31 s) and op2: 32 s. Charging
+// the copy in alone, the bound at op1's end was max(11, 0) + max(1 + q / 100, 11 - q / 100),
+// 17 s at q = 500; with the copy out owed as well, max(11, 10 + (1000 - q) / 100) +
+// max(1 + q / 100, 11 - q / 100) is 21 s for every q in [500, 900], and at op1's start
+// max(10, 20 - q / 100) + max(2 + q / 100, 11 - q / 100) is 22 s from q = 450 on: the
+// bound meets the rerun plan.
+TEST(Bounds, ACopiedRegenerableValueOwesItsCopyOut) {
+  trace t;
+  const auto a = t.add_tensor("A", 1000, tensor_kind::activation);
+  const auto s = t.add_tensor("S", 1000, tensor_kind::workspace);
+  t.add_op(op_of("fwd", {}, {a}, 10, true));
+  t.add_op(op_of("scratch", {}, {s}, 1));
+  t.add_op(op_of("bwd", {a}, {}, 1));
+  const auto hw = test_hw(100);
+  const auto rep = analyze(t);
+  const auto b = compute_bounds(t, rep, hw, 1000);
+  EXPECT_DOUBLE_EQ(b.ideal_seconds, 12.0);
+  EXPECT_NEAR(b.order_bound_seconds, 22.0, 1e-6);
+  EXPECT_NEAR(b.lower_bound_seconds, 22.0, 1e-6);
+  plan rerun = plan::empty_for(t, "rerun", 1000);
+  rerun.steps[0].evictions.push_back({a, evict_action::drop});
+  rerun.steps[1].evictions.push_back({s, evict_action::drop});
+  rerun.steps[2].recomputes.push_back(0);
+  rerun.steps[2].evictions.push_back({a, evict_action::drop});
+  const auto r = simulate(t, rep, rerun, hw);
+  ASSERT_TRUE(r.feasible()) << r.violations[0];
+  EXPECT_DOUBLE_EQ(r.step_seconds, 22.0);
+  EXPECT_GE(r.step_seconds, b.lower_bound_seconds - 1e-9);
+}
+
 // Once an input of the recomputable writer changes, the value cannot be made again: the same
 // case with op1 also updating W (in place) makes A an ordinary value from op1 on, and the
 // bound charges it again.
@@ -437,6 +471,73 @@ TEST(Bounds, TheChargeForRerunsMeetsTheBestPlan) {
     ASSERT_GE(r.step_seconds, b.lower_bound_seconds * (1 - 1e-9)) << "iteration " << iter;
     ASSERT_GE(b.lower_bound_seconds, r.step_seconds * 0.98) << "iteration " << iter << " k " << k;
   }
+}
+
+// The same family with a link on which copying competes with rerunning (a copy of A_i takes
+// 0.1 to 4 s, its op 0.1 to 2 s) and budgets from the least any plan needs up: each A_i comes
+// back by a copy in (which owes its copy out before the scratch op, part (e) of Note [Lower
+// bound]) or by a rerun. No feasible plan beats the bound: random ones, the planners', and
+// the two hand plans (every A_i rerun; every A_i copied out and back).
+TEST(Bounds, NoPlanBeatsTheChargeForCopiesOut) {
+  std::mt19937_64 rng(29);
+  auto uni = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
+  int feasible = 0, recomputing = 0, copying = 0;
+  double closest = std::numeric_limits<double>::infinity();
+  for (int iter = 0; iter < 300; ++iter) {
+    const int k = 1 + static_cast<int>(rng() % 5);
+    trace t;
+    std::vector<tensor_id> w, a;
+    std::uint64_t largest = 0;
+    for (int i = 0; i < k; ++i) {
+      w.push_back(t.add_tensor("W" + std::to_string(i), 10 + rng() % 90, tensor_kind::parameter));
+      a.push_back(t.add_tensor("A" + std::to_string(i), 1000 + rng() % 3000, tensor_kind::activation));
+      largest = std::max(largest, t.tensors[a.back()].bytes);
+    }
+    const auto scratch = t.add_tensor("S", largest + rng() % 3000, tensor_kind::workspace);
+    for (int i = 0; i < k; ++i) t.add_op(op_of("f" + std::to_string(i), {w[i]}, {a[i]}, uni(0.1, 2), true));
+    t.add_op(op_of("scratch", {}, {scratch}, uni(0.1, 2)));
+    for (int i = k - 1; i >= 0; --i) t.add_op(op_of("b" + std::to_string(i), {a[i], w[i]}, {}, uni(0.1, 2)));
+    const auto rep = analyze(t);
+    auto hw = test_hw(uni(1000, 10000));
+    hw.d2h_bytes_per_s = hw.h2d_bytes_per_s * uni(0.5, 2);
+    hw.copy_engines = iter % 3 == 0 ? 1 : 2;
+    const std::uint64_t lo = rep.min_budget_bytes, hi = std::max(rep.peak_live_bytes, lo);
+    const auto budget = std::uniform_int_distribution<std::uint64_t>(lo, lo + (hi - lo) / 2)(rng);
+    const auto b = compute_bounds(t, rep, hw, budget);
+    plan rerun = plan::empty_for(t, "rerun", budget), copy = plan::empty_for(t, "copy", budget);
+    for (int i = 0; i < k; ++i) {
+      rerun.steps[static_cast<std::size_t>(i)].evictions.push_back({a[i], evict_action::drop});
+      copy.steps[static_cast<std::size_t>(i)].evictions.push_back({a[i], evict_action::evict_to_host});
+    }
+    rerun.steps[static_cast<std::size_t>(k)].evictions.push_back({scratch, evict_action::drop});
+    copy.steps[static_cast<std::size_t>(k)].evictions.push_back({scratch, evict_action::drop});
+    for (int i = k - 1, at = k + 1; i >= 0; --i, ++at) {
+      rerun.steps[static_cast<std::size_t>(at)].recomputes.push_back(static_cast<op_index>(i));
+      rerun.steps[static_cast<std::size_t>(at)].evictions.push_back({a[i], evict_action::drop});
+      copy.steps[static_cast<std::size_t>(at)].prefetches.push_back({a[i], tier::host, static_cast<op_index>(at)});
+      copy.steps[static_cast<std::size_t>(at)].evictions.push_back({a[i], evict_action::drop});
+    }
+    double best = std::numeric_limits<double>::infinity();
+    const int plans = 200 + static_cast<int>(planner_names().size());
+    for (int n = 0; n < plans + 2; ++n) {
+      const auto p = n < 200 ? random_plan(t, rep, budget, rng)
+                     : n < plans ? make_planner(planner_names()[static_cast<std::size_t>(n - 200)])->make_plan(t, rep, hw, budget)
+                                 : (n == plans ? rerun : copy);
+      const auto s = simulate(t, rep, p, hw);
+      if (!s.feasible()) continue;
+      ++feasible;
+      recomputing += s.recomputes > 0;
+      copying += s.recomputes == 0 && s.d2h_bytes > 0;
+      best = std::min(best, s.step_seconds);
+      ASSERT_GE(s.step_seconds, b.lower_bound_seconds * (1 - 1e-9))
+          << "iteration " << iter << " plan " << n << " (" << p.policy << ") recomputes " << s.recomputes;
+    }
+    closest = std::min(closest, best / b.lower_bound_seconds);
+  }
+  EXPECT_GT(feasible, 4000);
+  EXPECT_GT(recomputing, 2000);  // plans that rerun ops are checked
+  EXPECT_GT(copying, 800);       // and plans that copy the values out and back instead
+  EXPECT_LT(closest, 1 + 1e-9);  // the bound is met in some cases
 }
 
 // The same family of random training steps as above with small weights, links from 100 to
