@@ -283,17 +283,21 @@ class order_bound {
   // R(q): the rerun seconds of the q regenerable bytes remade, cheapest share per byte first.
   double remade(double q) const {
     if (q <= 0) return 0.0;
-    const auto i = static_cast<std::size_t>(std::upper_bound(remade_before_.begin(), remade_before_.end(), q) -
-                                            remade_before_.begin()) - 1;
+    const std::size_t i = remade_item(q);
     if (i >= g_.size()) return remade_secs_.back();
     return remade_secs_[i] + (q - remade_before_[i]) * g_[i].rate;
   }
 
   // R's slope just above q: the share per byte of the item q falls in (R is convex).
   double remade_slope(double q) const {
-    const auto i = static_cast<std::size_t>(std::upper_bound(remade_before_.begin(), remade_before_.end(), q) -
-                                            remade_before_.begin()) - 1;
+    const std::size_t i = remade_item(q);
     return i < g_.size() ? g_[i].rate : 0.0;
+  }
+
+  // The item of g_ (cheapest first) that the q-th byte remade falls in; g_.size() past the end.
+  std::size_t remade_item(double q) const {
+    return static_cast<std::size_t>(std::upper_bound(remade_before_.begin(), remade_before_.end(), q) -
+                                    remade_before_.begin()) - 1;
   }
 
   // H(l): the least time from the instant to the end of the step when l bytes of h_ and g_
