@@ -95,6 +95,21 @@ namespace spillway::offload {
 //         max(C_<j, D(q)) + max(dur(j) + C_>j + R(q), H(q)) (and the form at e_j), D and H
 //         falling and R rising with q (out_remake_or_copy). It is taken beside (d), not in
 //         place of it.
+//     (f) Reruns need their inputs. A rerun of w after tau needs w's reads on the device. Take
+//         a read y of w that no op reads after op j (dead there: not counted in N_j), that no
+//         op but w reads, whose writer writes nothing else, and of at least the bytes w
+//         writes. If y is on the device at tau, it takes budget that w's values off at tau
+//         free, no more (with those conditions at every step of the chain, no other value
+//         needs y for its rerun): those values might as well have stayed (no cheaper plan), so
+//         leave that case out. If y is copied in after tau, that copy is at least as large as
+//         a copy of w's values, its copy out able to start when y's writer w_y ends: the
+//         bound counts it as a copy of w's values written at w_y (earlier, so never above
+//         it). Otherwise y is remade by a rerun of w_y after tau, and so on up the chain (8
+//         steps at most; beyond, free). So w's values are charged,
+//         as their share of one rerun, w's time plus w_y's time and that of w_y's own chain,
+//         and their copies out may start after the earliest writer in it; where some
+//         such writer cannot run again (an input changed), w's values count as values of (b)
+//         written by that earliest writer, owing a copy out and a copy in.
 //     Each op's bound scans every tensor, so on a large trace (ops with N_j > B times tensors
 //     above order_work_limit) it is taken only at some ops: half of them those with the most
 //     needed bytes, half spread evenly among the ops with N_j > B. The largest over any set of
@@ -116,13 +131,18 @@ class order_bound {
     dur_.resize(n_);
     rate_.assign(n_, 0.0);
     before_.assign(n_ + 1, 0);  // before_[k]: compute of ops < k
+    out_.assign(n_, 0);
     for (std::size_t k = 0; k < n_; ++k) {
       dur_[k] = hw.op_seconds(t.ops[k]);
       before_[k + 1] = before_[k] + dur_[k];
       std::uint64_t out = 0;
       for (tensor_id x : t.ops[k].writes) out += t.tensors[x].bytes;
+      out_[k] = out;
       if (out > 0) rate_[k] = dur_[k] / static_cast<double>(out);
     }
+    readers_.assign(t.tensors.size(), 0);
+    for (tensor_id x = 0; x < t.tensors.size(); ++x)
+      for (const auto& u : r.tensors[x].uses) readers_[x] += u.reads ? 1 : 0;
   }
 
   // Returns {seconds, op}.
@@ -159,14 +179,20 @@ class order_bound {
         if (!is_needed) continue;
         needed += b;
         if (last_write[x] >= 0 && j < until_[static_cast<std::size_t>(last_write[x])]) {
-          free_d += b;  // regenerable: a rerun brings it back, no copy either way
-          free_h += b;  // (the rerun's compute: (d) of Note [Lower bound], from g_)
-          if (has_next) {
-            const auto w = static_cast<std::size_t>(last_write[x]);
-            g_.push_back({lt.uses[next[x]].op, b, rate_[w]});
-            gd_.push_back({w, b});
-            regen_h += b;
+          const auto w = static_cast<std::size_t>(last_write[x]);
+          const auto c = has_next ? chain(j, w, out_[w], 0, touched, next, last_write) : chain_cost{};
+          if (!c.blocked) {
+            free_d += b;  // regenerable: a rerun brings it back, no copy either way
+            free_h += b;  // (the rerun's compute: (d) of Note [Lower bound], from g_)
+            if (has_next) {
+              g_.push_back({lt.uses[next[x]].op, b, (dur_[w] + c.seconds) / static_cast<double>(out_[w])});
+              gd_.push_back({std::min(w, c.earliest), b});
+              regen_h += b;
+            }
+            continue;
           }
+          d_.push_back({c.earliest, b});  // (f): a copy of it, or of a value of its chain
+          h_.push_back({lt.uses[next[x]].op, b});
           continue;
         }
         if (last_write[x] >= 0) {
@@ -245,6 +271,42 @@ class order_bound {
     const std::size_t spread = most - most / 2;
     for (std::size_t i = 0; i < spread; ++i) chosen[over[i * over.size() / spread]] = 1;
     return chosen;
+  }
+
+  // Part (f) of Note [Lower bound]: what a rerun of op w after op j owes for the values it
+  // reads that nothing reads after op j (dead there), that only op w reads and whose writer
+  // writes nothing else, each of at least `least` bytes, their writers' reruns first: seconds
+  // of those reruns (with the writers' own chains), the earliest op among the writers, and
+  // whether some writer cannot run again (blocked).
+  struct chain_cost {
+    double seconds = 0;
+    std::size_t earliest = std::numeric_limits<std::size_t>::max();
+    bool blocked = false;
+  };
+  chain_cost chain(op_index j, std::size_t w, std::uint64_t least, int depth, const std::vector<char>& touched,
+                   const std::vector<std::size_t>& next, const std::vector<std::int64_t>& last_write) const {
+    chain_cost c;
+    c.earliest = w;
+    if (depth >= max_chain_depth) return c;
+    for (tensor_id y : t_.ops[w].reads) {
+      const auto& ly = r_.tensors[y];
+      const std::uint64_t by = t_.tensors[y].bytes;
+      if (touched[y] || by < least || readers_[y] != 1 || last_write[y] < 0) continue;
+      const bool y_next = next[y] < ly.uses.size();
+      if (y_next ? ly.uses[next[y]].reads : ly.crosses_boundary) continue;  // needed: counted on its own
+      const auto wy = static_cast<std::size_t>(last_write[y]);
+      if (out_[wy] != by) continue;  // its writer writes more: left free
+      c.earliest = std::min(c.earliest, wy);
+      if (j >= until_[wy]) {
+        c.blocked = true;
+        continue;
+      }
+      const auto sub = chain(j, wy, least, depth + 1, touched, next, last_write);
+      c.seconds += dur_[wy] + sub.seconds;
+      c.earliest = std::min(c.earliest, sub.earliest);
+      c.blocked |= sub.blocked;
+    }
+    return c;
   }
 
   struct item {
@@ -527,6 +589,9 @@ class order_bound {
   std::size_t n_;
   std::vector<op_index> until_;  // detail::remake_until
   std::vector<double> dur_, rate_, before_;  // rate_[w]: op w's seconds per byte it writes
+  std::vector<std::uint64_t> out_;  // bytes each op writes
+  std::vector<std::uint32_t> readers_;  // ops that read each tensor
+  static constexpr int max_chain_depth = 8;
   std::vector<item> d_, h_, l_, g_, both_;
   std::vector<item> gd_;  // the regenerable values of g_, by the op that wrote them
   std::vector<item> out_items_;  // d_ and gd_, earliest written first (prepare_copy_out)
