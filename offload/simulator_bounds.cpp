@@ -105,11 +105,11 @@ namespace spillway::offload {
 //         a copy of w's values, its copy out able to start when y's writer w_y ends: the
 //         bound counts it as a copy of w's values written at w_y (earlier, so never above
 //         it). Otherwise y is remade by a rerun of w_y after tau, and so on up the chain (8
-//         steps at most; beyond, free). So w's values are charged,
-//         as their share of one rerun, w's time plus w_y's time and that of w_y's own chain,
-//         and their copies out may start after the earliest writer in it; where some
-//         such writer cannot run again (an input changed), w's values count as values of (b)
-//         written by that earliest writer, owing a copy out and a copy in.
+//         steps at most; beyond, free). So w's values are charged, as their share of one
+//         rerun, w's time plus w_y's time and that of w_y's own chain, and their copies out
+//         may start after the earliest writer in it; where some such writer cannot run again
+//         (an input changed), w's values count as values of (b) written by that earliest
+//         writer, owing a copy out and a copy in.
 //     Each op's bound scans every tensor, so on a large trace (ops with N_j > B times tensors
 //     above order_work_limit) it is taken only at some ops: half of them those with the most
 //     needed bytes, half spread evenly among the ops with N_j > B. The largest over any set of
@@ -315,6 +315,31 @@ class order_bound {
     double rate = 0;  // g_: seconds of the writer's rerun per byte it writes
   };
 
+  // One copy queue's least time for x bytes of a list of items taken in its order: x / bw +
+  // the largest fixed(op_i) - (bytes before item i) / bw over the items with fewer than x
+  // bytes before them (the last one taken in part); the prefix peaks are built once.
+  struct copy_curve {
+    std::vector<double> before{0.0}, peak;
+    double bw = 1;
+    template <class F>
+    void build(const std::vector<item>& items, double rate, F fixed) {
+      bw = rate;
+      before.assign(1, 0.0);
+      peak.clear();
+      for (const auto& it : items) {
+        const double v = fixed(it.op) - before.back() / bw;
+        peak.push_back(peak.empty() ? v : std::max(peak.back(), v));
+        before.push_back(before.back() + static_cast<double>(it.bytes));
+      }
+    }
+    double at(double x) const {
+      x = std::min(x, before.back());
+      if (x <= 0) return 0.0;
+      const auto k = static_cast<std::size_t>(std::lower_bound(before.begin(), before.end(), x) - before.begin());
+      return x / bw + peak[k - 1];  // items 0..k-1 are taken
+    }
+  };
+
   void prepare_split(std::uint64_t need) {
     need_ = static_cast<double>(need);
     auto later = [](const item& x, const item& y) { return x.op > y.op; };
@@ -322,16 +347,8 @@ class order_bound {
     std::sort(g_.begin(), g_.end(), later);
     both_.resize(h_.size() + g_.size());
     std::merge(h_.begin(), h_.end(), g_.begin(), g_.end(), both_.begin(), later);
-    // H(L) = L / bw + the largest (compute from op_i on) - (bytes before i) / bw over the
-    // items i taken (those with fewer than L bytes before them), latest read first.
-    const double bw = hw_.h2d_bytes_per_s;
-    copy_before_.assign(1, 0.0);
-    copy_peak_.clear();
-    for (const auto& it : both_) {
-      const double v = before_[n_] - before_[it.op] - copy_before_.back() / bw;
-      copy_peak_.push_back(copy_peak_.empty() ? v : std::max(copy_peak_.back(), v));
-      copy_before_.push_back(copy_before_.back() + static_cast<double>(it.bytes));
-    }
+    // H(L): the copies in, latest read first, each before the compute from its read on.
+    copy_in_.build(both_, hw_.h2d_bytes_per_s, [&](std::size_t r) { return before_[n_] - before_[r]; });
     // R(q): the values remade, cheapest share per byte first.
     std::sort(g_.begin(), g_.end(), [](const item& x, const item& y) { return x.rate < y.rate; });
     remade_before_.assign(1, 0.0);
@@ -364,13 +381,7 @@ class order_bound {
 
   // H(l): the least time from the instant to the end of the step when l bytes of h_ and g_
   // come back by copies in, latest read first.
-  double copied(double l) const {
-    l = std::min(l, copy_before_.back());
-    if (l <= 0) return 0.0;
-    const auto k = static_cast<std::size_t>(std::lower_bound(copy_before_.begin(), copy_before_.end(), l) -
-                                            copy_before_.begin());  // items 0..k-1 are taken
-    return l / hw_.h2d_bytes_per_s + copy_peak_[k - 1];
-  }
+  double copied(double l) const { return copy_in_.at(l); }
 
   // Part (d) of the order bound, after prepare_split(need): the least time from the instant
   // to the end of the step when `need` bytes that are off come back in this iteration, each by
@@ -397,32 +408,18 @@ class order_bound {
     return std::max(f(lo), g(hi));
   }
 
-  // For (e) of Note [Lower bound], after prepare_split: the D2H curve over the values of d_
-  // and the regenerable ones (gd_), earliest written first, for `owed` bytes off that are
-  // neither free nor remade. D(x) = x / bw + the largest before_[w_i + 1] - (bytes before
-  // item i) / bw over the items i with fewer than x bytes before them (as d2h_before).
+  // For (e) of Note [Lower bound], after prepare_split: D(x), the copies out of the values of
+  // d_ and the regenerable ones (gd_), earliest written first, each after the compute through
+  // its write (as d2h_before), for `owed` bytes off that are neither free nor remade.
   void prepare_copy_out(double owed) {
     owed_ = owed;
     out_items_.assign(d_.begin(), d_.end());
     out_items_.insert(out_items_.end(), gd_.begin(), gd_.end());
     std::sort(out_items_.begin(), out_items_.end(), [](const item& a, const item& b) { return a.op < b.op; });
-    const double bw = hw_.d2h_bytes_per_s;
-    out_before_.assign(1, 0.0);
-    out_peak_.clear();
-    for (const auto& it : out_items_) {
-      const double v = before_[it.op + 1] - out_before_.back() / bw;
-      out_peak_.push_back(out_peak_.empty() ? v : std::max(out_peak_.back(), v));
-      out_before_.push_back(out_before_.back() + static_cast<double>(it.bytes));
-    }
+    copy_out_.build(out_items_, hw_.d2h_bytes_per_s, [&](std::size_t w) { return before_[w + 1]; });
   }
 
-  double copied_out(double x) const {
-    x = std::min(x, out_before_.back());
-    if (x <= 0) return 0.0;
-    const auto k = static_cast<std::size_t>(std::lower_bound(out_before_.begin(), out_before_.end(), x) -
-                                            out_before_.begin());  // items 0..k-1 are taken
-    return x / hw_.d2h_bytes_per_s + out_peak_[k - 1];
-  }
+  double copied_out(double x) const { return copy_out_.at(x); }
 
   // Part (e) of the order bound: (d) with the copies out that its copied values owe. With q
   // the regenerable bytes remade, the least over q in [0, top] of F(q) = max(`ready`,
@@ -435,7 +432,7 @@ class order_bound {
   double out_remake_or_copy(double ready, double compute) const {
     if (need_ <= 0 && owed_ <= 0) return 0;
     const double top = remade_before_.back();
-    const double bw = hw_.d2h_bytes_per_s, out_all = out_before_.back();
+    const double bw = hw_.d2h_bytes_per_s, out_all = copy_out_.before.back();
     auto floor_on = [&](double qa, double qb) {
       const double xa = owed_ - qa, xb = owed_ - qb, hb = copied(need_ - qb), ra = compute + remade(qa);
       const double slope = remade_slope(qa);
@@ -595,12 +592,13 @@ class order_bound {
   std::vector<item> d_, h_, l_, g_, both_;
   std::vector<item> gd_;  // the regenerable values of g_, by the op that wrote them
   std::vector<item> out_items_;  // d_ and gd_, earliest written first (prepare_copy_out)
-  // prepare_split's curves: bytes before each item of both_ (latest read first) and of g_
-  // (cheapest first), the prefix peaks of H and the rerun seconds before each item of g_.
+  // prepare_split's curves: H over both_ (latest read first), and the bytes and rerun seconds
+  // before each item of g_ (cheapest first).
   double need_ = 0;
-  std::vector<double> copy_before_, copy_peak_, remade_before_, remade_secs_;
+  copy_curve copy_in_;
+  std::vector<double> remade_before_, remade_secs_;
   double owed_ = 0;  // prepare_copy_out: bytes off that owe a copy out unless remade
-  std::vector<double> out_before_, out_peak_;
+  copy_curve copy_out_;  // D over out_items_
 };
 
 }  // namespace
