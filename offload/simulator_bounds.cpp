@@ -568,16 +568,11 @@ class order_bound {
   static double least(std::vector<item>& v, std::uint64_t need, bool latest, double bw, F fixed) {
     if (need == 0) return 0;
     std::sort(v.begin(), v.end(), [latest](const item& a, const item& b) { return latest ? a.op > b.op : a.op < b.op; });
-    std::size_t m = 0;
-    std::uint64_t got = 0;
-    while (m < v.size() && got < need) got += v[m++].bytes;
-    double out = 0, rest = static_cast<double>(std::min(got, need));
-    for (std::size_t i = 0; i < m && rest > 0; ++i) {
-      out = std::max(out, fixed(v[i].op) + rest / bw);
-      rest -= static_cast<double>(v[i].bytes);
-    }
-    return out;
+    copy_curve c;
+    c.build(v, bw, fixed);
+    return c.at(static_cast<double>(need));
   }
+
 
   const trace& t_;
   const lifetime_report& r_;
