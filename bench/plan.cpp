@@ -278,7 +278,8 @@ void recompute_targets(const std::vector<row>& rows, Verdict& verdict) {
                                                      "bert-large", "resnet50", "resnet152"};
   double log_ideal = 0, log_state = 0, log_ideal_lb = 0, log_state_lb = 0;
   std::size_t n_ideal = 0, n_state = 0;
-  std::string listed;
+  double log_heaviest = 0;  // the row that weighs most in the second mean
+  std::string heaviest;
   for (const auto& r : rows) {
     if (r.policy != "auto" || r.hw != "h200" || r.below_min || !r.feasible) continue;
     if (std::abs(r.ratio - 0.25) > 1e-6 && std::abs(r.ratio - 0.125) > 1e-6) continue;
@@ -288,7 +289,12 @@ void recompute_targets(const std::vector<row>& rows, Verdict& verdict) {
       log_ideal_lb += std::log(r.b.ideal_seconds / r.b.lower_bound_seconds);
       ++n_ideal;
     }
-    log_state += std::log(step / std::max(r.b.ideal_seconds, r.b.state_bound_seconds));
+    const double log_row = std::log(step / std::max(r.b.ideal_seconds, r.b.state_bound_seconds));
+    log_state += log_row;
+    if (heaviest.empty() || log_row > log_heaviest) {
+      log_heaviest = log_row;
+      heaviest = r.model + " at " + format_bytes(r.budget);
+    }
     log_state_lb += std::log(r.b.lower_bound_seconds / std::max(r.b.ideal_seconds, r.b.state_bound_seconds));
     ++n_state;
   }
@@ -310,6 +316,9 @@ void recompute_targets(const std::vector<row>& rows, Verdict& verdict) {
                 n_state, geo_state);
   verdict(geo_state <= 1.18, buf);
   std::printf("      (the lower bound allows no less than %.3f on these rows)\n", std::exp(log_state_lb / static_cast<double>(n_state)));
+  if (n_state > 1)
+    std::printf("      (the row that weighs most: %s, %.3fx; the other %zu rows: %.3f)\n", heaviest.c_str(),
+                std::exp(log_heaviest), n_state - 1, std::exp((log_state - log_heaviest) / static_cast<double>(n_state - 1)));
 }
 
 int run_zoo(const plan_args& a, runner& run) {
