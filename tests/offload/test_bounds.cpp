@@ -418,12 +418,50 @@ plan random_plan(const trace& t, const lifetime_report& r, std::uint64_t budget,
   return p;
 }
 
+// A budget from the least any plan needs up to 1/part of the way to the peak, at random.
+std::uint64_t random_budget(const lifetime_report& rep, std::mt19937_64& rng, std::uint64_t part) {
+  const std::uint64_t lo = rep.min_budget_bytes, hi = std::max(rep.peak_live_bytes, lo);
+  return std::uniform_int_distribution<std::uint64_t>(lo, lo + (hi - lo) / part)(rng);
+}
+
+// What check_plans has seen over a test's iterations.
+struct plans_seen {
+  int feasible = 0, recomputing = 0;
+  int copying = 0;  // feasible plans that rerun nothing and copy out
+};
+
+// `randoms` random plans, then every planner's, then `extra`, in that order: no feasible one
+// takes less than the lower bound or the state bound. `best` becomes the least feasible step.
+void check_plans(const trace& t, const lifetime_report& rep, const hw_profile& hw, std::uint64_t budget,
+                 const bounds& b, std::mt19937_64& rng, int randoms, int iter, plans_seen& seen, double& best,
+                 const std::vector<plan>& extra = {}) {
+  const auto& names = planner_names();
+  const int planners = static_cast<int>(names.size());
+  best = std::numeric_limits<double>::infinity();
+  for (int k = 0; k < randoms + planners + static_cast<int>(extra.size()); ++k) {
+    const auto p = k < randoms              ? random_plan(t, rep, budget, rng)
+                   : k < randoms + planners ? make_planner(names[static_cast<std::size_t>(k - randoms)])->make_plan(t, rep, hw, budget)
+                                            : extra[static_cast<std::size_t>(k - randoms - planners)];
+    const auto s = simulate(t, rep, p, hw);
+    if (!s.feasible()) continue;
+    ++seen.feasible;
+    seen.recomputing += s.recomputes > 0;
+    seen.copying += s.recomputes == 0 && s.d2h_bytes > 0;
+    best = std::min(best, s.step_seconds);
+    ASSERT_GE(s.step_seconds, b.lower_bound_seconds * (1 - 1e-9))
+        << "iteration " << iter << " plan " << k << " (" << p.policy << ") budget " << budget << " recomputes "
+        << s.recomputes;
+    ASSERT_GE(s.step_seconds, b.state_bound_seconds * (1 - 1e-9)) << "iteration " << iter << " plan " << k;
+  }
+}
+
 // No feasible plan, recomputing or not, beats the lower bound or the state bound, on random
 // traces, budgets, links (one or two copy engines) and host tiers, for the planners' plans and
 // many random ones; the bound is reached in some cases, so it has little slack to hide an error.
 TEST(Bounds, NoFeasiblePlanBeatsTheBound) {
   std::mt19937_64 rng(20261201);
-  int feasible = 0, recomputing = 0, tight = 0;
+  plans_seen seen;
+  int tight = 0;
   for (int iter = 0; iter < 300; ++iter) {
     const bool tiny = iter % 2 == 0;
     const auto t = iter % 4 < 2 ? random_training(rng, tiny) : random_trace(rng, tiny ? 6 : 40, tiny);
@@ -434,30 +472,16 @@ TEST(Bounds, NoFeasiblePlanBeatsTheBound) {
     hw.d2h_bytes_per_s = hw.h2d_bytes_per_s * std::uniform_real_distribution<double>(0.5, 2)(rng);
     hw.copy_engines = iter % 3 == 0 ? 1 : 2;
     if (iter % 5 == 0) hw.host_bytes = std::max<std::uint64_t>(rep.peak_live_bytes / 6, 1);
-    const std::uint64_t lo = rep.min_budget_bytes, hi = std::max(rep.peak_live_bytes, lo);
-    const auto budget = std::uniform_int_distribution<std::uint64_t>(lo, iter % 3 == 1 ? hi : lo + (hi - lo) / 3)(rng);
+    const auto budget = random_budget(rep, rng, iter % 3 == 1 ? 1 : 3);
     const auto b = compute_bounds(t, rep, hw, budget);
     ASSERT_GE(b.lower_bound_seconds, b.state_bound_seconds);
     ASSERT_GE(b.state_bound_seconds, b.ideal_seconds);
-    double best = std::numeric_limits<double>::infinity();
-    const int plans = tiny ? 120 : 30;
-    for (int k = 0; k < plans + static_cast<int>(planner_names().size()); ++k) {
-      const auto p = k < plans ? random_plan(t, rep, budget, rng)
-                               : make_planner(planner_names()[static_cast<std::size_t>(k - plans)])->make_plan(t, rep, hw, budget);
-      const auto s = simulate(t, rep, p, hw);
-      if (!s.feasible()) continue;
-      ++feasible;
-      recomputing += s.recomputes > 0;
-      best = std::min(best, s.step_seconds);
-      ASSERT_GE(s.step_seconds, b.lower_bound_seconds * (1 - 1e-9))
-          << "iteration " << iter << " plan " << k << " (" << p.policy << ") budget " << budget << " recomputes "
-          << s.recomputes;
-      ASSERT_GE(s.step_seconds, b.state_bound_seconds * (1 - 1e-9)) << "iteration " << iter << " plan " << k;
-    }
+    double best = 0;
+    ASSERT_NO_FATAL_FAILURE(check_plans(t, rep, hw, budget, b, rng, tiny ? 120 : 30, iter, seen, best));
     if (best <= b.lower_bound_seconds * (1 + 1e-9)) ++tight;
   }
-  EXPECT_GT(feasible, 4000);
-  EXPECT_GT(recomputing, 300);  // plans that rerun ops are checked, not only swapping ones
+  EXPECT_GT(seen.feasible, 4000);
+  EXPECT_GT(seen.recomputing, 300);  // plans that rerun ops are checked, not only swapping ones
   EXPECT_GT(tight, 60);
 }
 
@@ -521,7 +545,7 @@ TEST(Bounds, TheChargeForRerunsMeetsTheBestPlan) {
 TEST(Bounds, NoPlanBeatsTheChargeForCopiesOut) {
   std::mt19937_64 rng(29);
   auto uni = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
-  int feasible = 0, recomputing = 0, copying = 0;
+  plans_seen seen;
   double closest = std::numeric_limits<double>::infinity();
   for (int iter = 0; iter < 300; ++iter) {
     const int k = 1 + static_cast<int>(rng() % 5);
@@ -541,8 +565,7 @@ TEST(Bounds, NoPlanBeatsTheChargeForCopiesOut) {
     auto hw = test_hw(uni(1000, 10000));
     hw.d2h_bytes_per_s = hw.h2d_bytes_per_s * uni(0.5, 2);
     hw.copy_engines = iter % 3 == 0 ? 1 : 2;
-    const std::uint64_t lo = rep.min_budget_bytes, hi = std::max(rep.peak_live_bytes, lo);
-    const auto budget = std::uniform_int_distribution<std::uint64_t>(lo, lo + (hi - lo) / 2)(rng);
+    const auto budget = random_budget(rep, rng, 2);
     const auto b = compute_bounds(t, rep, hw, budget);
     plan rerun = plan::empty_for(t, "rerun", budget), copy = plan::empty_for(t, "copy", budget);
     for (int i = 0; i < k; ++i) {
@@ -557,26 +580,13 @@ TEST(Bounds, NoPlanBeatsTheChargeForCopiesOut) {
       copy.steps[static_cast<std::size_t>(at)].prefetches.push_back({a[i], tier::host, static_cast<op_index>(at)});
       copy.steps[static_cast<std::size_t>(at)].evictions.push_back({a[i], evict_action::drop});
     }
-    double best = std::numeric_limits<double>::infinity();
-    const int plans = 200 + static_cast<int>(planner_names().size());
-    for (int n = 0; n < plans + 2; ++n) {
-      const auto p = n < 200 ? random_plan(t, rep, budget, rng)
-                     : n < plans ? make_planner(planner_names()[static_cast<std::size_t>(n - 200)])->make_plan(t, rep, hw, budget)
-                                 : (n == plans ? rerun : copy);
-      const auto s = simulate(t, rep, p, hw);
-      if (!s.feasible()) continue;
-      ++feasible;
-      recomputing += s.recomputes > 0;
-      copying += s.recomputes == 0 && s.d2h_bytes > 0;
-      best = std::min(best, s.step_seconds);
-      ASSERT_GE(s.step_seconds, b.lower_bound_seconds * (1 - 1e-9))
-          << "iteration " << iter << " plan " << n << " (" << p.policy << ") recomputes " << s.recomputes;
-    }
+    double best = 0;
+    ASSERT_NO_FATAL_FAILURE(check_plans(t, rep, hw, budget, b, rng, 200, iter, seen, best, {rerun, copy}));
     closest = std::min(closest, best / b.lower_bound_seconds);
   }
-  EXPECT_GT(feasible, 4000);
-  EXPECT_GT(recomputing, 2000);  // plans that rerun ops are checked
-  EXPECT_GT(copying, 800);       // and plans that copy the values out and back instead
+  EXPECT_GT(seen.feasible, 4000);
+  EXPECT_GT(seen.recomputing, 2000);  // plans that rerun ops are checked
+  EXPECT_GT(seen.copying, 800);       // and plans that copy the values out and back instead
   EXPECT_LT(closest, 1 + 1e-9);  // the bound is met in some cases
 }
 
@@ -585,28 +595,19 @@ TEST(Bounds, NoPlanBeatsTheChargeForCopiesOut) {
 // bound with its charge for reruns.
 TEST(Bounds, NoPlanBeatsTheChargeForReruns) {
   std::mt19937_64 rng(7);
-  int feasible = 0, recomputing = 0;
+  plans_seen seen;
   for (int iter = 0; iter < 300; ++iter) {
     const auto t = random_training(rng, true, true);
     const auto rep = analyze(t);
     auto hw = test_hw(std::uniform_real_distribution<double>(100, 1000)(rng));
     hw.copy_engines = iter % 3 == 0 ? 1 : 2;
-    const std::uint64_t lo = rep.min_budget_bytes, hi = std::max(rep.peak_live_bytes, lo);
-    const auto budget = std::uniform_int_distribution<std::uint64_t>(lo, lo + (hi - lo) / 2)(rng);
+    const auto budget = random_budget(rep, rng, 2);
     const auto b = compute_bounds(t, rep, hw, budget);
-    for (int k = 0; k < 200 + static_cast<int>(planner_names().size()); ++k) {
-      const auto p = k < 200 ? random_plan(t, rep, budget, rng)
-                             : make_planner(planner_names()[static_cast<std::size_t>(k - 200)])->make_plan(t, rep, hw, budget);
-      const auto s = simulate(t, rep, p, hw);
-      if (!s.feasible()) continue;
-      ++feasible;
-      recomputing += s.recomputes > 0;
-      ASSERT_GE(s.step_seconds, b.lower_bound_seconds * (1 - 1e-9))
-          << "iteration " << iter << " plan " << k << " (" << p.policy << ") recomputes " << s.recomputes;
-    }
+    double best = 0;
+    ASSERT_NO_FATAL_FAILURE(check_plans(t, rep, hw, budget, b, rng, 200, iter, seen, best));
   }
-  EXPECT_GT(feasible, 4000);
-  EXPECT_GT(recomputing, 1000);  // plans that rerun ops are checked, not only swapping ones
+  EXPECT_GT(seen.feasible, 4000);
+  EXPECT_GT(seen.recomputing, 1000);  // plans that rerun ops are checked, not only swapping ones
 }
 
 // Training steps whose backward ops leave out some forward values (read only by the next
@@ -614,7 +615,7 @@ TEST(Bounds, NoPlanBeatsTheChargeForReruns) {
 // [Lower bound]): no feasible plan beats the bound with its charge for those chains.
 TEST(Bounds, NoPlanBeatsTheChargeForChains) {
   std::mt19937_64 rng(41);
-  int feasible = 0, recomputing = 0;
+  plans_seen seen;
   for (int iter = 0; iter < 300; ++iter) {
     const bool tiny = iter % 2 == 0;
     const auto t = random_training(rng, tiny, true, 0.5);
@@ -622,22 +623,13 @@ TEST(Bounds, NoPlanBeatsTheChargeForChains) {
     auto hw = test_hw(tiny ? std::uniform_real_distribution<double>(100, 5000)(rng) : std::uniform_real_distribution<double>(1e7, 1e9)(rng));
     hw.d2h_bytes_per_s = hw.h2d_bytes_per_s * std::uniform_real_distribution<double>(0.5, 2)(rng);
     hw.copy_engines = iter % 3 == 0 ? 1 : 2;
-    const std::uint64_t lo = rep.min_budget_bytes, hi = std::max(rep.peak_live_bytes, lo);
-    const auto budget = std::uniform_int_distribution<std::uint64_t>(lo, lo + (hi - lo) / 2)(rng);
+    const auto budget = random_budget(rep, rng, 2);
     const auto b = compute_bounds(t, rep, hw, budget);
-    for (int k = 0; k < 200 + static_cast<int>(planner_names().size()); ++k) {
-      const auto p = k < 200 ? random_plan(t, rep, budget, rng)
-                             : make_planner(planner_names()[static_cast<std::size_t>(k - 200)])->make_plan(t, rep, hw, budget);
-      const auto s = simulate(t, rep, p, hw);
-      if (!s.feasible()) continue;
-      ++feasible;
-      recomputing += s.recomputes > 0;
-      ASSERT_GE(s.step_seconds, b.lower_bound_seconds * (1 - 1e-9))
-          << "iteration " << iter << " plan " << k << " (" << p.policy << ") recomputes " << s.recomputes;
-    }
+    double best = 0;
+    ASSERT_NO_FATAL_FAILURE(check_plans(t, rep, hw, budget, b, rng, 200, iter, seen, best));
   }
-  EXPECT_GT(feasible, 4000);
-  EXPECT_GT(recomputing, 1000);
+  EXPECT_GT(seen.feasible, 4000);
+  EXPECT_GT(seen.recomputing, 1000);
 }
 
 // The same with host placement (Note [Host placement bound]): the updates of random training
