@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <nlohmann/json.hpp>
 
 #include "device/units.hpp"
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>  // callers that use the json values include <nlohmann/json.hpp>
 
 #include "prefetch/trace.hpp"
 

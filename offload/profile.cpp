@@ -9,6 +9,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <nlohmann/json.hpp>
 
 #include "device/error.hpp"
 #include "device/units.hpp"

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>  // callers that use the json values include <nlohmann/json.hpp>
 
 #include "prefetch/trace.hpp"
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
+#include <nlohmann/json.hpp>
 
 #include "device/error.hpp"
 #include "device/units.hpp"

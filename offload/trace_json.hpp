@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>  // callers that use the json values include <nlohmann/json.hpp>
 
 #include "prefetch/trace.hpp"
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>  // callers that use the json values include <nlohmann/json.hpp>
 
 #include "examples/common/trainer.hpp"
 

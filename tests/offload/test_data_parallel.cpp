@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <nlohmann/json.hpp>
 
 #include "device/error.hpp"
 #include "offload/data_parallel.hpp"

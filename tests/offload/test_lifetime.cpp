@@ -1,6 +1,7 @@
 // Tests of the lifetime analyzer on hand-built traces whose answers are worked out by hand:
 // uses, gaps (with the wrap-around gap of persistent tensors), live and needed bytes, peak.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "offload/lifetime.hpp"
 

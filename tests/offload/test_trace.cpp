@@ -1,6 +1,7 @@
 // Tests of the Trace type and its JSON form: validation and errors that name the position.
 // Round trip through JSON keeps every field.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "device/error.hpp"
 #include "offload/trace_json.hpp"
