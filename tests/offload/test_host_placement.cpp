@@ -1,8 +1,11 @@
 // Ops on the host (Note [Host ops] in prefetch/plan.hpp): simulator timelines worked out by hand
 // (1 s device ops, 1000 B/s links and host memory), the rules it enforces, the plan and executor
 // refusing what they cannot run, the zero-offload planner's placements, auto against it on
-// random training traces, and the profile and zoo knobs behind them.
+// random training traces, and the profile and zoo knobs behind them. Suite HostOpsOnZoo: auto
+// on whole zoo models, a minute or more each under the sanitizers; scripts/test runs them in its
+// optimized phase only.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "unit_hw.hpp"
 
@@ -406,7 +409,7 @@ TEST(HostOps, TheTailGoesBackToTheDevice) {
   EXPECT_EQ(detail::tail_on_device(t, {0, 0, 1, 1, 0}, sim), std::vector<char>({0, 0, 1, 1, 0}));
 }
 
-TEST(HostOps, AutoRunsTheLastGradientsStepsOnTheDevice) {
+TEST(HostOpsOnZoo, AutoRunsTheLastGradientsStepsOnTheDevice) {
   // GPT-2 medium at 1/4 of its peak on h200: with every step on the host, the embedding's step
   // (its gradient is done last) runs after the device has finished. auto keeps the other steps
   // on the host, runs that one on the device, and is faster than every step on the host.
@@ -470,7 +473,7 @@ TEST(HostOps, AutoKeepsTheFirstLayersStepsOnTheDeviceWhenTheForwardWaitsForTheir
   EXPECT_LT(a.stall_seconds, 0.01 * a.step_seconds);
 }
 
-TEST(HostOps, TheWeightsComeUpInTheOrderOfTheirUse) {
+TEST(HostOpsOnZoo, TheWeightsComeUpInTheOrderOfTheirUse) {
   // ResNet-152 at 1/8 of its peak on h200, every step on the host: every weight comes up at the
   // first op, in the order the forward pass reads them, so the stem's convolution waits for its
   // own weight only, not for the last layer's.

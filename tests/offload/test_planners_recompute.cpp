@@ -1,6 +1,8 @@
 // Planners that recompute (checkpoint, capuchin, auto): property tests over random
 // forward/backward traces with recomputable forward ops, checked by the simulator and by an
 // independent logical replay that understands reruns; hand cases where recomputing must win.
+// Suite PlannersRecomputeOnZoo: auto on whole zoo models, a minute or two each under the
+// sanitizers; scripts/test runs them in its optimized phase only.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -435,7 +437,7 @@ TEST(PlannersRecompute, SpreadChainsHoldLessAtOnce) {
 // Where memory is left for part of a transformer's values, auto remakes a share of them, the
 // single reruns first, instead of every value checkpoint remakes: less rerun time and a faster
 // step than checkpoint (gpt2-medium on h200 at a quarter of its peak: 61 ms against 154 ms).
-TEST(PlannersRecompute, AutoRemakesPartWhereMemoryIsLeft) {
+TEST(PlannersRecomputeOnZoo, AutoRemakesPartWhereMemoryIsLeft) {
   const auto t = make_model_trace("gpt2-medium");
   const auto rep = analyze(t);
   const auto hw = get_profile("h200");
@@ -589,7 +591,7 @@ TEST(PlannersRecompute, AutoRemakesWhatItsPlanWaitedFor) {
 // optimizer on the host: the plan drops values whose reruns cost more than swapping them would
 // on a link with time left; keeping the least worth of them, it is faster (54.07 -> 53.35 ms
 // when it was written).
-TEST(PlannersRecompute, AutoKeepsTheValuesLeastWorthTheirReruns) {
+TEST(PlannersRecomputeOnZoo, AutoKeepsTheValuesLeastWorthTheirReruns) {
   const auto r = plan_twice("gpt2-medium", 0.25, whole_plan);
   ASSERT_TRUE(r.after.feasible()) << r.after.violations.front();
   EXPECT_LT(r.after.step_seconds, r.before.step_seconds) << r.after.step_seconds << " against " << r.before.step_seconds;
@@ -599,7 +601,7 @@ TEST(PlannersRecompute, AutoKeepsTheValuesLeastWorthTheirReruns) {
 // The same stage at ResNet-152 at 1/8 of its peak: there the plan copied out and back values a
 // chain had made early and kept; made again before their own reads instead, the step shortens
 // (61.3 -> 50.6 ms for auto's whole search when it was written).
-TEST(PlannersRecompute, AutoMakesAgainWhatAChainMadeEarlyAndItsPlanCopied) {
+TEST(PlannersRecomputeOnZoo, AutoMakesAgainWhatAChainMadeEarlyAndItsPlanCopied) {
   const auto r = plan_twice("resnet152", 0.125, device_plan);
   ASSERT_TRUE(r.after.feasible()) << r.after.violations.front();
   EXPECT_LT(r.after.step_seconds, 0.9 * r.before.step_seconds) << r.after.step_seconds << " against " << r.before.step_seconds;
@@ -608,7 +610,7 @@ TEST(PlannersRecompute, AutoMakesAgainWhatAChainMadeEarlyAndItsPlanCopied) {
 // auto's stage 4 at ResNet-152 at 1/8 of its peak: single values dropped or kept more than
 // stage 3's plan does, each judged by the simulator, shorten the step (auto's whole search
 // 48.4 -> 42.1 ms when it was written); the plan stays feasible and within the budget.
-TEST(PlannersRecompute, AutoChangesSingleValuesWhereThatShortensTheStep) {
+TEST(PlannersRecomputeOnZoo, AutoChangesSingleValuesWhereThatShortensTheStep) {
   const auto r = plan_twice("resnet152", 0.125, whole_plan, 4);
   ASSERT_TRUE(r.after.feasible()) << r.after.violations.front();
   EXPECT_LT(r.after.step_seconds, 0.95 * r.before.step_seconds) << r.after.step_seconds << " against " << r.before.step_seconds;
@@ -702,7 +704,7 @@ TEST(PlannersRecompute, APinnedValueIsNeverEvicted) {
 // the gradient of layer1's last block output was copied out and back around the reruns of
 // layer2.0 and the compute waited for both copies; searched again with it kept on the device,
 // the step is shorter (68.4 -> 63.8 ms when it was written) and the plan never evicts it.
-TEST(PlannersRecompute, AutoSearchesAgainWithTheValueItWaitedForMostKept) {
+TEST(PlannersRecomputeOnZoo, AutoSearchesAgainWithTheValueItWaitedForMostKept) {
   const auto [t, rep, p, s] = auto_on_h200("resnet50", 0.125);
   ASSERT_TRUE(s.feasible()) << s.violations.front();
   tensor_id grad = 0;
