@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
+
+#include "device/error.hpp"
 
 namespace spillway::offload::detail {
 
@@ -199,6 +202,9 @@ class scheduler {
   // their own.
   trace fold(const std::vector<std::vector<op_index>>& reruns, std::vector<tensor_id>& origin) const {
     trace f = t_;
+    // Its reruns are the schedule's: a planner of the folded trace places copies, and reruns
+    // none of its own (unfold_plan keeps the schedule's alone), even one that could.
+    for (auto& op : f.ops) op.recomputable = false;
     const std::size_t nt = t_.tensors.size();
     origin.resize(nt);
     for (tensor_id x = 0; x < nt; ++x) origin[x] = x;
@@ -247,7 +253,6 @@ class scheduler {
       op.reads = std::move(reads);
       op.writes = std::move(writes);
       op.measured_seconds = seconds;
-      op.recomputable = false;
     }
     return f;
   }
@@ -313,6 +318,9 @@ plan unfold_plan(plan folded, const rerun_schedule& s, std::size_t tensors) {
   folded.initial_tier.resize(tensors);
   for (std::size_t k = 0; k < folded.steps.size(); ++k) {
     auto& st = folded.steps[k];
+    if (!st.recomputes.empty())
+      throw usage_error("unfold_plan: the plan reruns op " + std::to_string(st.recomputes.front()) + " before op " +
+                        std::to_string(k) + " of the folded trace, whose ops may not be rerun; plan it with a swap planner");
     for (auto& e : st.evictions) e.tensor = s.origin[e.tensor];
     for (auto& pf : st.prefetches) pf.tensor = s.origin[pf.tensor];
     if (k < s.reruns.size()) st.recomputes = s.reruns[k];

@@ -31,6 +31,7 @@ std::vector<remake_candidate> remake_candidates(const trace& t, const lifetime_r
 struct rerun_schedule {
   /// The trace with each op's reruns folded into it: the op also writes what its reruns write,
   /// reads what they read (less what they make), and lasts as long as they and it together.
+  /// None of its ops is recomputable: its reruns are these, fixed.
   trace folded;
   /// Per tensor of `folded`: the tensor of the original trace it is (a value a rerun makes
   /// again is a tensor of its own in the folded trace; the others keep their ids).
@@ -52,7 +53,8 @@ rerun_schedule schedule_reruns(const trace& t, const lifetime_report& r, const h
                                bool keep_made = true, bool spread = false, const std::vector<char>& again = {});
 
 /// Turns `folded`, a plan made for s.folded, into a plan for the trace the schedule was made
-/// from (`tensors` tensors): its tensors renamed back, the reruns added to its steps.
+/// from (`tensors` tensors): its tensors renamed back, the reruns added to its steps. No op of
+/// s.folded is recomputable, so a planner reruns none of them; usage_error if `folded` does.
 plan unfold_plan(plan folded, const rerun_schedule& s, std::size_t tensors);
 
 }  // namespace spillway::offload::detail

@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 
+#include "device/error.hpp"
 #include "offload/planner.hpp"
 #include "offload/planner_recompute.hpp"
 #include "offload/rerun_schedule.hpp"
@@ -418,6 +419,38 @@ TEST(PlannersRecompute, SpreadChainsGiveFeasiblePlans) {
   }
   EXPECT_GT(checked, 75);
   EXPECT_GT(spread_plans, 10) << "the traces must have chains to spread";
+}
+
+// The folded trace is for swap planners: its reruns are the schedule's, fixed. A planner that
+// would rerun ops (auto) reruns none of it, so every value the unfolded plan reads is there
+// (with ops of the folded trace left recomputable, auto dropped a value there and reran its
+// writer, unfold_plan kept the schedule's reruns alone, and the real trace read a lost value);
+// a plan of the folded trace that reruns an op is refused, not unfolded without it.
+TEST(PlannersRecompute, FoldedTracesLeaveNoOpToRerun) {
+  std::mt19937_64 rng(6);
+  int checked = 0;
+  for (int iter = 0; iter < 40; ++iter) {
+    const auto t = random_training(rng);
+    const auto hw = test_hw(iter % 2 ? 1e8 : 1e9);
+    const auto rep = analyze(t);
+    const auto cands = detail::remake_candidates(t, rep, hw);
+    const auto s = detail::schedule_reruns(t, rep, hw, cands, std::vector<char>(t.tensors.size(), 1), true, true);
+    if (s.remade == 0) continue;
+    SCOPED_TRACE("iteration " + std::to_string(iter));
+    for (const auto& op : s.folded.ops) EXPECT_FALSE(op.recomputable) << op.name;
+    const auto fr = analyze(s.folded);
+    const std::uint64_t budget = fr.min_budget_bytes + (std::max(fr.peak_live_bytes, fr.min_budget_bytes) - fr.min_budget_bytes) / 4;
+    auto pf = make_planner("auto")->make_plan(s.folded, fr, hw, budget);
+    EXPECT_EQ(pf.recompute_count(), 0u);
+    if (simulate(s.folded, pf, hw).feasible()) {
+      const auto sim = simulate(t, detail::unfold_plan(pf, s, t.tensors.size()), hw);
+      EXPECT_TRUE(sim.feasible()) << sim.violations.front();
+      ++checked;
+    }
+    pf.steps.back().recomputes.push_back(0);
+    EXPECT_THROW((void)detail::unfold_plan(pf, s, t.tensors.size()), usage_error);
+  }
+  EXPECT_GT(checked, 10);
 }
 
 // resnet50's values all dropped: spread, the folded trace needs far less memory at its largest
