@@ -42,7 +42,7 @@ namespace spillway {
 // plan expects it; make_layout (layout.cpp) mirrors this with the release points it is given.
 
 
-// Note [Timing events] is in executor_timing.cpp.
+// Note [Timing events] is in executor_timing.cpp, Note [Failed loads] in executor_failures.cpp.
 
 executor::executor(Device& device, arena_allocator& arena, tensor_backing& backing, executor_options options)
     : device_(&device),
@@ -127,6 +127,7 @@ void executor::read(tensor_id id, void* host) {
   check_readable(id);
   auto& st = state(id);
   if (st.awaiting_rerun && st.dev == nullptr && !st.tier_current) throw_awaiting_rerun(st, "a host read");
+  (void)forget_failed_load(id);  // then the tier copy is read (Note [Failed loads])
   if (st.dev != nullptr && st.dev_valid) {
     if (st.ready_pending) wait_landed(compute_, st);
     device_->copy_async(host, st.dev, st.desc.bytes, copy_kind::device_to_host, compute_);
@@ -376,27 +377,6 @@ void executor::evict(tensor_id id, tier to, bool on_demand) {
   stamp_end(d2h_, item);
   st.tier_current = true;
   free_device(st, d2h_);
-}
-
-void executor::check_loads(std::span<const tensor_id> ids) {
-  // A tensor read from NVMe is checked (CRC32C) before the op runs: a failed read must never
-  // reach a kernel. Loads from the host tier cannot fail. Only the read is waited for here: its
-  // H2D copy is then enqueued, and the op waits for it on the device.
-  for (auto id : ids) {
-    auto& st = state(id);
-    if (!st.loaded_from_nvme || !st.pending_load.valid()) continue;
-    try {
-      st.pending_load.wait_enqueued();
-    } catch (...) {
-      st.pending_load = {};
-      st.loaded_from_nvme = false;
-      device_->synchronize_stream(h2d_);
-      st.ready_pending = false;
-      drop_device(id);  // the tier copy stays: nothing is lost
-      throw;
-    }
-    st.loaded_from_nvme = false;
-  }
 }
 
 void executor::begin_iteration() {
@@ -695,18 +675,6 @@ void executor::retire(tensor_id id) {
   st.pending_load = {};
   st.tier_current = false;
   st.awaiting_rerun = false;
-}
-
-void executor::rethrow_move_errors() {
-  for (auto& t : tensors_) {
-    if (!t) continue;
-    for (auto* h : {&t->pending_save, &t->pending_load}) {
-      if (!h->valid()) continue;
-      auto e = h->error();
-      *h = {};
-      if (e) std::rethrow_exception(e);
-    }
-  }
 }
 
 executor_stats executor::end_iteration() {

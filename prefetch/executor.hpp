@@ -182,6 +182,9 @@ class executor {
   void wait_landed(stream s, tensor_state& st);  // s waits for st's load to be on the device
   bool landed(tensor_state& st);                 // st's load is on the device (never blocks)
   void check_loads(std::span<const tensor_id> ids);
+  // Note [Failed loads]: true when id's load from NVMe failed; its device copy is then gone.
+  bool forget_failed_load(tensor_id id);
+  void forget_failed_loads();  // waits for every NVMe load in flight; forgets those that failed
   void rethrow_move_errors();
   void adopt_layout();
 
