@@ -190,12 +190,15 @@ std::uint64_t executor::next_use(tensor_id id) const {
 
 bool executor::value_dead_after(tensor_id id, op_index k) const {
   // Per the trace the plan follows: the next op touching the tensor overwrites it without
-  // reading, or nothing touches it again (see the boundary rule below).
+  // reading, or nothing touches it again (see the boundary rule below). Parameters and optimizer
+  // state are never dead: an iteration that departs from the trace may read one before the op
+  // that the trace says overwrites it, so a drop the plan makes of one is a copy out instead.
   if (trace_ == nullptr || id >= uses_.size() || uses_[id].empty()) return false;
+  const tensor_kind kind = tensors_[id]->desc.kind;
+  if (is_persistent(kind) && kind != tensor_kind::gradient) return false;
   const auto& u = uses_[id];
   auto it = std::upper_bound(u.begin(), u.end(), k);
   op_index next = 0;
-  const tensor_kind kind = tensors_[id]->desc.kind;
   if (it != u.end()) {
     next = *it;
   } else if (kind == tensor_kind::gradient) {

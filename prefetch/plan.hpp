@@ -22,7 +22,10 @@ namespace spillway {
 ///    copy is complete (to NVMe the bytes go through a pinned host staging buffer).
 ///  - drop: free the device memory at once, without a copy. Legal only when the contents are
 ///    dead (a transient after its last use, or a tensor whose next use overwrites it without
-///    reading) or a valid copy already exists in a tier (an unchanged persistent tensor).
+///    reading) or a valid copy already exists in a tier (an unchanged persistent tensor). The
+///    executor keeps the value of a parameter or optimizer state whose next use overwrites it
+///    (a copy out in place of the drop): an iteration that departs from the trace may read it
+///    first. Only a gradient's value is ever dropped as dead.
 enum class evict_action : std::uint8_t { evict_to_host, evict_to_nvme, drop };
 [[nodiscard]] std::string_view to_string(evict_action a) noexcept;
 [[nodiscard]] std::optional<evict_action> parse_evict_action(std::string_view s) noexcept;
