@@ -2,6 +2,7 @@
 // plan.hpp), the checks that a rerun gives the bits its op gave, and values dropped for a rerun.
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "device/error.hpp"
 #include "prefetch/executor.hpp"
@@ -145,9 +146,64 @@ void executor::rerun(op_index o, op_index k, std::vector<tensor_id>& made) {
   ++stats_.recomputes;
 }
 
+// Note [Reruns on demand]
+// An iteration that departs from the trace (abandon_plan) may read a value that the plan dropped
+// for a rerun due later, or one the program released that only such a rerun would have made
+// again. The op that made it ran earlier in this iteration and its body is still at hand, so the
+// executor runs it again before the reading op, first remaking the same way any input of it that
+// is itself dropped or released (a chain; each writer precedes the one that reads its output).
+// Note [Rerun checks] holds unchanged: an input written again since the op ran is a usage_error
+// naming the op and the tensor. While the plan is followed, a read of a value it dropped with no
+// rerun before it is the plan's fault, and stays an error (throw_awaiting_rerun).
+
+bool executor::dropped_for_rerun(tensor_id id) {
+  const auto& st = state(id);
+  return st.awaiting_rerun && st.dev == nullptr && !st.tier_current;
+}
+
+void executor::run_reruns_on_demand(op_index k, std::span<const tensor_id> reads) {
+  std::vector<tensor_id> todo;
+  for (auto id : reads)
+    if (dropped_for_rerun(id)) todo.push_back(id);
+  if (todo.empty()) return;
+  const auto keep = pinned_;
+  const auto keep_writes = writes_;
+  std::vector<tensor_id> made;
+  try {
+    for (auto id : todo)
+      if (dropped_for_rerun(id)) remake(id, static_cast<op_index>(ran_.size()), k, made);
+  } catch (...) {
+    pinned_ = keep;
+    writes_ = keep_writes;
+    throw;
+  }
+  pinned_ = keep;
+  writes_ = keep_writes;
+}
+
+void executor::remake(tensor_id id, op_index before, op_index k, std::vector<tensor_id>& made) {
+  // The last recomputable op before `before` that wrote the tensor in this iteration.
+  auto writer = [&](tensor_id t, op_index below) -> std::optional<op_index> {
+    for (op_index o = std::min<op_index>(below, static_cast<op_index>(ran_.size())); o-- > 0;) {
+      const auto& w = ran_[o].writes;
+      if (ran_[o].ran && std::any_of(w.begin(), w.end(), [&](const auto& p) { return p.first == t; })) return o;
+    }
+    return std::nullopt;
+  };
+  const auto o = writer(id, before);
+  if (!o) throw_awaiting_rerun(state(id), "op " + std::to_string(k) + " (\"" + current_name_ + "\")");
+  for (const auto& [in, v] : ran_[*o].reads) {
+    const auto& st = state(in);
+    // A released input no recomputable op made is left to rerun(), which names it.
+    if (dropped_for_rerun(in) || (st.released && !st.rerun_temp && writer(in, *o))) remake(in, *o, k, made);
+  }
+  rerun(*o, k, made);
+}
+
 void executor::free_rerun_temps(op_index k) {
-  // Note [Rerun temps across steps]: one a later step's rerun reads stays until then.
-  const bool last = trace_ == nullptr || k + 1 >= trace_->ops.size();
+  // Note [Rerun temps across steps]: one a later step's rerun reads stays until then. With the
+  // plan abandoned no later step reruns anything.
+  const bool last = plan_ == nullptr || trace_ == nullptr || k + 1 >= trace_->ops.size();
   std::vector<tensor_id> kept;
   for (auto id : rerun_temps_) {
     if (!last && reruns_.next_rerun_read(id, k) != std::numeric_limits<op_index>::max()) {
