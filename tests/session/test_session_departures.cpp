@@ -17,6 +17,7 @@
 #include "device/error.hpp"
 #include "device/units.hpp"
 #include "offload/swap_policy.hpp"
+#include "../swap/swap_test_support.hpp"
 #include "watchdog.hpp"
 
 using namespace spillway;
@@ -167,9 +168,18 @@ TEST(SessionDepartures, RandomDeparturesGiveTheHostValuesAtEveryPolicy) {
     const auto want = run_host(iterations, init);
     const char* policy = policies[trial % std::size(policies)];
     const double ratio = trial % 4 < 2 ? 0.4 : 0.6;
-    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + policy + " at ratio " + std::to_string(ratio));
+    const bool nvme = trial % 3 == 2;  // everything that leaves the device goes to NVMe
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + policy + " at ratio " + std::to_string(ratio) +
+                 (nvme ? ", spilling to NVMe" : ""));
+    session_config c = config_for(policy, ratio);
+    test::temp_dir dir;
+    if (nvme) {
+      c.host_budget = 4_KiB;
+      c.nvme.directories = {dir.path()};
+      c.nvme.reserve = 64_MiB;
+    }
     std::vector<model> got;
-    ASSERT_NO_THROW(got = run_session(config_for(policy, ratio), iterations, init));
+    ASSERT_NO_THROW(got = run_session(c, iterations, init));
     ASSERT_EQ(got.size(), want.size());
     for (std::size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(got[i] == want[i]) << "after iteration " << i + 1;
   }
@@ -339,10 +349,18 @@ TEST(SessionDepartures, ReadsOfActivationsThePlanDroppedForARerunGiveTheHostValu
     const auto want = run_layered_host(layers, steps);
     const char* policy = policies[trial % std::size(policies)];
     const double ratio = trial % 2 == 0 ? 0.4 : 0.55;
+    const bool nvme = trial % 3 == 1;
     SCOPED_TRACE("trial " + std::to_string(trial) + ": " + policy + " at ratio " + std::to_string(ratio) + ", " +
-                 std::to_string(layers) + " layers");
+                 std::to_string(layers) + " layers" + (nvme ? ", spilling to NVMe" : ""));
+    session_config c = config_for(policy, ratio);
+    test::temp_dir dir;
+    if (nvme) {
+      c.host_budget = 4_KiB;
+      c.nvme.directories = {dir.path()};
+      c.nvme.reserve = 64_MiB;
+    }
     layered got;
-    ASSERT_NO_THROW(got = run_layered(config_for(policy, ratio), layers, steps));
+    ASSERT_NO_THROW(got = run_layered(c, layers, steps));
     EXPECT_TRUE(got.readings == want.readings);
     EXPECT_TRUE(got.w == want.w);
     recomputes += got.recomputes;
