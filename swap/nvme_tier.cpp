@@ -324,7 +324,9 @@ void nvme_tier::place(record& r, const std::string& name) {
       throw out_of_memory("nvme tier: out of swap space for tensor '" + name + "' (" + format_bytes(r.bytes) + ", " +
                           std::to_string(n) + " blocks of " + format_bytes(bs) + "): capacity " +
                           format_bytes(space_.size() * space_[0].total_blocks() * bs) + ", stored " +
-                          format_bytes(stored_bytes_) + ", free " + format_bytes(st_free) + " (" + per_file + ")");
+                          format_bytes(stored_bytes_) + " in whole blocks, free " + format_bytes(st_free) + " (" +
+                          per_file + "); give a larger reserve, a block size nearer the tensors' sizes, or "
+                          "grow_on_demand");
     }
     std::uint64_t j = 0;
     for (const auto& e : got) {
