@@ -20,7 +20,8 @@ namespace session_detail {
 // margin: the sum is an upper bound for the plan, and what the executor evicts beyond the plan
 // grows the tier when it happens. A full disk is thus an error when the plan is made, not in
 // the middle of an iteration. A non-zero nvme.reserve is reserved at start and is all there is;
-// the planner is given exactly that.
+// the planner is given exactly that, and a plan whose sum exceeds it is a config_error when it is
+// made (the planner counts tensor bytes, the tier whole blocks: small tensors take far more).
 
 /// Bytes the plan may keep on the NVMe tier at once, as the tier with options `o` stores them.
 std::uint64_t nvme_bytes_of(const plan& p, const trace& t, const nvme_options& o) {

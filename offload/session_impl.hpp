@@ -385,8 +385,18 @@ class session_impl {
       fitted.layout = make_layout(t, ph.p, exec->release_points());
     }
     ph.p.validate(t);
-    if (stack->nvme() != nullptr && cfg.nvme.reserve == 0)  // Note [Sizing the NVMe tier]
-      stack->nvme()->reserve(nvme_bytes_of(ph.p, t, stack->nvme()->options()));
+    if (stack->nvme() != nullptr) {  // Note [Sizing the NVMe tier]
+      const std::uint64_t need = nvme_bytes_of(ph.p, t, stack->nvme()->options());
+      if (cfg.nvme.reserve == 0) {
+        stack->nvme()->reserve(need);
+      } else if (need > stack->nvme()->stats().capacity_bytes) {
+        throw config_error("nvme.reserve: " + format_bytes(cfg.nvme.reserve) + " reserved, but the plan for budget " +
+                           format_bytes(stack->budget().bytes()) + " may keep " + format_bytes(need) +
+                           " on the NVMe tier at once (each tensor in whole blocks of nvme.block_size, " +
+                           format_bytes(cfg.nvme.block_size) + "); give nvme.reserve of at least " + format_bytes(need) +
+                           ", 0 to size it from the plan, or a larger host_budget");
+      }
+    }
     ph.recorded = std::move(t);
     ph.layout = std::move(fitted.layout);
     ph.footprint = report.peak_live_bytes;

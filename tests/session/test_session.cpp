@@ -376,6 +376,57 @@ TEST(SessionNvme, FailedWriteKeepsTheBytesOnTheHostAndSaysWhich) {
   EXPECT_EQ(back, want) << "the changed tensor was lost";
 }
 
+// A fixed nvme.reserve smaller than what the plan may keep on NVMe, counted as the tier stores
+// tensors (whole 1 MiB blocks: eight 16 KiB tensors take 8 MiB, not 128 KiB), is refused when the
+// plan is made, naming the setting and the least reserve, and the tensors keep their values. (The
+// plan is edited to send every tensor to NVMe after its op; the recording iteration needs none.)
+TEST(SessionNvme, AFixedReserveBelowWhatThePlanKeepsThereIsRefusedWhenThePlanIsMade) {
+  spillway::testing::watchdog dog("AFixedReserveBelowWhatThePlanKeepsThere", std::chrono::seconds(60));
+  test::temp_dir dir;
+  auto cfg = nvme_config(dir.path());
+  cfg.nvme.reserve = 4_MiB;
+  cfg.host_budget = 0;
+  session_hooks hooks;
+  hooks.edit_plan = [](const trace& t, plan& p) {
+    for (op_index k = 0; k < t.ops.size(); ++k)
+      p.steps[k].evictions.push_back(eviction{t.ops[k].writes.at(0), evict_action::evict_to_nvme});
+  };
+  Session s(cfg, hooks);
+  std::vector<tensor_handle> w;
+  std::vector<std::vector<unsigned char>> init;
+  for (int i = 0; i < 8; ++i) {
+    init.push_back(test::random_bytes(16_KiB, 40 + i));
+    w.push_back(s.add_persistent("w" + std::to_string(i), 16_KiB, tensor_kind::parameter, init.back().data()));
+  }
+  std::string refused;
+  int ran = 0;
+  try {
+    for (int it = 0; it < 3; ++it) {
+      s.begin_iteration();
+      for (int i = 0; i < 8; ++i) {
+        auto op = s.op("step" + std::to_string(i), {w[i]}, {w[i]});
+        op.device().launch_kernel(op.stream(), [p = op.ptr<unsigned char>(w[i])] { p[0] ^= 1; });
+      }
+      (void)s.end_iteration();
+      ++ran;
+    }
+  } catch (const config_error& e) {
+    refused = e.what();
+  }
+  ASSERT_FALSE(refused.empty()) << "a plan keeping 8 MiB of blocks on a 4 MiB reserve was taken";
+  EXPECT_NE(refused.find("nvme.reserve: 4.00 MiB"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("give nvme.reserve of at least 8.00 MiB"), std::string::npos) << refused;
+  EXPECT_EQ(ran, 0) << "the plan is made, and refused, as the recording iteration ends";
+  // The recording iteration ran whole: each tensor has its first byte flipped once.
+  for (int i = 0; i < 8; ++i) {
+    std::vector<unsigned char> back(16_KiB);
+    s.read(w[i], back.data(), back.size());
+    auto want = init[i];
+    want[0] ^= 1;
+    EXPECT_EQ(back, want) << "w" << i;
+  }
+}
+
 // set_device_budget between iterations, property style: random models, the first iteration at
 // the whole device, then random budgets between the least and the footprint, lower and higher in
 // turn. Data is never stale or lost, no iteration passes the budget in force, and the iteration
