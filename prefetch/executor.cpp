@@ -313,8 +313,9 @@ bool executor::fetch(tensor_id id, bool on_demand) {
   }
   SPILLWAY_EXPECTS_T(usage_error, st.tier_current,
                      "executor: op " + std::to_string(current_op_) + " reads tensor \"" + st.desc.name +
-                         "\", which holds no value: no op wrote it yet, or the recorded trace overwrites it before "
-                         "reading it again and its old value was dropped (this iteration departs from the trace)");
+                         "\", which holds no value: no op wrote it yet, or it is a gradient that the recorded trace "
+                         "overwrites before reading again, so its old value was dropped (this iteration departs from "
+                         "the trace; keep a value that must outlive the step in an optimizer_state tensor)");
   void* dev = allocate_for(id, h2d_, /*may_evict=*/on_demand);
   if (dev == nullptr) return false;  // a prefetch that does not fit now; fetched on demand later
   // The load reads the tier copy a save may still be writing: a device-side wait for a save to

@@ -369,3 +369,39 @@ TEST(SessionDepartures, ReadsOfActivationsThePlanDroppedForARerunGiveTheHostValu
 }
 
 }  // namespace
+
+namespace {
+
+// The one value a plan may drop that a departing iteration can miss: a gradient after the step
+// read it, dead because the recorded backward pass overwrites it before reading it. An op that
+// reads it first gets a usage_error that names it and says why.
+TEST(SessionDepartures, AGradientReadBeforeTheTracesOverwriteIsAnErrorThatSaysWhy) {
+  Session s(config_for("lms", 0));
+  std::vector<tensor_handle> w, g;
+  for (int i = 0; i < 4; ++i) {
+    w.push_back(s.add_persistent("w" + std::to_string(i), bytes, tensor_kind::parameter));
+    g.push_back(s.add_persistent("g" + std::to_string(i), bytes, tensor_kind::gradient));
+  }
+  auto iteration = [&](bool read_first) {
+    s.begin_iteration();
+    if (read_first) { auto op = s.op("log.grad_norm", {g[0]}, {}); }
+    for (int i = 3; i >= 0; --i) { auto op = s.op("bwd" + std::to_string(i), {w[i]}, {g[i]}); }
+    for (int i = 0; i < 4; ++i) { auto op = s.op("adam" + std::to_string(i), {w[i], g[i]}, {w[i]}); }
+    (void)s.end_iteration();
+  };
+  iteration(false);  // records at the whole device
+  s.set_device_budget(3 * bytes);
+  iteration(false);
+  iteration(false);  // follows: every gradient leaves after its step, dead
+  try {
+    iteration(true);
+    FAIL() << "a dropped gradient was read";
+  } catch (const usage_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("\"g0\""), std::string::npos) << m;
+    EXPECT_NE(m.find("gradient"), std::string::npos) << m;
+    EXPECT_NE(m.find("optimizer_state"), std::string::npos) << m;
+  }
+}
+
+}  // namespace
