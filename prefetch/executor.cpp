@@ -492,7 +492,7 @@ void executor::begin_op(op_index k, std::span<const tensor_id> reads, std::span<
   if (placed_on_host(k)) abandon_plan();
   issue_prefetches(k);
   if (plan_ != nullptr && k < plan_->steps.size() && !plan_->steps[k].recomputes.empty()) run_recomputes(k);
-  if (plan_ == nullptr) run_reruns_on_demand(k, reads);  // the iteration departed from the plan
+  if (plan_ == nullptr) run_reruns_on_demand(k, reads, writes);  // the iteration departed from the plan
   wait_if_synchronous(k);
 
   alloc_slot_ = layout_slot::place(k);

@@ -162,7 +162,8 @@ class executor {
   // Recomputation (executor_recompute.cpp, Note [Rerun checks]).
   void run_recomputes(op_index k);
   void rerun(op_index o, op_index k, std::vector<tensor_id>& made);
-  void run_reruns_on_demand(op_index k, std::span<const tensor_id> reads);  // Note [Reruns on demand]
+  void run_reruns_on_demand(op_index k, std::span<const tensor_id> reads,  // Note [Reruns on demand]
+                            std::span<const tensor_id> writes);
   void remake(tensor_id id, op_index before, op_index k, std::vector<tensor_id>& made);
   bool dropped_for_rerun(tensor_id id);
   void note_op_inputs(op_index k, std::span<const tensor_id> reads);

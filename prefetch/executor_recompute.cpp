@@ -152,6 +152,8 @@ void executor::rerun(op_index o, op_index k, std::vector<tensor_id>& made) {
 // again. The op that made it ran earlier in this iteration and its body is still at hand, so the
 // executor runs it again before the reading op, first remaking the same way any input of it that
 // is itself dropped or released (a chain; each writer precedes the one that reads its output).
+// Before an op that overwrites an input of such an op (an in-place op the trace did not have),
+// the values it dropped are made at once, while the input still holds what the op read.
 // Note [Rerun checks] holds unchanged: an input written again since the op ran is a usage_error
 // naming the op and the tensor. While the plan is followed, a read of a value it dropped with no
 // rerun before it is the plan's fault, and stays an error (throw_awaiting_rerun).
@@ -161,10 +163,20 @@ bool executor::dropped_for_rerun(tensor_id id) {
   return st.awaiting_rerun && st.dev == nullptr && !st.tier_current;
 }
 
-void executor::run_reruns_on_demand(op_index k, std::span<const tensor_id> reads) {
+void executor::run_reruns_on_demand(op_index k, std::span<const tensor_id> reads, std::span<const tensor_id> writes) {
   std::vector<tensor_id> todo;
   for (auto id : reads)
     if (dropped_for_rerun(id)) todo.push_back(id);
+  // A value whose op read what this op writes is made now, while that input still holds it.
+  for (op_index o = 0; o < ran_.size() && !writes.empty(); ++o) {
+    const auto& r = ran_[o];
+    if (!r.ran || std::none_of(r.reads.begin(), r.reads.end(), [&](const auto& in) {
+          return std::find(writes.begin(), writes.end(), in.first) != writes.end();
+        }))
+      continue;
+    for (const auto& out : r.writes)
+      if (dropped_for_rerun(out.first)) todo.push_back(out.first);
+  }
   if (todo.empty()) return;
   const auto keep = pinned_;
   const auto keep_writes = writes_;

@@ -194,6 +194,7 @@ struct peek {
   int after = 0;   // after layer `after`'s forward ops
   int layer = 0;   // of a[layer] (when !mid) or h[layer] (when mid), layer <= after
   bool mid = false;
+  bool poke = false;  // an in-place op on it instead of a read: x ^= 0x9e3779b9
   bool operator==(const peek&) const = default;
 };
 
@@ -222,8 +223,15 @@ layered run_layered_host(int layers, const std::vector<std::vector<peek>>& steps
         h[l][i] = f1(r.w[l][i], a[l][i]);
         a[l + 1][i] = f2(h[l][i]);
       }
-      for (const auto& p : steps[step])
-        if (p.after == l) r.readings.push_back(p.mid ? h[p.layer] : a[p.layer]);
+      for (const auto& p : steps[step]) {
+        if (p.after != l) continue;
+        auto& x = p.mid ? h[p.layer] : a[p.layer];
+        if (p.poke) {
+          for (auto& v : x) v ^= 0x9e3779b9u;
+        } else {
+          r.readings.push_back(x);
+        }
+      }
     }
     std::vector<std::uint32_t> d(words), d_in(words);
     for (std::size_t i = 0; i < words; ++i) d[i] = a[layers][i] ^ 0x5bd1e995u;
@@ -278,8 +286,16 @@ layered run_layered(const session_config& c, int layers, const std::vector<std::
       });
       for (const auto& p : steps[step]) {
         if (p.after != l) continue;
-        r.readings.emplace_back(words);
-        s.read(p.mid ? h[p.layer] : a[p.layer], r.readings.back().data(), bytes);
+        const auto x = p.mid ? h[p.layer] : a[p.layer];
+        if (p.poke) {
+          auto op = s.op("poke", {x}, {x});
+          op.run([&](const host_access& m) {
+            for (std::size_t i = 0; i < words; ++i) m.ptr<std::uint32_t>(x)[i] ^= 0x9e3779b9u;
+          });
+        } else {
+          r.readings.emplace_back(words);
+          s.read(x, r.readings.back().data(), bytes);
+        }
       }
     }
     auto d = s.add_transient("d" + std::to_string(layers), bytes);
@@ -322,8 +338,9 @@ layered run_layered(const session_config& c, int layers, const std::vector<std::
   return r;
 }
 
-// Property: random host reads of activations, added to and taken from the loop between
-// iterations, under plans that drop activations for reruns; the values are the host's.
+// Property: random host reads of activations, and in-place ops on them, added to and taken from
+// the loop between iterations, under plans that drop activations for reruns; the values are the
+// host's.
 TEST(SessionDepartures, ReadsOfActivationsThePlanDroppedForARerunGiveTheHostValues) {
   spillway::testing::watchdog dog("ReadsOfActivations", std::chrono::seconds(240));
   std::mt19937 rng(4122026);
@@ -336,6 +353,7 @@ TEST(SessionDepartures, ReadsOfActivationsThePlanDroppedForARerunGiveTheHostValu
       p.after = static_cast<int>(rng() % layers);
       p.layer = static_cast<int>(rng() % (p.after + 1));
       p.mid = rng() % 2 == 0;
+      p.poke = rng() % 3 == 0;
       return p;
     };
     std::vector<std::vector<peek>> steps = {{}, {}};
