@@ -64,19 +64,30 @@ void executor::throw_awaiting_rerun(const tensor_state& st, const std::string& r
                     " that has not run before it; the plan must recompute it before this read, or keep or save the value");
 }
 
-void executor::run_recomputes(op_index k) {
-  const auto keep = pinned_;
-  const auto keep_writes = writes_;
-  std::vector<tensor_id> made;  // outputs of this step's reruns so far: kept for later entries
-  try {
-    for (op_index o : plan_->steps[k].recomputes) rerun(o, k, made);
-  } catch (...) {
-    pinned_ = keep;
-    writes_ = keep_writes;
-    throw;
+namespace {
+/// Reruns borrow the open op's pinned and written lists; this gives them back, however they end.
+class op_lists_kept {
+ public:
+  op_lists_kept(std::vector<tensor_id>& pinned, std::vector<tensor_id>& writes)
+      : pinned_(pinned), writes_(writes), pinned_before_(pinned), writes_before_(writes) {}
+  op_lists_kept(const op_lists_kept&) = delete;
+  op_lists_kept& operator=(const op_lists_kept&) = delete;
+  ~op_lists_kept() {
+    pinned_ = std::move(pinned_before_);
+    writes_ = std::move(writes_before_);
   }
-  pinned_ = keep;
-  writes_ = keep_writes;
+
+ private:
+  std::vector<tensor_id>& pinned_;
+  std::vector<tensor_id>& writes_;
+  std::vector<tensor_id> pinned_before_, writes_before_;
+};
+}  // namespace
+
+void executor::run_recomputes(op_index k) {
+  const op_lists_kept kept{pinned_, writes_};
+  std::vector<tensor_id> made;  // outputs of this step's reruns so far: kept for later entries
+  for (op_index o : plan_->steps[k].recomputes) rerun(o, k, made);
 }
 
 void executor::rerun(op_index o, op_index k, std::vector<tensor_id>& made) {
@@ -178,19 +189,10 @@ void executor::run_reruns_on_demand(op_index k, std::span<const tensor_id> reads
       if (dropped_for_rerun(out.first)) todo.push_back(out.first);
   }
   if (todo.empty()) return;
-  const auto keep = pinned_;
-  const auto keep_writes = writes_;
+  const op_lists_kept kept{pinned_, writes_};
   std::vector<tensor_id> made;
-  try {
-    for (auto id : todo)
-      if (dropped_for_rerun(id)) remake(id, static_cast<op_index>(ran_.size()), k, made);
-  } catch (...) {
-    pinned_ = keep;
-    writes_ = keep_writes;
-    throw;
-  }
-  pinned_ = keep;
-  writes_ = keep_writes;
+  for (auto id : todo)
+    if (dropped_for_rerun(id)) remake(id, static_cast<op_index>(ran_.size()), k, made);
 }
 
 void executor::remake(tensor_id id, op_index before, op_index k, std::vector<tensor_id>& made) {

@@ -76,6 +76,15 @@ session_config config_for(const std::string& policy, double ratio) {
   return c;
 }
 
+/// With `nvme_dir`, everything that leaves the device goes to NVMe (a host tier of 4 KiB).
+session_config config_for(const std::string& policy, double ratio, const std::string& nvme_dir) {
+  session_config c = config_for(policy, ratio);
+  c.host_budget = 4_KiB;
+  c.nvme.directories = {nvme_dir};
+  c.nvme.reserve = 64_MiB;
+  return c;
+}
+
 /// Runs the iterations through a Session and returns every tensor's value after each iteration.
 std::vector<model> run_session(const session_config& c, const std::vector<std::vector<op_spec>>& iterations,
                                const model& init) {
@@ -168,16 +177,11 @@ TEST(SessionDepartures, RandomDeparturesGiveTheHostValuesAtEveryPolicy) {
     const auto want = run_host(iterations, init);
     const char* policy = policies[trial % std::size(policies)];
     const double ratio = trial % 4 < 2 ? 0.4 : 0.6;
-    const bool nvme = trial % 3 == 2;  // everything that leaves the device goes to NVMe
+    const bool nvme = trial % 3 == 2;
     SCOPED_TRACE("trial " + std::to_string(trial) + ": " + policy + " at ratio " + std::to_string(ratio) +
                  (nvme ? ", spilling to NVMe" : ""));
-    session_config c = config_for(policy, ratio);
     test::temp_dir dir;
-    if (nvme) {
-      c.host_budget = 4_KiB;
-      c.nvme.directories = {dir.path()};
-      c.nvme.reserve = 64_MiB;
-    }
+    const session_config c = nvme ? config_for(policy, ratio, dir.path()) : config_for(policy, ratio);
     std::vector<model> got;
     ASSERT_NO_THROW(got = run_session(c, iterations, init));
     ASSERT_EQ(got.size(), want.size());
@@ -370,13 +374,8 @@ TEST(SessionDepartures, ReadsOfActivationsThePlanDroppedForARerunGiveTheHostValu
     const bool nvme = trial % 3 == 1;
     SCOPED_TRACE("trial " + std::to_string(trial) + ": " + policy + " at ratio " + std::to_string(ratio) + ", " +
                  std::to_string(layers) + " layers" + (nvme ? ", spilling to NVMe" : ""));
-    session_config c = config_for(policy, ratio);
     test::temp_dir dir;
-    if (nvme) {
-      c.host_budget = 4_KiB;
-      c.nvme.directories = {dir.path()};
-      c.nvme.reserve = 64_MiB;
-    }
+    const session_config c = nvme ? config_for(policy, ratio, dir.path()) : config_for(policy, ratio);
     layered got;
     ASSERT_NO_THROW(got = run_layered(c, layers, steps));
     EXPECT_TRUE(got.readings == want.readings);
