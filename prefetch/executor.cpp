@@ -406,6 +406,7 @@ void executor::begin_iteration() {
     reruns_ = plan_ != nullptr && trace_ != nullptr ? rerun_index(*trace_, *plan_) : rerun_index{};
   }
   ran_.clear();
+  ran_readers_.clear();
   stats_ = executor_stats{};
   probes_.clear();
   stamps_.clear();

@@ -221,6 +221,7 @@ class executor {
     std::vector<std::pair<tensor_id, std::uint64_t>> reads, writes;
   };
   std::vector<op_values> ran_;               // per op of this iteration (recomputable ops only)
+  std::vector<std::vector<op_index>> ran_readers_;  // per tensor, the ops of ran_ that read it (Note [Reruns on demand])
   std::vector<tensor_id> rerun_temps_;       // released tensors reruns made (Note [Rerun temps across steps])
 
   op_index current_op_ = 0;

@@ -178,15 +178,19 @@ void executor::run_reruns_on_demand(op_index k, std::span<const tensor_id> reads
   std::vector<tensor_id> todo;
   for (auto id : reads)
     if (dropped_for_rerun(id)) todo.push_back(id);
-  // A value whose op read what this op writes is made now, while that input still holds it.
-  for (op_index o = 0; o < ran_.size() && !writes.empty(); ++o) {
-    const auto& r = ran_[o];
-    if (!r.ran || std::none_of(r.reads.begin(), r.reads.end(), [&](const auto& in) {
-          return std::find(writes.begin(), writes.end(), in.first) != writes.end();
-        }))
-      continue;
-    for (const auto& out : r.writes)
-      if (dropped_for_rerun(out.first)) todo.push_back(out.first);
+  // A value whose op read what this op writes is made now, while that input still holds it. The
+  // ops that ran before the departure are all there will be: index their reads once.
+  if (ran_readers_.empty() && !ran_.empty()) {
+    ran_readers_.resize(tensors_.size());
+    for (op_index o = 0; o < ran_.size(); ++o)
+      if (ran_[o].ran)
+        for (const auto& in : ran_[o].reads) ran_readers_[in.first].push_back(o);
+  }
+  for (auto w : writes) {
+    if (w >= ran_readers_.size()) continue;
+    for (op_index o : ran_readers_[w])
+      for (const auto& out : ran_[o].writes)
+        if (dropped_for_rerun(out.first)) todo.push_back(out.first);
   }
   if (todo.empty()) return;
   const op_lists_kept kept{pinned_, writes_};
