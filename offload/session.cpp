@@ -41,6 +41,66 @@ std::uint64_t nvme_bytes_of(const plan& p, const trace& t, const nvme_options& o
   return sum;
 }
 
+// Note [Sizing the host tier]
+// A non-zero host_budget caps the host tier, and the planner is told so: what does not fit goes
+// to NVMe where there is a swap directory (the executor sends there what the full host tier does
+// not take). Two things still need the host tier itself:
+//  - with no NVMe tier, everything the plan keeps off the device: the plan is simulated when it
+//    is made, and its peak in the host tier is what it needs;
+//  - the ops a plan runs on the host read and write their tensors in the host tier, never on
+//    NVMe: the tensors only they touch stay there all along, and each op needs its others there
+//    while it runs.
+// A plan that needs more than host_budget would fail in the middle of a later iteration ("host
+// tier: out of memory"); it is a config_error when it is made, that says what would fit.
+// Iteration 1, before any plan, may still fill the tier on demand; that error says what to
+// change too.
+
+namespace {
+/// What the host tier must hold for the ops `p` runs on the host (Note [Sizing the host tier]).
+std::uint64_t host_op_bytes(const trace& t, const plan& p) {
+  std::vector<char> on_host_only(t.tensors.size(), 1), touched(t.tensors.size(), 0);
+  for (std::size_t k = 0; k < t.ops.size() && k < p.steps.size(); ++k)
+    for (const auto& ids : {t.ops[k].reads, t.ops[k].writes})
+      for (auto x : ids) {
+        touched[x] = 1;
+        if (!p.steps[k].on_host) on_host_only[x] = 0;
+      }
+  std::uint64_t resident = 0, widest = 0;
+  for (std::size_t x = 0; x < t.tensors.size(); ++x)
+    if (touched[x] && on_host_only[x]) resident += t.tensors[x].bytes;
+  for (std::size_t k = 0; k < t.ops.size() && k < p.steps.size(); ++k) {
+    if (!p.steps[k].on_host) continue;
+    std::vector<tensor_id> ids = t.ops[k].reads;
+    ids.insert(ids.end(), t.ops[k].writes.begin(), t.ops[k].writes.end());
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    std::uint64_t shared = 0;
+    for (auto x : ids)
+      if (!on_host_only[x]) shared += t.tensors[x].bytes;
+    widest = std::max(widest, shared);
+  }
+  return resident + widest;
+}
+}  // namespace
+
+void check_host_tier(const trace& t, const offload::lifetime_report& r, const plan& p, const offload::hw_profile& hw,
+                     const session_config& cfg, bool have_nvme) {
+  if (cfg.host_budget == 0) return;
+  const std::size_t host_ops = p.host_op_count();
+  if (have_nvme && host_ops == 0) return;
+  const std::uint64_t need = have_nvme ? host_op_bytes(t, p) : offload::simulate(t, r, p, hw).peak_host_bytes;
+  if (need <= cfg.host_budget) return;
+  std::string fixes = "give host_budget of at least " + format_bytes(need) + ", or 0 for no limit";
+  if (!have_nvme) fixes += ", or an NVMe swap directory (nvme.directories) for what leaves the device";
+  if (host_ops > 0) fixes += ", or host_ops = device to keep the steps on the device";
+  throw config_error("host_budget: " + format_bytes(cfg.host_budget) + ", but the plan for budget " +
+                     format_bytes(p.budget_bytes) + " needs up to " + format_bytes(need) + " in the host tier at once" +
+                     (have_nvme ? " for the " + std::to_string(host_ops) +
+                                      " ops it runs on the host, which keep their tensors there, never on NVMe"
+                                : std::string()) +
+                     "; " + fixes);
+}
+
 /// The phase of an op from its name, for planners that act on phases (vDNN): names that say
 /// forward/fwd, backward/bwd/grad, or adam/sgd/optim/step. Anything else is "other".
 op_phase phase_from_name(std::string_view name) {

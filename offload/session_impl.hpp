@@ -29,6 +29,7 @@
 #include "offload/planner.hpp"
 #include "offload/planner_host.hpp"
 #include "offload/profile.hpp"
+#include "offload/simulator.hpp"
 #include "offload/swap_policy.hpp"
 #include "prefetch/executor.hpp"
 #include "prefetch/executor_stack.hpp"
@@ -43,6 +44,10 @@ namespace session_detail {
 constexpr std::uint64_t initial_nvme_reserve = std::uint64_t{16} << 20;
 /// Bytes the plan may keep on the NVMe tier at once, as the tier with options `o` stores them.
 std::uint64_t nvme_bytes_of(const plan& p, const trace& t, const nvme_options& o);
+/// config_error when plan `p` keeps more in the host tier at once than host_budget (Note [Sizing
+/// the host tier] in session.cpp); `hw` as the plan was made for.
+void check_host_tier(const trace& t, const offload::lifetime_report& r, const plan& p, const offload::hw_profile& hw,
+                     const session_config& cfg, bool have_nvme);
 /// The phase of an op from its name (forward/fwd, backward/bwd/grad, adam/sgd/optim/step).
 op_phase phase_from_name(std::string_view name);
 std::string planner_name(const session_config& c);
@@ -397,6 +402,7 @@ class session_impl {
                            ", 0 to size it from the plan, or a larger host_budget");
       }
     }
+    check_host_tier(t, report, ph.p, hw, cfg, stack->nvme() != nullptr);
     ph.recorded = std::move(t);
     ph.layout = std::move(fitted.layout);
     ph.footprint = report.peak_live_bytes;

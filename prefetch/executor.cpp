@@ -188,6 +188,13 @@ std::uint64_t executor::next_use(tensor_id id) const {
   return never;  // a transient past its last use
 }
 
+bool executor::value_dead_before_first_use(tensor_id id) const {
+  if (trace_ == nullptr || id >= uses_.size() || uses_[id].empty()) return false;
+  const auto& op = trace_->ops[uses_[id].front()];
+  return std::find(op.writes.begin(), op.writes.end(), id) != op.writes.end() &&
+         std::find(op.reads.begin(), op.reads.end(), id) == op.reads.end();
+}
+
 bool executor::value_dead_after(tensor_id id, op_index k) const {
   // Per the trace the plan follows: the next op touching the tensor overwrites it without
   // reading, or nothing touches it again (see the boundary rule below). Parameters and optimizer
@@ -357,7 +364,7 @@ void executor::free_device(tensor_state& st, stream s) {
   note_memory();
 }
 
-void executor::evict(tensor_id id, tier to, bool on_demand) {
+void executor::evict(tensor_id id, tier to, bool on_demand, std::span<const tensor_id> keep) {
   auto& st = state(id);
   if (st.dev == nullptr) return;
   if (on_demand) ++stats_.on_demand_evictions;
@@ -377,10 +384,37 @@ void executor::evict(tensor_id id, tier to, bool on_demand) {
     d2h_waits_op_done_ = true;
   }
   timeline_item* item = options_.timeline ? stamp_start(d2h_, timeline_item::track::d2h, st.desc.name) : nullptr;
-  st.pending_save = backing_->save(id, st.desc.name, st.dev, st.desc.bytes, to, d2h_);
+  st.pending_save = with_tier_room(keep.empty() ? std::span<const tensor_id>(&id, 1) : keep, [&] { return backing_->save(id, st.desc.name, st.dev, st.desc.bytes, to, d2h_); });
   stamp_end(d2h_, item);
   st.tier_current = true;
   free_device(st, d2h_);
+}
+
+// Note [Redundant tier copies]
+// A load keeps the tier copy, so that a tensor that leaves the device again unchanged needs no
+// copy out. While the device holds the same value that copy is redundant, and the simulator
+// does not count it: a plan starts a tensor whose initial tier is the device with no tier copy,
+// so the host tier a plan is judged to fit (Note [Sizing the host tier] in offload/session.cpp)
+// leaves no room for such copies. When the tier is full, the executor lets them go, every copy
+// of a tensor whose device copy is valid, and tries once more; a later eviction of those
+// tensors then copies out again.
+std::size_t executor::free_redundant_copies(std::span<const tensor_id> keep) {
+  std::size_t freed = 0;
+  for (tensor_id id = 0; id < tensors_.size(); ++id) {
+    auto& t = tensors_[id];
+    if (!t || !t->tier_current) continue;
+    const bool on_device = t->dev != nullptr && t->dev_valid;
+    // A gradient only in the tier whose value the trace overwrites before reading it again: dead
+    // (value_dead_after's rule), so its copy goes too.
+    const bool dead = t->dev == nullptr && t->desc.kind == tensor_kind::gradient &&
+                      (current_op_ == 0 ? value_dead_before_first_use(id) : value_dead_after(id, current_op_ - 1));
+    if (!on_device && !dead) continue;
+    if (std::find(keep.begin(), keep.end(), id) != keep.end() || backing_->where(id) != tier::host) continue;
+    backing_->discard(id);
+    t->tier_current = false;
+    ++freed;
+  }
+  return freed;
 }
 
 void executor::begin_iteration() {
@@ -613,6 +647,7 @@ void executor::end_op(op_index k) {
   for (auto id : writes_) {
     auto& st = state(id);
     st.dev_valid = true;
+    if (st.tier_current) backing_->discard(id);  // its block goes back to the tier now
     st.tier_current = false;
     st.awaiting_rerun = false;
     ++st.version;

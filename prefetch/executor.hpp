@@ -172,11 +172,28 @@ class executor {
   [[noreturn]] void throw_awaiting_rerun(const tensor_state& st, const std::string& reader) const;
   void defragment();
   bool evict_one(std::uint64_t needed);
-  void evict(tensor_id id, tier to, bool on_demand);
+  /// `keep`: tensors whose tier copies stay if the tier is full (Note [Redundant tier copies]);
+  /// empty: `id`'s.
+  void evict(tensor_id id, tier to, bool on_demand, std::span<const tensor_id> keep = {});
+  /// Lets go of the tier copies that the device holds again (Note [Redundant tier copies]),
+  /// but those of `keep`; how many.
+  std::size_t free_redundant_copies(std::span<const tensor_id> keep);
+  /// `store()`, run again once after free_redundant_copies(keep) when the host tier is full.
+  template <class Store>
+  auto with_tier_room(std::span<const tensor_id> keep, Store store) {
+    try {
+      return store();
+    } catch (const out_of_memory&) {
+      if (free_redundant_copies(keep) == 0) throw;
+    }
+    return store();
+  }
   void drop_device(tensor_id id);
   void note_memory();
   [[nodiscard]] std::uint64_t next_use(tensor_id id) const;
   [[nodiscard]] bool value_dead_after(tensor_id id, op_index k) const;
+  /// Per the trace: its first op overwrites it without reading.
+  [[nodiscard]] bool value_dead_before_first_use(tensor_id id) const;
   [[nodiscard]] double now_us() const;
   event timing_event();         // from the pool (Note [Timing events])
   event mark_time(stream s);     // a timing event recorded on s now

@@ -56,12 +56,14 @@ std::vector<void*> executor::begin_host_op(op_index k, std::span<const tensor_id
   wait_if_synchronous(k);
   const auto t0 = std::chrono::steady_clock::now();
 
+  std::vector<tensor_id> mine(reads.begin(), reads.end());  // their tier copies are the op's: kept
+  mine.insert(mine.end(), writes.begin(), writes.end());
   // Values the op reads that are only on the device go to the host tier first.
   for (auto id : reads) {
     auto& st = state(id);
     if (st.tier_current) continue;
     if (st.dev != nullptr && st.dev_valid) {
-      evict(id, tier::host, /*on_demand=*/true);
+      evict(id, tier::host, /*on_demand=*/true, mine);
       continue;
     }
     if (st.awaiting_rerun) throw_awaiting_rerun(st, "host op " + std::to_string(k) + " (\"" + name + "\")");
@@ -83,7 +85,7 @@ std::vector<void*> executor::begin_host_op(op_index k, std::span<const tensor_id
   for (auto ids : {reads, writes}) {
     for (auto id : ids) {
       auto& st = state(id);
-      out.push_back(backing_->host_copy(id, st.desc.name, st.desc.bytes));  // waits for its moves
+      out.push_back(with_tier_room(mine, [&] { return backing_->host_copy(id, st.desc.name, st.desc.bytes); }));  // waits for its moves
     }
   }
   stats_.host_op_wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

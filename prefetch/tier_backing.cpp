@@ -118,6 +118,11 @@ void tier_backing::free_all_settled() {
   });
 }
 
+out_of_memory tier_backing::no_room(const out_of_memory& e, const std::string& name, const char* what) {
+  return out_of_memory(std::string(e.what()) + "; tensor \"" + name + "\" " + what +
+                       ": give a larger host budget or an NVMe swap directory");
+}
+
 void* tier_backing::allocate_host(const std::string& name, std::uint64_t bytes, std::unique_lock<std::mutex>& lock) {
   try {
     return host_.allocate(name, bytes);
@@ -157,10 +162,7 @@ move_handle tier_backing::save(tensor_id id, const std::string& name, const void
     try {
       block = allocate_host(name, bytes, lock);
     } catch (const out_of_memory& e) {
-      if (nvme_ == nullptr) {
-        throw out_of_memory(std::string(e.what()) + "; tensor \"" + name +
-                            "\" cannot leave the device: give a larger host budget or an NVMe swap directory");
-      }
+      if (nvme_ == nullptr) throw no_room(e, name, "cannot leave the device");
     }
   }
   auto& c = slot(id);  // after allocate_host, which may have let go of the lock
@@ -367,8 +369,8 @@ void tier_backing::put(tensor_id id, const std::string& name, const void* src, s
   if (to == tier::host || nvme_ == nullptr) {
     try {
       block = host_.allocate(name, bytes);
-    } catch (const out_of_memory&) {
-      if (nvme_ == nullptr) throw;
+    } catch (const out_of_memory& e) {
+      if (nvme_ == nullptr) throw no_room(e, name, "has nowhere to be stored");
     }
   }
   if (block != nullptr) {

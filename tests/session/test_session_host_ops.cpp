@@ -17,6 +17,7 @@
 #include "device/units.hpp"
 #include "offload/session_hooks.hpp"
 #include "offload/swap_policy.hpp"
+#include "../swap/swap_test_support.hpp"
 
 using namespace spillway;
 using namespace spillway::literals;
@@ -388,4 +389,96 @@ TEST(SessionHostOps, TheChromeTraceHasAHostTrack) {
   text << in.rdbuf();
   EXPECT_NE(text.str().find("\"host ops\""), std::string::npos);
   EXPECT_NE(text.str().find("l0.adam"), std::string::npos);
+}
+
+// The host tier a plan is judged to fit is all it takes: at host budgets just above what the
+// persistent tensors need, every policy that keeps its budget runs the plain loop's bits. Before,
+// copies the device held again and dead gradients' copies stayed in the tier, and zero-offload and
+// auto ran out of it in the second iteration.
+TEST(SessionHostOps, AHostBudgetThePlanFitsIsEnough) {
+  const auto want = plain(3);
+  const auto sizes = probe();
+  int ran = 0;
+  for (const char* host_ops : {"host", "device"}) {
+    for (const char* policy : {"lms", "auto", "checkpoint", "capuchin", "zero-offload"}) {
+      for (int blocks : {15, 16, 20}) {
+        const std::string where = std::string(policy) + ", host_ops " + host_ops + ", host budget " +
+                                  std::to_string(blocks) + " x 64 KiB";
+        auto c = config_for(policy, sizes.footprint / 2, host_ops);
+        c.host_budget = static_cast<std::uint64_t>(blocks) * bytes;
+        Session s(c);
+        counts n;
+        result got;
+        try {
+          got = wrapped(s, 3, n);
+        } catch (const config_error& e) {
+          // Refused as the plan is made is fine; running out in the middle of an iteration is not.
+          EXPECT_EQ(s.history().size(), 1u) << where << ": " << e.what();
+          EXPECT_NE(std::string(e.what()).find("host_budget"), std::string::npos) << where << ": " << e.what();
+          continue;
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << where << ": " << e.what();
+          continue;
+        }
+        EXPECT_EQ(got, want) << where;
+        EXPECT_LE(s.history().back().peak_device_bytes, sizes.footprint / 2) << where;
+        ++ran;
+      }
+    }
+  }
+  EXPECT_GE(ran, 25);
+}
+
+// The optimizer steps a plan runs on the host keep their tensors in the host tier, never on
+// NVMe: a host budget below them is refused as the plan is made, saying what would fit. Kept on
+// the device, the same steps run with their tensors on NVMe.
+TEST(SessionHostOps, AHostBudgetBelowWhatTheHostStepsKeepIsRefusedWhenThePlanIsMade) {
+  const auto want = plain(3);
+  const auto sizes = probe();
+  for (const char* policy : {"zero-offload", "auto"}) {
+    test::temp_dir dir;
+    auto c = config_for(policy, sizes.footprint / 2, "host");
+    c.host_budget = 4_KiB;
+    c.nvme.directories = {dir.path()};
+    {
+      Session s(c);
+      counts n;
+      std::string refused;
+      try {
+        (void)wrapped(s, 3, n);
+      } catch (const config_error& e) {
+        refused = e.what();
+      }
+      ASSERT_FALSE(refused.empty()) << policy << ": steps on the host were planned for a 4 KiB host tier";
+      EXPECT_EQ(s.history().size(), 1u) << policy << ": the recording iteration ran, the plan was refused";
+      EXPECT_NE(refused.find("host_budget: 4.00 KiB"), std::string::npos) << refused;
+      EXPECT_NE(refused.find("give host_budget of at least"), std::string::npos) << refused;
+      EXPECT_NE(refused.find("host_ops = device"), std::string::npos) << refused;
+      EXPECT_EQ(refused.find("nvme.directories"), std::string::npos) << "NVMe is there already: " << refused;
+    }
+    c.host_ops = "device";
+    Session s(c);
+    counts n;
+    EXPECT_EQ(wrapped(s, 3, n), want) << policy;
+    EXPECT_EQ(s.history().back().host_ops, 0u) << policy;
+    EXPECT_GT(s.history().back().nvme_write_bytes, 0u) << policy;
+  }
+}
+
+// Without NVMe, a host budget below what the persistent tensors take is an error as they are
+// added, before any iteration, that says what to change.
+TEST(SessionHostOps, PersistentTensorsBeyondTheHostBudgetAreAnErrorThatSaysWhatToChange) {
+  auto c = config_for("auto", probe().footprint / 2, "host");
+  c.host_budget = 4 * bytes;
+  Session s(c);
+  counts n;
+  try {
+    (void)wrapped(s, 1, n);
+    FAIL() << "15 tensors of 64 KiB were stored in a 256 KiB host tier";
+  } catch (const out_of_memory& e) {
+    EXPECT_TRUE(s.history().empty());
+    EXPECT_NE(std::string(e.what()).find("capacity 256.00 KiB"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("give a larger host budget or an NVMe swap directory"), std::string::npos)
+        << e.what();
+  }
 }
