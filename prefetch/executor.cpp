@@ -384,7 +384,9 @@ void executor::evict(tensor_id id, tier to, bool on_demand, std::span<const tens
     d2h_waits_op_done_ = true;
   }
   timeline_item* item = options_.timeline ? stamp_start(d2h_, timeline_item::track::d2h, st.desc.name) : nullptr;
-  st.pending_save = with_tier_room(keep.empty() ? std::span<const tensor_id>(&id, 1) : keep, [&] { return backing_->save(id, st.desc.name, st.dev, st.desc.bytes, to, d2h_); });
+  const auto kept = keep.empty() ? std::span<const tensor_id>(&id, 1) : keep;
+  st.pending_save =
+      with_tier_room(kept, [&] { return backing_->save(id, st.desc.name, st.dev, st.desc.bytes, to, d2h_); });
   stamp_end(d2h_, item);
   st.tier_current = true;
   free_device(st, d2h_);

@@ -85,7 +85,8 @@ std::vector<void*> executor::begin_host_op(op_index k, std::span<const tensor_id
   for (auto ids : {reads, writes}) {
     for (auto id : ids) {
       auto& st = state(id);
-      out.push_back(with_tier_room(mine, [&] { return backing_->host_copy(id, st.desc.name, st.desc.bytes); }));  // waits for its moves
+      // Waits for its moves.
+      out.push_back(with_tier_room(mine, [&] { return backing_->host_copy(id, st.desc.name, st.desc.bytes); }));
     }
   }
   stats_.host_op_wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
