@@ -20,6 +20,7 @@
 #include "offload/lifetime.hpp"
 #include "offload/planner.hpp"
 #include "offload/profile.hpp"
+#include "offload/sim_waits.hpp"
 #include "offload/simulator.hpp"
 #include "offload/trace_json.hpp"
 #include "offload/zoo.hpp"
@@ -44,6 +45,7 @@ struct plan_args {
   std::vector<std::string> policies;
   std::string json_file, svg_file, chrome_file;
   bool report = false;
+  std::size_t waits = 0;  // --waits: the longest waits of each row's compute stream to print
   ranks_args dp;  // --ranks and its knobs (bench/plan_ranks.hpp)
 };
 
@@ -114,6 +116,41 @@ void print_row(const row& r) {
               ms(r.sim.stall_seconds), ms(r.sim.recompute_seconds), gib(r.sim.peak_device_bytes), gib(r.sim.h2d_bytes), gib(r.sim.d2h_bytes),
               gib(r.sim.nvme_read_bytes + r.sim.nvme_write_bytes), r.plan_ms, r.model_tflops, r.hardware_tflops,
               r.feasible ? "yes" : "NO");
+}
+
+// --waits: where a row's step goes, phase by phase, and the longest waits of its compute stream
+// with the copies behind them (offload/sim_waits.hpp).
+void print_waits(const row& r, const trace& t, std::size_t most) {
+  if (r.below_min) return;
+  std::printf("  %s at %s:", r.policy.c_str(), format_bytes(r.budget).c_str());
+  const char* sep = "";
+  for (const auto& p : phase_uses(t, r.sim)) {
+    const double len = p.end - p.start;
+    if (len < 1e-5) continue;  // under 10 us: no share worth printing
+    std::printf("%s %s %.2f ms (compute %.0f%%, copies in %.0f%%, copies out %.0f%%)", sep, std::string(p.name).c_str(), ms(len),
+                100 * p.compute / len, 100 * p.h2d / len, 100 * p.d2h / len);
+    sep = ";";
+  }
+  const auto waits = waited_copies(r.sim, 0);
+  double waited = 0;
+  for (const auto& w : waits) waited += w.seconds;
+  std::printf("\n    the compute stream waits %.2f ms for copies in all", ms(waited));
+  if (waits.empty() || most == 0) {
+    std::printf("\n");
+    return;
+  }
+  std::printf("; the longest waits:\n");
+  for (std::size_t i = 0; i < std::min(most, waits.size()); ++i) {
+    const auto& w = waits[i];
+    std::printf("    %8.3f ms before %sop %u '%s':", ms(w.seconds), w.rerun ? "the rerun of " : "", w.op, t.ops[w.op].name.c_str());
+    for (std::size_t c = 0; c < w.copies.size(); ++c) {
+      const auto k = w.tracks[c];
+      const char* what = k == sim_track::h2d ? "copy in" : k == sim_track::d2h ? "copy out" : k == sim_track::nvme_read ? "NVMe read" : "NVMe write";
+      std::printf("%s %s of '%s' (%s)", c ? "," : "", what, t.tensors[w.copies[c]].name.c_str(),
+                  format_bytes(t.tensors[w.copies[c]].bytes).c_str());
+    }
+    std::printf("\n");
+  }
 }
 
 // Chrome trace (Perfetto): one process per row, tracks compute/h2d/d2h/nvme, a memory counter.
@@ -342,7 +379,10 @@ int run_zoo(const plan_args& a, runner& run) {
       const auto rep = analyze(t);
       const auto before = run.rows.size();
       run.run(model, t, hw, budgets_for(a, rep), rep, policies, model_flops(model, zo, t));
-      for (auto i = before; i < run.rows.size(); ++i) print_row(run.rows[i]);
+      for (auto i = before; i < run.rows.size(); ++i) {
+        print_row(run.rows[i]);
+        if (a.waits > 0) print_waits(run.rows[i], t, a.waits);
+      }
     }
   }
   // Targets.
@@ -457,10 +497,11 @@ int run_plan(const plan_args& a) {
     return run_ranks(dp, t);
   }
   runner run;
-  run.timeline = !a.chrome_file.empty();
+  run.timeline = !a.chrome_file.empty() || a.waits > 0;
   int code = 0;
   std::vector<std::pair<std::string, trace>> traces;
   if (a.model == "zoo") {
+    if (a.waits > 0) throw config_error("--waits: give one model (--model NAME or --trace FILE), not 'zoo'");
     code = run_zoo(a, run);
   } else {
     if (a.model.empty() == a.trace_file.empty()) throw config_error("give exactly one of --model and --trace");
@@ -479,7 +520,10 @@ int run_plan(const plan_args& a) {
       const auto hw = get_profile(hwname);
       const auto before = run.rows.size();
       run.run(name, t, hw, budgets, rep, policies_for(a), a.trace_file.empty() ? model_flops(a.model, zo, t) : 0);
-      for (auto i = before; i < run.rows.size(); ++i) print_row(run.rows[i]);
+      for (auto i = before; i < run.rows.size(); ++i) {
+        print_row(run.rows[i]);
+        if (a.waits > 0) print_waits(run.rows[i], t, a.waits);
+      }
     }
     if (!a.chrome_file.empty()) {
       json events = json::array();
@@ -529,6 +573,8 @@ command_registration reg("plan", [](CLI::App& app, int& exit_code) {
   sub->add_option("--svg", a->svg_file, "plot step time against budget, one line per policy")->check(writable_file);
   sub->add_option("--chrome-trace", a->chrome_file, "write the simulated timelines (Perfetto / chrome://tracing)")->check(writable_file);
   sub->add_flag("--report", a->report, "print the lifetime report of the trace");
+  sub->add_option("--waits", a->waits,
+                  "under each row: the share of each phase its streams are busy, and its N longest compute waits with the copies behind them");
   sub->add_option("--ranks", a->dp.ranks,
                   "data parallel over N ranks (ZeRO; per-rank batch fixed): predict the step and the scaling efficiency")
       ->check(CLI::Range(1u, 1u << 20));

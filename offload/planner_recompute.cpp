@@ -10,6 +10,7 @@
 
 #include "offload/plan_builder.hpp"
 #include "offload/rerun_schedule.hpp"
+#include "offload/sim_waits.hpp"
 #include "offload/simulator.hpp"
 
 namespace spillway::offload::detail {
@@ -176,33 +177,6 @@ std::vector<std::size_t> single_reruns(const trace& t, const lifetime_report& r,
     out.push_back(i);
   }
   return out;
-}
-
-std::vector<compute_wait> waited_copies(const sim_result& s, double least) {
-  std::vector<const sim_event*> ops, copies;
-  for (const auto& e : s.timeline) {
-    if (e.track == sim_track::compute || e.track == sim_track::recompute) ops.push_back(&e);
-    else if (e.track == sim_track::h2d || e.track == sim_track::d2h || e.track == sim_track::nvme_read ||
-             e.track == sim_track::nvme_write)
-      copies.push_back(&e);
-  }
-  std::sort(ops.begin(), ops.end(), [](auto* a, auto* b) { return a->start < b->start; });
-  std::sort(copies.begin(), copies.end(), [](auto* a, auto* b) { return a->end < b->end; });
-  std::vector<compute_wait> waits;
-  double free_at = 0;
-  for (const auto* e : ops) {
-    const double gap = e->start - free_at;
-    free_at = std::max(free_at, e->end);
-    if (gap < least) continue;
-    constexpr double same = 1e-9;
-    auto it = std::lower_bound(copies.begin(), copies.end(), e->start - same,
-                               [](const sim_event* c, double v) { return c->end < v; });
-    compute_wait w{gap, e->id, e->track == sim_track::recompute, {}};
-    for (; it != copies.end() && (*it)->end <= e->start + same; ++it) w.copies.push_back((*it)->id);
-    if (!w.copies.empty()) waits.push_back(std::move(w));
-  }
-  std::stable_sort(waits.begin(), waits.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
-  return waits;
 }
 
 namespace {

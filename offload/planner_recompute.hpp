@@ -35,17 +35,6 @@ plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_prof
 std::vector<std::size_t> single_reruns(const trace& t, const lifetime_report& r, const std::vector<remake_candidate>& c,
                                        const std::vector<std::size_t>& order);
 
-/// A wait of the compute stream (the gap before an op or a rerun starts) and the tensors whose
-/// copy, in or out, ended as it started: it waited for the copy or for the memory it freed.
-struct compute_wait {
-  double seconds = 0;
-  op_index op = 0;     ///< the op that waited, or the op rerun
-  bool rerun = false;
-  std::vector<tensor_id> copies;
-};
-/// The waits of at least `least` seconds in `s`'s timeline, longest first; waits that no copy
-/// ends are left out.
-std::vector<compute_wait> waited_copies(const sim_result& s, double least);
 
 std::unique_ptr<planner> make_checkpoint_planner(const planner_options& opt);
 std::unique_ptr<planner> make_capuchin_planner(const planner_options& opt);

@@ -13,6 +13,7 @@
 #include "offload/planner.hpp"
 #include "offload/planner_recompute.hpp"
 #include "offload/rerun_schedule.hpp"
+#include "offload/sim_waits.hpp"
 #include "offload/simulator.hpp"
 #include "offload/zoo.hpp"
 
@@ -543,36 +544,6 @@ TEST(PlannersRecompute, NamesAndErrorsListTheNewPolicies) {
   }
 }
 
-// The waits of a hand-made timeline: op 1 waits 2 s for tensor 7's copy in, op 2 starts as
-// tensor 3's copy out ends (the memory it frees) 1 s after op 1; a rerun waits 0.5 s for a copy
-// of tensor 4 to NVMe; the 0.1 s gap is below the least, and the wait no copy ends is left out.
-TEST(PlannersRecompute, WaitedCopiesNamesWhatEachWaitAwaited) {
-  sim_result s;
-  auto ev = [&](sim_track k, std::uint32_t id, double a, double b) { s.timeline.push_back({k, id, a, b, 1}); };
-  ev(sim_track::compute, 0, 0, 1);
-  ev(sim_track::h2d, 7, 0.5, 3);
-  ev(sim_track::d2h, 3, 1, 5);
-  ev(sim_track::d2h, 9, 1, 4.5);  // ends before the wait's end: not what op 2 waited for
-  ev(sim_track::compute, 2, 5, 6);
-  ev(sim_track::compute, 1, 3, 4);
-  ev(sim_track::nvme_write, 4, 2, 6.5);
-  ev(sim_track::recompute, 5, 6.5, 7);
-  ev(sim_track::compute, 6, 7.1, 8);    // 0.1 s gap
-  ev(sim_track::compute, 8, 10, 11);    // a 2 s gap no copy ends
-  const auto w = detail::waited_copies(s, 0.2);
-  ASSERT_EQ(w.size(), 3u);
-  EXPECT_EQ(w[0].copies, std::vector<tensor_id>{7});
-  EXPECT_EQ(w[0].op, 1u);
-  EXPECT_DOUBLE_EQ(w[0].seconds, 2);
-  EXPECT_EQ(w[1].copies, std::vector<tensor_id>{3});
-  EXPECT_EQ(w[1].op, 2u);
-  EXPECT_FALSE(w[1].rerun);
-  EXPECT_EQ(w[2].copies, std::vector<tensor_id>{4});
-  EXPECT_EQ(w[2].op, 5u);
-  EXPECT_TRUE(w[2].rerun);
-  EXPECT_TRUE(detail::waited_copies(s, 2.5).empty());
-}
-
 // A zoo model on h200 at `ratio` of its peak, planned by `make` without one of auto's last
 // stages and with it (Note [Recomputing planners], stages 3 and 4); neither plan has stage 4
 // where stage 3 is weighed.
@@ -689,7 +660,7 @@ TEST(PlannersRecompute, AutoCountsTheQueueOfStateCopiedOutAfterTheFirstOp) {
     stayed += !left;
   }
   EXPECT_GE(stayed, 1);
-  const auto waits = detail::waited_copies(s, 0);
+  const auto waits = waited_copies(s, 0);
   double at_loss = 0;
   for (const auto& w : waits)
     if (w.op == loss && !w.rerun) at_loss += w.seconds;
