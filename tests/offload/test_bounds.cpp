@@ -480,9 +480,11 @@ TEST(Bounds, NoFeasiblePlanBeatsTheBound) {
     ASSERT_NO_FATAL_FAILURE(check_plans(t, rep, hw, budget, b, rng, tiny ? 120 : 30, iter, seen, best));
     if (best <= b.lower_bound_seconds * (1 + 1e-9)) ++tight;
   }
-  EXPECT_GT(seen.feasible, 4000);
+  // Coverage floors, not the property: they hold for any seed (the least over 150 other seeds:
+  // 3422 feasible plans, 58 tight cases), so a change to the generators does not trip them.
+  EXPECT_GT(seen.feasible, 3000);
   EXPECT_GT(seen.recomputing, 300);  // plans that rerun ops are checked, not only swapping ones
-  EXPECT_GT(tight, 60);
+  EXPECT_GT(tight, 40);
 }
 
 // A family whose best plan is known: k recomputable ops each read a small weight W_i and write
@@ -676,8 +678,8 @@ TEST(Bounds, NoPlanWithHostOpsBeatsTheBound) {
       ASSERT_GE(s.step_seconds, b.state_bound_seconds * (1 - 1e-9)) << "iteration " << iter << " plan " << k;
     }
   }
-  EXPECT_GT(feasible, 300);
-  EXPECT_GT(hosted, 150);  // plans with ops on the host are checked, not only device ones
+  EXPECT_GT(feasible, 250);  // the least over 150 other seeds: 294
+  EXPECT_GT(hosted, 150);    // plans with ops on the host are checked, not only device ones
 }
 
 }  // namespace
