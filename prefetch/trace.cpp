@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "device/error.hpp"
 #include "device/units.hpp"
@@ -55,6 +56,14 @@ std::optional<tensor_id> trace::find_tensor(std::string_view name) const {
   return std::nullopt;
 }
 
+namespace {
+std::string as_g(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+}  // namespace
+
 void trace::validate() const {
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i].bytes == 0)
@@ -98,11 +107,13 @@ void trace::validate() const {
                              tensors[w].name + "' (in place); a rerun would not see the input it first had");
       }
     for (tensor_id w : op.writes) written[w] = 1;
-    if (!(op.flops >= 0))
-      throw config_error("trace: " + op_label(*this, i) + ": field 'flops' must be >= 0, got " + std::to_string(op.flops));
-    if (op.measured_seconds && !(*op.measured_seconds >= 0))
-      throw config_error("trace: " + op_label(*this, i) + ": field 'seconds' must be >= 0, got " +
-                         std::to_string(*op.measured_seconds));
+    if (!(op.flops >= 0) || !std::isfinite(op.flops))
+      throw config_error("trace: " + op_label(*this, i) + ": field 'flops' must be >= 0 and finite, got " +
+                         std::to_string(op.flops));
+    if (op.measured_seconds && !(*op.measured_seconds >= 0 && *op.measured_seconds <= max_op_seconds))
+      throw config_error("trace: " + op_label(*this, i) + ": field 'seconds' must be from 0 to " + as_g(max_op_seconds) +
+                         " (about 11.6 days, longer than any op of a training step), got " +
+                         as_g(*op.measured_seconds));
     if (!(op.host_flops >= 0) || !std::isfinite(op.host_flops))
       throw config_error("trace: " + op_label(*this, i) + ": field 'host_flops' must be >= 0 and finite, got " +
                          std::to_string(op.host_flops));

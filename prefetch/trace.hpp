@@ -44,13 +44,18 @@ struct tensor_desc {
   tensor_kind kind = tensor_kind::activation;
 };
 
+/// The longest op a trace may measure (seconds; about 11.6 days): any op of a training step is
+/// far shorter, and a bound keeps the sums of op times that planners and the simulator take
+/// finite (a few ops of 1e308 s each add up to infinity).
+inline constexpr double max_op_seconds = 1e6;
+
 struct op_desc {
   std::string name;
   std::vector<tensor_id> reads;   ///< tensors whose contents the op needs
   std::vector<tensor_id> writes;  ///< tensors the op (over)writes; read-modify-write lists both
-  double flops = 0;               ///< floating-point operations
+  double flops = 0;               ///< floating-point operations (finite)
   std::uint64_t bytes = 0;        ///< device-memory traffic of the kernel (for a roofline estimate)
-  std::optional<double> measured_seconds;  ///< measured duration; wins over the estimate
+  std::optional<double> measured_seconds;  ///< measured duration, at most max_op_seconds; wins over the estimate
   op_phase phase = op_phase::other;
   std::string category;  ///< free text: "conv", "matmul", "attention", "norm", "optimizer", ...
   std::int32_t layer = -1;  ///< layer number the op belongs to, -1 when unknown

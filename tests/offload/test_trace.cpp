@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <limits>
+
 #include "device/error.hpp"
 #include "offload/trace_json.hpp"
 
@@ -99,6 +101,33 @@ TEST(TraceJson, MalformedJsonAndFieldsNamePosition) {
   EXPECT_NE(huge.find("above the largest size"), std::string::npos) << huge;
   const auto overflow = error_of(R"({"tensors": [], "ops": [{"name": "k", "flops": 1e999}]})");
   EXPECT_NE(overflow.find("trace JSON: "), std::string::npos) << overflow;  // a config_error, not the parser's own
+}
+
+// Op times whose sum is not finite are refused before any planning: two ops of 1e308 s (the
+// fuzzer's find) summed to an infinite step. The error names the op, the field and the range.
+TEST(TraceJson, OpTimesPastTheLongestOpAreRefused) {
+  const auto text = [](const std::string& seconds) {
+    return R"({"tensors": [{"name": "p", "bytes": "1GB", "kind": "parameter"}],
+      "ops": [{"name": "f0", "reads": ["p"], "seconds": 0.1}, {"name": "f1", "reads": ["p"], "seconds": )" +
+           seconds + "}]}";
+  };
+  const auto e = error_of(text("1e308"));
+  EXPECT_NE(e.find("op 1 ('f1')"), std::string::npos) << e;
+  EXPECT_NE(e.find("field 'seconds' must be from 0 to 1e+06"), std::string::npos) << e;
+  EXPECT_NE(e.find("got 1e+308"), std::string::npos) << e;
+  EXPECT_NE(error_of(text("-1")).find("field 'seconds'"), std::string::npos);
+  EXPECT_EQ(error_of(text("1e6")), "");  // the longest op allowed
+  trace t;
+  op_desc op;
+  op.name = "k";
+  op.flops = std::numeric_limits<double>::infinity();
+  t.add_op(op);
+  try {
+    t.validate();
+    FAIL() << "an op of infinite flops was accepted";
+  } catch (const config_error& err) {
+    EXPECT_NE(std::string(err.what()).find("field 'flops' must be >= 0 and finite"), std::string::npos) << err.what();
+  }
 }
 
 }  // namespace
