@@ -66,7 +66,9 @@ tensor_handle session_impl::add_view(tensor_handle parent, std::uint64_t offset,
 }
 
 void session_impl::finalize_views() {
-  for (auto& [parent, sp] : splits) {
+  for (auto& entry : splits) {
+    const tensor_id parent = entry.first;  // a plain name, which lambdas may capture (clang 14 cannot capture a binding)
+    auto& sp = entry.second;
     if (sp.finalized) continue;
     const tensor_desc pd = tensors[parent];
     std::vector<std::byte> bytes(pd.bytes);

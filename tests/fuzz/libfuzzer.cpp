@@ -36,7 +36,7 @@ void require(bool ok, const char* what) {
   std::abort();
 }
 
-void check_size(const std::string& in) {
+[[maybe_unused]] void check_size(const std::string& in) {
   const auto want = reference_size(in);
   std::uint64_t got = 0;
   try {
@@ -50,7 +50,7 @@ void check_size(const std::string& in) {
   if (!want.unknown) require(want.bytes.has_value() && *want.bytes == got, "parse_size differs from the reference");
 }
 
-void check_trace(const std::string& in) {
+[[maybe_unused]] void check_trace(const std::string& in) {
   static const auto hw = offload::get_profile("v100-16g");
   const trace t = offload::trace_from_json_text(in);
   t.validate();
@@ -69,7 +69,7 @@ void check_trace(const std::string& in) {
   }
 }
 
-void check_profile(const std::string& in) {
+[[maybe_unused]] void check_profile(const std::string& in) {
   const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return;
   const auto p = offload::profile_from_json(j);
@@ -81,7 +81,7 @@ void check_profile(const std::string& in) {
   require(p.device_bytes > 0 && p.device_bytes <= max_size_bytes, "a profile's device size is out of range");
 }
 
-void check_config(const std::string& in) {
+[[maybe_unused]] void check_config(const std::string& in) {
   const auto c = session_config::from_json_text(in);
   c.validate();
   require(c.device_budget <= max_size_bytes && c.host_budget <= max_size_bytes, "a budget past 1 PiB was accepted");
