@@ -34,6 +34,13 @@ TEST(Units, RefusesBadInputQuotingIt) {
   }
 }
 
+// A fraction of a byte written with more decimals than 128 bits hold (a fuzzer's input) is
+// refused like any other fraction, and a whole number written with many zero decimals is not.
+TEST(Units, ManyDecimalsStillParseExactly) {
+  EXPECT_THROW((void)parse_size("0." + std::string(128, '0') + "1135789828K"), config_error);
+  EXPECT_EQ(parse_size("2." + std::string(60, '0') + "KiB"), 2_KiB);
+}
+
 TEST(Units, FormatThenParseRoundTripsWholeUnits) {
   std::mt19937_64 rng(7);
   for (int i = 0; i < 1000; ++i) {

@@ -50,6 +50,9 @@ inline expected_size reference_size(const std::string& text) {
   while (!digits.empty() && digits.front() == '0') digits.erase(digits.begin());
   while (decimals > 0 && !digits.empty() && digits.back() == '0') digits.pop_back(), --decimals;
   if (digits.size() > 18) return {.unknown = true, .bytes = std::nullopt};
+  // Past 36 decimals 10^decimals does not fit the 128-bit denominator; the value is then below
+  // one byte (the numerator stays under 10^18 x 2^40 < 10^31), so it is refused.
+  if (decimals > 36) return {};
   // value = digits x factor / 10^decimals, exactly: factor is 2^a or 10^b, both exact here.
   unsigned __int128 num = 0;
   for (char c : digits) num = num * 10 + static_cast<unsigned>(c - '0');
