@@ -379,10 +379,7 @@ int run_zoo(const plan_args& a, runner& run) {
       const auto rep = analyze(t);
       const auto before = run.rows.size();
       run.run(model, t, hw, budgets_for(a, rep), rep, policies, model_flops(model, zo, t));
-      for (auto i = before; i < run.rows.size(); ++i) {
-        print_row(run.rows[i]);
-        if (a.waits > 0) print_waits(run.rows[i], t, a.waits);
-      }
+      for (auto i = before; i < run.rows.size(); ++i) print_row(run.rows[i]);
     }
   }
   // Targets.
