@@ -2,6 +2,7 @@
 // each policy and budget ratio, and compares step time, bytes moved, stalls and losses. The runs
 // are interleaved step by step (Note [Interleaved runs]).
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include "examples/common/report.hpp"
 #include "examples/gpt/gpt_model.hpp"
 #include "examples/mlp/mlp_model.hpp"
+#include "offload/trace_json.hpp"
 
 namespace spillway::bench {
 namespace {
@@ -37,6 +39,7 @@ struct train_args {
   std::string preset = "small";
   std::uint64_t seed = 1;
   std::string json;
+  std::string save_runs;  ///< a directory: each run's recorded trace and Chrome timeline
 };
 
 // Target: on the cpu backend, auto at 1/4 of the footprint within 1.15x of everything resident.
@@ -80,6 +83,24 @@ bool same_losses(const run_result& a, const run_result& b) {
 // step, then each setting's step of the same index. A setting's ratio is the median, over its
 // planned steps, of its step time over the resident step taken just before it, so a change of
 // load moves both sides of each ratio alike.
+
+// With --save-runs DIR, each run leaves DIR/EXAMPLE-SETTING.trace.json (the trace its plan was
+// made from, with the op times measured on this machine: `spillway-bench plan --trace` plans it
+// again) and DIR/EXAMPLE-SETTING.chrome.json (its real iterations, for Perfetto).
+std::string run_file(const train_args& a, const std::string& setting, const char* what) {
+  std::string name = a.example + "-" + setting;
+  for (char& c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_')) c = '_';
+  return a.save_runs + "/" + name + "." + what + ".json";
+}
+
+void save_trace(const train_args& a, const std::string& setting, Session& s) {
+  if (a.save_runs.empty()) return;
+  const std::string path = run_file(a, setting, "trace");
+  std::ofstream f(path);
+  if (!f) throw io_error("cannot open '" + path + "' for writing", errno);
+  f << offload::trace_to_json(s.recorded_trace()).dump() << "\n";
+}
 
 examples::model_factory factory_for(const std::string& example, const example_options& o) {
   if (example == "gpt") return [o] { return examples::make_gpt(o); };
@@ -186,6 +207,7 @@ int run(const train_args& a) {
   // free memory, so the others, opened after that step, fit beside it.
   example_options resident_options = base;
   if (base.backend != "cpu") resident_options.budget_ratio = 1.1;
+  if (!a.save_runs.empty()) resident_options.chrome_trace = run_file(a, "resident", "chrome");
   examples::training_run resident_run(resident_options, make);
   resident_run.step();  // the first step learns the footprint the budgets are fractions of
   const std::uint64_t footprint = resident_run.result().footprint_bytes;
@@ -207,6 +229,8 @@ int run(const train_args& a) {
       o.policy = name;
       if (!host_ops.empty()) o.host_ops = host_ops;
       o.device_budget = static_cast<std::uint64_t>(std::llround(ratio * static_cast<double>(footprint)));
+      const std::string setting_name = policy + "-" + fmt("%g", ratio);
+      if (!a.save_runs.empty()) o.chrome_trace = run_file(a, setting_name, "chrome");
       if (o.device_budget < least) {
         st.w.skipped = true;
       } else {
@@ -226,6 +250,7 @@ int run(const train_args& a) {
       if (it.planned && base_ms > 0) st.ratios.push_back(it.step_ms / base_ms);
     }
   }
+  save_trace(a, "resident", resident_run.session());
   const run_result resident = resident_run.finish();
 
   const bool cpu = resident.backend == "cpu";
@@ -253,6 +278,7 @@ int run(const train_args& a) {
       rows.push_back(std::move(w));
       continue;
     }
+    save_trace(a, w.policy + "-" + fmt("%g", w.budget_ratio), st.run->session());
     w.result = st.run->finish();
     st.run.reset();
     w.ratio = median_of(st.ratios);
@@ -378,6 +404,10 @@ const command_registration registration{"train", [](CLI::App& app, int& exit_cod
                               "lms_swapin_groupby", "vdnn_variant"});
   cmd->add_option("--seed", args->seed, "seed of weights and data")->capture_default_str();
   cmd->add_option("--json", args->json, "write the rows as JSON")->check(writable_file);
+  cmd->add_option("--save-runs", args->save_runs,
+                  "a directory for each run's recorded trace (EXAMPLE-SETTING.trace.json, with the measured op times) "
+                  "and Chrome timeline (EXAMPLE-SETTING.chrome.json)")
+      ->check(CLI::ExistingDirectory);
   cmd->callback([args, &exit_code] { exit_code = run(*args); });
 }};
 

@@ -570,7 +570,9 @@ void cpu_device::copy_async(void* dst, const void* src, std::size_t bytes, copy_
   SPILLWAY_EXPECTS_T(usage_error, dst != nullptr && src != nullptr, "cpu device: copy_async with a null pointer");
   rethrow_sticky();
   // Note [Pageable copies]: CUDA cannot DMA from or to memory that is not pinned; it stages the
-  // bytes and returns only when the copy is done (the stream's earlier work first).
+  // bytes. A copy to such memory returns only when it is done (the stream's earlier work first);
+  // one from it returns once the bytes are staged, and may or may not wait for the stream. This
+  // backend always waits: code that would deadlock where CUDA waits deadlocks here too.
   bool pageable = false;
   if (rules_.pageable_copies_synchronous) {
     const bool src_host = kind == copy_kind::host_to_device || kind == copy_kind::host_to_host;

@@ -23,7 +23,9 @@
 //    the stream's own worker, like a GPU kernel on its stream; it must not call the Device.
 //    The cuda backend runs it as a host function (only tests use it there).
 //  * Memory given to copy_async from the host that is not pinned (allocate_pinned) makes the
-//    copy synchronous for the caller, as CUDA does with pageable memory.
+//    copy synchronous for the caller. CUDA does so for copies to such memory; from it, CUDA
+//    takes the bytes before returning but may not wait for the stream. The cpu backend waits
+//    in both directions, the stricter of the two.
 //  * deallocate synchronises the device first, as cudaFree does: keep it off the hot path.
 //  * Failures inside stream work are sticky, as a CUDA context's errors are: once a kernel,
 //    copy or host function fails, every later synchronize (and query, and enqueue) of any

@@ -25,7 +25,7 @@ cnn_shape cnn_preset(preset p) {
   switch (p) {
     case preset::tiny: return {2, 16, {8, 16}, 3, 4, 1e-3f};
     case preset::small: return {32, 32, {32, 64, 128, 256}, 3, 8, 3e-4f};
-    case preset::medium: return {64, 64, {64, 128, 256, 512}, 3, 8, 3e-4f};
+    case preset::medium: return {64, 64, {64, 128, 256, 512}, 5, 8, 3e-4f};
     case preset::large: return {128, 128, {64, 128, 256, 512, 1024}, 3, 8, 1e-4f};
   }
   return {};

@@ -3,6 +3,7 @@
 // off (where it must not: the check can fail), and on the cuda backend where a GPU answers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -99,19 +100,38 @@ bool device_calls_from_host_functions_fail(Device& dev) {
   return false;
 }
 
-// A copy from memory that is not pinned returns only when the stream's earlier work and the
-// copy are done; from pinned memory it returns at once.
+// A copy to memory that is not pinned returns only when the stream's earlier work and the copy
+// are done (CUDA documents this for device to pageable host copies).
 bool pageable_copies_are_synchronous(Device& dev) {
   owned_stream s(dev);
   std::vector<unsigned char> pageable(1_MiB, 7);
   void* d = dev.allocate(1_MiB);
+  dev.memset_async(d, 3, 1_MiB, s);
   dev.launch_kernel(s, [] { std::this_thread::sleep_for(milliseconds(150)); });
   const auto t0 = clk::now();
-  dev.copy_async(d, pageable.data(), pageable.size(), copy_kind::host_to_device, s);
+  dev.copy_async(pageable.data(), d, pageable.size(), copy_kind::device_to_host, s);
   const double took = ms_since(t0);
+  const bool landed = pageable.front() == 3 && pageable.back() == 3;  // read before any synchronize
   dev.synchronize_stream(s);
   dev.deallocate(d, 1_MiB);
-  return took >= 140;
+  return took >= 140 && landed;
+}
+
+// A copy from memory that is not pinned has taken its bytes when it returns: the caller may
+// overwrite them at once. CUDA stages them; it may return before the stream's earlier work is
+// done (so a GPU is not held to the wait that the cpu backend adds: the stricter of the two).
+bool pageable_sources_are_taken_at_the_call(Device& dev) {
+  owned_stream s(dev);
+  std::vector<unsigned char> pageable(1_MiB, 7);
+  void* d = dev.allocate(1_MiB);
+  dev.launch_kernel(s, [] { std::this_thread::sleep_for(milliseconds(150)); });
+  dev.copy_async(d, pageable.data(), pageable.size(), copy_kind::host_to_device, s);
+  std::fill(pageable.begin(), pageable.end(), 9);  // after the call, perhaps before the copy ran
+  std::vector<unsigned char> back(1_MiB, 0);
+  dev.copy_async(back.data(), d, back.size(), copy_kind::device_to_host, s);
+  dev.synchronize_stream(s);
+  dev.deallocate(d, 1_MiB);
+  return std::all_of(back.begin(), back.end(), [](unsigned char b) { return b == 7; });
 }
 
 bool pinned_copies_are_asynchronous(Device& dev) {
@@ -199,6 +219,10 @@ TEST(StrictRules, PageableCopiesAreSynchronous) {
     EXPECT_TRUE(pageable_copies_are_synchronous(*gpu));
     EXPECT_TRUE(pinned_copies_are_asynchronous(*gpu));
   }
+}
+
+TEST(StrictRules, PageableSourcesAreTakenAtTheCall) {
+  expect_rule(pageable_sources_are_taken_at_the_call, [](auto& r) { r.pageable_copies_synchronous = false; });
 }
 
 TEST(StrictRules, PinnedRangesCountAsPinnedInside) {

@@ -169,6 +169,10 @@ TEST(LaunchCheck, AnEarlierToleratedErrorIsNotBlamedOnTheNextLaunch) {
   const std::vector<float> xs = {1, 2, 3, 4};
   const float* x = r.up(xs);
   float* y = r.alloc<float>(4);
+  // The kernel runs once before the stream is held. CUDA loads a module's kernels lazily, at
+  // their first launch, and that load waits for the context's work: a first launch behind the
+  // held stream would wait for the gate this thread opens only after the launch (a hang).
+  scale(r.ctx(), r.s(), x, 1.0f, y, 4);
   r.sync();
   // Unfinished work: a kernel stand-in that holds the stream until the gate opens.
   std::promise<void> gate = r.hold_stream();
