@@ -97,14 +97,18 @@ class parameter_set {
   /// parameters_shared.cpp): `pass(mb)` runs micro-batch mb's forward and backward pass (the
   /// whole batch when there are no shares), `read_loss()` reads its mean loss; then the
   /// gradients are summed and reduced, clipped (`clip_norm` > 0, whole batches only), and Adam
-  /// updates this rank's shard, which is then shared. Returns the step's mean loss.
+  /// updates this rank's shard, which is then shared. A whole batch without clipping updates
+  /// each parameter as its gradient is handed over instead (Note [Updates in the backward pass]
+  /// in parameters_shared.cpp). Returns the step's mean loss.
   float train_step(Session& s, kernels::kernel_context& ctx, std::int64_t step, const std::function<void(int)>& pass,
                    const std::function<float()>& read_loss, const kernels::adam_config& config, float clip_norm) const;
 
-  /// Called by a pass right after the op that last writes `p`'s gradient in its backward pass: in
-  /// a data-parallel job the gradient is staged and its bucket queued for the reduction over the
-  /// ranks while the pass goes on (Note [Overlapped gradient exchange]); elsewhere nothing. A
-  /// gradient not handed over is staged after the pass.
+  /// Called by a pass right after the op that last writes `p`'s gradient in its backward pass
+  /// (no later op of the pass may read `p`): in a data-parallel job the gradient is staged and
+  /// its bucket queued for the reduction over the ranks while the pass goes on (Note
+  /// [Overlapped gradient exchange]); in a step of one whole batch without clipping, `p`'s Adam
+  /// update runs there (Note [Updates in the backward pass]); elsewhere nothing. A gradient not
+  /// handed over is staged, or updated, after the pass.
   void gradient_ready(Session& s, kernels::kernel_context& ctx, const parameter& p) const;
   /// The gradient exchange's counts over the steps so far (zeros outside a data-parallel job).
   [[nodiscard]] gradient_exchange::stats exchange_stats() const noexcept {
@@ -131,6 +135,15 @@ class parameter_set {
   std::uint64_t total_ = 0;
   // A data-parallel job's (made at its first step); shared by copies of the set.
   mutable std::shared_ptr<gradient_exchange> exchange_;
+  // While a pass of a step that updates in the backward pass runs (Note [Updates in the backward
+  // pass]): that step's settings, and which parameters gradient_ready has updated.
+  struct backward_updates {
+    bool on = false;
+    kernels::adam_config warmed{};
+    std::int64_t step = 0;
+    std::vector<bool> done;
+  };
+  mutable backward_updates in_backward_;
 };
 
 }  // namespace spillway::examples

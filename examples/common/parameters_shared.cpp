@@ -27,9 +27,38 @@ namespace spillway::examples {
 // added in order, over N. So N ranks give the losses of one process with --micro-batches N, bit
 // for bit, under every policy, and any run gives the same losses again.
 
+// Note [Updates in the backward pass]
+// In a step of one whole batch without clipping, each parameter's Adam update runs as soon as
+// the backward pass hands its gradient over (gradient_ready), not after the whole pass, as
+// PyTorch users do with post-accumulate-grad hooks. The update reads the parameter, its gradient
+// and its moments, which no later op of the pass reads or writes, so every element gets the
+// same arithmetic on the same bits: the losses do not change. What changes is the trace: the
+// moments, the largest share of the bytes that leave the device, can stream in and out while the
+// rest of the backward pass computes, instead of after it with the compute idle (GPT medium at
+// 1/4 of its footprint on an H200-like profile: 60.2 -> 53.8 ms planned; the MLP, 111 -> 88).
+// Clipping needs the norm of every gradient first, and micro-batches and ranks the sum of every
+// share's gradient, so those steps update after the pass, as before.
+
 float parameter_set::train_step(Session& s, kernels::kernel_context& ctx, std::int64_t step,
                                 const std::function<void(int)>& pass, const std::function<float()>& read_loss,
                                 const kernels::adam_config& config, float clip_norm) const {
+  if (shares_.count == 1 && clip_norm == 0.0f) {
+    in_backward_.on = true;
+    in_backward_.warmed = config;
+    in_backward_.warmed.lr = warmup_lr(config.lr, step);
+    in_backward_.step = step;
+    in_backward_.done.assign(params_.size(), false);
+    try {
+      pass(0);
+    } catch (...) {
+      in_backward_.on = false;
+      throw;
+    }
+    in_backward_.on = false;
+    for (auto it = params_.rbegin(); it != params_.rend(); ++it)  // those the pass did not hand over
+      if (!in_backward_.done[it->index]) adam_parameter(s, ctx, in_backward_.warmed, step, *it);
+    return read_loss();
+  }
   if (shares_.count == 1) {
     pass(0);
     clip_grad_norm(s, ctx, clip_norm);
@@ -82,6 +111,14 @@ float parameter_set::exchange_step(Session& s, kernels::kernel_context& ctx, std
 }
 
 void parameter_set::gradient_ready(Session& s, kernels::kernel_context& ctx, const parameter& p) const {
+  if (in_backward_.on) {
+    SPILLWAY_EXPECTS_T(usage_error, p.index < in_backward_.done.size() && !in_backward_.done[p.index],
+                       "gradient_ready: \"" + p.name + "\" was handed over twice in one pass (or is not a parameter "
+                       "of this set)");
+    adam_parameter(s, ctx, in_backward_.warmed, in_backward_.step, p);
+    in_backward_.done[p.index] = true;
+    return;
+  }
   if (exchange_ && shares_.comm) exchange_->stage(s, ctx, p);
 }
 

@@ -3,6 +3,7 @@
 // same under every policy and budget as with everything resident, and a bad value is refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -122,6 +123,41 @@ TEST_P(clip_examples, norm_ops_then_clip_ops_in_registration_order_before_any_ad
   for (const auto& op : plain.session().recorded_trace().ops)
     EXPECT_EQ(op.name.find(".optim."), std::string::npos) << op.name;
   EXPECT_GT(gradient_norm(plain), 4 * small_norm);
+}
+
+// Note [Updates in the backward pass]: without clipping, each parameter's Adam ops run inside the
+// backward pass, after every op that writes its gradient, and no later op but its own other
+// chunks' reads or writes what they touch. (That the losses stay those of updates after the pass
+// is the 1e30 comparison above: clipping at any norm updates after the pass.)
+TEST_P(clip_examples, without_clipping_each_update_runs_in_the_backward_pass_once_its_gradient_is_final) {
+  const auto o = tiny_options("none", 0, 0);
+  training_run r(o, factory(GetParam(), o));
+  (void)r.step();
+  const trace& t = r.session().recorded_trace();
+  std::size_t last_backward = 0, first_adam = t.ops.size(), adam_ops = 0;
+  for (std::size_t i = 0; i < t.ops.size(); ++i) {
+    if (t.ops[i].phase == op_phase::backward) last_backward = i;
+    const std::string& n = t.ops[i].name;
+    const auto at = n.find(".adam");
+    if (at == std::string::npos) continue;
+    ++adam_ops;
+    first_adam = std::min(first_adam, i);
+    const std::string own = n.substr(0, at) + ".adam";  // this parameter's Adam ops
+    std::vector<tensor_id> touched = t.ops[i].reads;
+    touched.insert(touched.end(), t.ops[i].writes.begin(), t.ops[i].writes.end());
+    for (std::size_t j = i + 1; j < t.ops.size(); ++j) {
+      if (t.ops[j].name.rfind(own, 0) == 0) continue;
+      for (tensor_id x : touched) {
+        const auto& later = t.ops[j];
+        const bool uses = std::find(later.reads.begin(), later.reads.end(), x) != later.reads.end() ||
+                          std::find(later.writes.begin(), later.writes.end(), x) != later.writes.end();
+        EXPECT_FALSE(uses) << n << " (op " << i << ") runs before op " << j << " '" << later.name << "', which uses '"
+                           << t.tensors[x].name << "'";
+      }
+    }
+  }
+  EXPECT_GT(adam_ops, 0u);
+  EXPECT_LT(first_adam, last_backward) << "every update after the backward pass";
 }
 
 INSTANTIATE_TEST_SUITE_P(examples, clip_examples, ::testing::Values("gpt", "mlp", "cnn"));
