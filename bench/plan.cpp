@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/command.hpp"
+#include "bench/fit_times.hpp"
 #include "bench/plan_host.hpp"
 #include "bench/plan_ranks.hpp"
 #include "device/error.hpp"
@@ -46,6 +47,7 @@ struct plan_args {
   std::string json_file, svg_file, chrome_file;
   bool report = false;
   std::size_t waits = 0;  // --waits: the longest waits of each row's compute stream to print
+  double fit_step_ms = 0;  // --fit-step-ms: op times from flops and bytes, fitted to this step
   ranks_args dp;  // --ranks and its knobs (bench/plan_ranks.hpp)
 };
 
@@ -499,6 +501,7 @@ int run_plan(const plan_args& a) {
   std::vector<std::pair<std::string, trace>> traces;
   if (a.model == "zoo") {
     if (a.waits > 0) throw config_error("--waits: give one model (--model NAME or --trace FILE), not 'zoo'");
+    if (a.fit_step_ms > 0) throw config_error("--fit-step-ms: give one trace (--trace FILE), not 'zoo'");
     code = run_zoo(a, run);
   } else {
     if (a.model.empty() == a.trace_file.empty()) throw config_error("give exactly one of --model and --trace");
@@ -516,6 +519,11 @@ int run_plan(const plan_args& a) {
     for (const auto& hwname : hws) {
       const auto hw = get_profile(hwname);
       const auto before = run.rows.size();
+      if (a.fit_step_ms > 0) {
+        const double f = fit_op_times(t, hw, a.fit_step_ms);
+        std::printf("%s on %s: op times from flops and bytes, %.1f TFLOP/s and %.0f GB/s, %.2f ms in all\n", name.c_str(),
+                    hw.name.c_str(), f / 1e12, hw.hbm_bytes_per_s / 1e9, a.fit_step_ms);
+      }
       run.run(name, t, hw, budgets, rep, policies_for(a), a.trace_file.empty() ? model_flops(a.model, zo, t) : 0);
       for (auto i = before; i < run.rows.size(); ++i) {
         print_row(run.rows[i]);
@@ -572,6 +580,11 @@ command_registration reg("plan", [](CLI::App& app, int& exit_code) {
   sub->add_flag("--report", a->report, "print the lifetime report of the trace");
   sub->add_option("--waits", a->waits,
                   "under each row: the share of each phase its streams are busy, and its N longest compute waits with the copies behind them");
+  sub->add_option("--fit-step-ms", a->fit_step_ms,
+                  "op times from each op's flops and bytes on the profile (HBM rate; at least 5 us), the compute rate "
+                  "fitted so the ops add up to this many ms: plan a trace recorded elsewhere for a machine whose "
+                  "resident step is known")
+      ->check(CLI::PositiveNumber);
   sub->add_option("--ranks", a->dp.ranks,
                   "data parallel over N ranks (ZeRO; per-rank batch fixed): predict the step and the scaling efficiency")
       ->check(CLI::Range(1u, 1u << 20));
