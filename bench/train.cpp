@@ -141,8 +141,9 @@ double stall_per_step(const run_result& r) { return per_step(r, [](const iterati
 std::string table_line(const std::string& policy, const std::string& budget, const run_result& r, double ratio,
                        const std::string& match) {
   auto bytes = [](double b) { return format_bytes(static_cast<std::uint64_t>(b)); };
-  return fmt("%-15s %-16s %9.1f %7.3f %11s %11s %11s %11s %9.1f %6s", policy.c_str(), budget.c_str(), r.median_step_ms(),
-             ratio, bytes(h2d_per_step(r)).c_str(), bytes(d2h_per_step(r)).c_str(), bytes(nvme_per_step(r)).c_str(),
+  const double planned = per_step(r, [](const iteration_report& i) { return i.planned_step_ms; });
+  return fmt("%-15s %-16s %9.1f %9.1f %7.3f %11s %11s %11s %11s %9.1f %6s", policy.c_str(), budget.c_str(), r.median_step_ms(),
+             planned, ratio, bytes(h2d_per_step(r)).c_str(), bytes(d2h_per_step(r)).c_str(), bytes(nvme_per_step(r)).c_str(),
              format_bytes(r.peak_device_bytes).c_str(), stall_per_step(r), match.c_str());
 }
 
@@ -158,6 +159,7 @@ nlohmann::json row_json(const std::string& example, const row& w, const run_resu
           {"step_ms", r.median_step_ms()},
           {"resident_step_ms", resident.median_step_ms()},
           {"ratio", w.ratio},
+          {"planned_step_ms", per_step(r, [](const iteration_report& i) { return i.planned_step_ms; })},
           {"losses_match", w.losses_match},
           {"h2d_bytes", r.h2d_bytes},
           {"d2h_bytes", r.d2h_bytes},
@@ -266,8 +268,9 @@ int run(const train_args& a) {
   std::cout << ", " << a.steps << " steps (median without the recording step), footprint "
             << format_bytes(footprint) << ", least budget " << format_bytes(least) << "\n"
             << "runs interleaved step by step; ratio = median over planned steps of step time / the resident "
-               "step just before it; h2d, d2h, nvme and stall: median per planned step\n\n";
-  std::cout << fmt("%-15s %-16s %9s %7s %11s %11s %11s %11s %9s %6s", "policy", "budget", "step ms", "ratio", "h2d", "d2h",
+               "step just before it; plan ms: the simulator's step for the plan followed, on the measured "
+               "hardware; h2d, d2h, nvme and stall: median per planned step\n\n";
+  std::cout << fmt("%-15s %-16s %9s %9s %7s %11s %11s %11s %11s %9s %6s", "policy", "budget", "step ms", "plan ms", "ratio", "h2d", "d2h",
                    "nvme", "peak dev", "stall ms", "losses")
             << "\n";
   std::cout << table_line("resident", "all", resident, 1.0, "ref") << std::endl;

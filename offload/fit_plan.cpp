@@ -68,6 +68,7 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
     f.p = pl.make_plan(t, r, hw, b);
     const auto timing = timing_from_simulation(t, r, f.p, hw);
     f.layout = make_layout(t, f.p, release_points, &timing);
+    f.predicted_seconds = timing.step;
     // A near miss: shaken orders (Note [Shaken orders]) often pack a few percent tighter.
     if (f.layout.extent > device_budget && static_cast<double>(f.layout.extent) <= near_miss * static_cast<double>(device_budget)) {
       const std::size_t shaken = std::clamp<std::size_t>(shake_work / std::max<std::size_t>(1, f.layout.blocks), 8, 200);

@@ -21,6 +21,7 @@ struct fitted_plan {
   plan p;                         ///< made for p.budget_bytes, the planning budget
   device_layout layout;           ///< the packing, timed by the simulator (timing_from_simulation)
   bool fits = false;              ///< layout.extent is within the device budget
+  double predicted_seconds = 0;   ///< the simulator's step time for p
 };
 
 /// Plans `t` (analyzed as `r`, once: every attempt reuses it) for `budget`'s planning bytes after

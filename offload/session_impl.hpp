@@ -79,6 +79,8 @@ struct phase_state {
   std::uint64_t least = 0;      // its largest single op's working set, placed
   std::vector<std::uint64_t> gather;  // per op of `recorded`: gather scratch bytes (Note [Views])
   int margin_doublings = 0;     // of the packing margin the plan was made with (Note [Headroom])
+  double predicted_ms = 0;      // the simulator's step time for p on the measured hardware (0: unknown)
+  bool retime = false;          // its next planned iteration times its ops (Note [Timing the plan's ops])
 };
 }  // namespace session_detail
 
@@ -193,7 +195,7 @@ class session_impl {
     }
     in_iteration = true;
     following = active->have_plan;
-    exec->set_timing(!active->have_plan);
+    exec->set_timing(!active->have_plan || active->retime);
     exec->begin_iteration();
     ops.clear();
     bodies.clear();
@@ -309,6 +311,7 @@ class session_impl {
     r.iteration = history.size() + 1;
     r.planned = followed;
     r.policy = followed ? active->p.policy : "on-demand";
+    r.planned_step_ms = followed ? active->predicted_ms : 0;
     std::exception_ptr io_failure;
     executor_stats st;
     try {
@@ -323,12 +326,14 @@ class session_impl {
     if (!followed && !io_failure) {
       replan(st);
       if (cfg.device_budget_ratio > 0 && !ratio_applied) apply_budget_ratio();
-    } else if (followed && r.on_demand_evictions > 0 &&
-               active->margin_doublings < device_budget::max_margin_doublings) {
+    } else if (followed) {
       // The plan did not fit in practice (packing and rounding took more than the margin left
       // for them): plan the same trace again with the margin doubled (Note [Headroom]).
-      ++active->margin_doublings;
-      plan_trace(*active, std::move(active->recorded));
+      const bool wider = r.on_demand_evictions > 0 && active->margin_doublings < device_budget::max_margin_doublings;
+      const bool retimed = active->retime && !io_failure && take_op_times(active->recorded, st.op_ms);
+      active->retime = false;
+      if (wider) ++active->margin_doublings;
+      if (wider || retimed) plan_trace(*active, std::move(active->recorded));
     }
     if (io_failure) std::rethrow_exception(io_failure);
     return r;
@@ -340,10 +345,37 @@ class session_impl {
     t.ops = ops;
     active->gather = op_gather;
     if (st.op_ms.size() == t.ops.size()) {
-      for (std::size_t k = 0; k < t.ops.size(); ++k) t.ops[k].measured_seconds = st.op_ms[k] / 1000.0;
+      for (std::size_t k = 0; k < t.ops.size(); ++k)
+        if (st.op_ms[k] >= 0) t.ops[k].measured_seconds = st.op_ms[k] / 1000.0;
     }
     active->margin_doublings = 0;
     plan_trace(*active, std::move(t));
+    active->retime = true;
+  }
+
+  // Note [Timing the plan's ops]
+  // The op times a plan is made from are those of the recording iteration, the program's first
+  // steps, where every kernel runs for the first time: on a GPU that is when CUDA loads it and
+  // the libraries pick their algorithms and workspaces; on the cpu backend, when device memory is
+  // first touched. Those times run long (GPT medium on the cpu backend: the ops of its recording
+  // step add up to 7.4 s, those of later steps to 5.3), and a plan made from them counts on
+  // compute that is not there to hide its copies behind. So the first iteration that follows a
+  // plan made from a recording times its ops too, and when their times differ from the recorded
+  // ones by more than a tenth of the step in all, the trace takes them and is planned again; the
+  // iteration after that follows the new plan. Once per recording: later steps keep their plan.
+  // An op the plan ran on the host keeps its recorded device time (op_ms has -1 there).
+  static bool take_op_times(trace& t, const std::vector<double>& op_ms) {
+    if (op_ms.size() > t.ops.size() || t.ops.empty()) return false;
+    double before = 0, moved = 0;
+    for (std::size_t k = 0; k < t.ops.size(); ++k) {
+      const double old_s = t.ops[k].measured_seconds.value_or(0.0);
+      before += old_s;
+      if (k < op_ms.size() && op_ms[k] >= 0) moved += std::abs(op_ms[k] / 1000.0 - old_s);
+    }
+    if (!(moved > 0.1 * before)) return false;
+    for (std::size_t k = 0; k < op_ms.size(); ++k)
+      if (op_ms[k] >= 0) t.ops[k].measured_seconds = std::min(op_ms[k] / 1000.0, max_op_seconds);
+    return true;
   }
 
   /// Plans `t` for phase `ph`; the executor follows it from the next iteration when `ph` is the
@@ -385,9 +417,11 @@ class session_impl {
     // plan misses.
     auto fitted = offload::fit_plan(*p, t, report, hw, stack->budget(), ph.margin_doublings, exec->release_points());
     ph.p = std::move(fitted.p);
+    ph.predicted_ms = fitted.predicted_seconds * 1e3;
     if (edit_plan) {  // session_hooks::edit_plan
       edit_plan(t, ph.p);
       fitted.layout = make_layout(t, ph.p, exec->release_points());
+      ph.predicted_ms = 0;  // not the plan that was timed
     }
     ph.p.validate(t);
     if (stack->nvme() != nullptr) {  // Note [Sizing the NVMe tier]

@@ -61,6 +61,10 @@ struct iteration_report : iteration_counters {
   bool planned = false;          ///< followed a plan (false: on demand, recording)
   std::string policy;            ///< planner whose plan it followed
   double step_ms = 0;            ///< wall time from begin_iteration to end_iteration
+  /// The simulator's step time for the plan it followed, on the hardware the Session measured
+  /// (its link, the recorded op times): what step_ms would be if the run went as planned. 0 when
+  /// it followed no plan (or a test's edited one).
+  double planned_step_ms = 0;
   std::vector<stall_record> stalls;
 };
 

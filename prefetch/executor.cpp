@@ -640,7 +640,7 @@ void executor::defragment() {
 
 void executor::end_op(op_index k) {
   stamp_end(compute_, open_op_);
-  if (open_op_ != nullptr) op_items_.push_back(open_op_);
+  if (open_op_ != nullptr) op_items_.emplace_back(k, open_op_);
   open_op_ = nullptr;
   op_done_current_ = false;  // the op's work is enqueued: op_done_ no longer covers it
   op_open_ = false;
@@ -748,7 +748,10 @@ executor_stats executor::end_iteration() {
     stats_.stall_ms += ms;
     for (const auto& name : p.tensors) stats_.stalls.emplace_back(name, ms / static_cast<double>(p.tensors.size()));
   }
-  for (const auto* item : op_items_) stats_.op_ms.push_back(std::max(0.0, (item->end_us - item->start_us) / 1000.0));
+  for (const auto& [k, item] : op_items_) {
+    if (stats_.op_ms.size() <= k) stats_.op_ms.resize(k + 1, -1.0);
+    stats_.op_ms[k] = std::max(0.0, (item->end_us - item->start_us) / 1000.0);
+  }
   op_items_.clear();
   const auto c = backing_->counters();
   stats_.h2d_bytes = c.h2d_bytes - counters_at_start_.h2d_bytes;

@@ -51,7 +51,9 @@ struct timeline_item {
 struct executor_stats : iteration_counters {
   double step_ms = 0;
   std::vector<std::pair<std::string, double>> stalls;  ///< tensor name, ms
-  std::vector<double> op_ms;             ///< measured duration per op (timed iterations only)
+  /// Timed iterations only: each op's measured duration on the device, by op index; -1 for an op
+  /// that did not run there (a host op).
+  std::vector<double> op_ms;
 };
 
 class executor {
@@ -251,7 +253,7 @@ class executor {
   bool host_op_open_ = false;      // between begin_host_op and end_host_op
   double host_op_start_us_ = 0;
   timeline_item* open_op_ = nullptr;
-  std::vector<timeline_item*> op_items_;  // this iteration's ops, in order, for op_ms
+  std::vector<std::pair<op_index, timeline_item*>> op_items_;  // this iteration's device ops, for op_ms
   std::uint64_t in_use_ = 0;
   std::uint64_t peak_ = 0;
   bool timing_ = false;

@@ -100,6 +100,7 @@ nlohmann::json report_json(const run_result& r) {
                      {"planned", it.planned},
                      {"policy", it.policy},
                      {"step_ms", it.step_ms},
+                     {"planned_step_ms", it.planned_step_ms},
                      {"stall_ms", it.stall_ms},
                      {"stalls", it.stalls.size()},
                      {"h2d_bytes", it.h2d_bytes},

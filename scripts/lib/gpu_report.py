@@ -161,11 +161,13 @@ def train_section(out, steps, v):
         throughput = 1 / ratio if ratio > 0 else 0
         figs = {"step_ms": row["step_ms"], "resident_step_ms": row["resident_step_ms"], "throughput_x": throughput,
                 "budget_bytes": row["budget_bytes"], "footprint_bytes": j["footprint_bytes"],
-                "stall_ms": row.get("stall_ms"), "h2d_bytes": row.get("h2d_bytes"), "d2h_bytes": row.get("d2h_bytes")}
+                "stall_ms": row.get("stall_ms"), "h2d_bytes": row.get("h2d_bytes"), "d2h_bytes": row.get("d2h_bytes"),
+                "planned_step_ms": row.get("planned_step_ms")}
+        planned = row.get("planned_step_ms") or 0
         v.speed(f"{ex} at 1/4: speed", throughput >= SPEED_TARGET,
                 f"{throughput:.2f}x of everything resident (>= {SPEED_TARGET}x): {row['step_ms']:.1f} ms/step vs "
                 f"{row['resident_step_ms']:.1f} ms, budget {size(row['budget_bytes'])} of "
-                f"{size(j['footprint_bytes'])}", figs)
+                f"{size(j['footprint_bytes'])}" + (f"; planned {planned:.1f} ms" if planned > 0 else ""), figs)
         v.add(f"{ex} at 1/4: losses", "PASS" if row.get("losses_match") else "MISS",
               "identical to the resident run" if row.get("losses_match") else "DIFFER from the resident run")
         host = next((r for r in j.get("rows", []) if r.get("policy") == "auto@host"

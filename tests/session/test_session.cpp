@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -212,6 +213,14 @@ TEST(Session, RandomModelsBudgetsAndPoliciesKeepDataAndBudget) {
       EXPECT_EQ(r.bad_reads, 0) << "stale or lost data";
       EXPECT_LE(r.peak, budget) << "device bytes past the budget";
       EXPECT_TRUE(r.planned_later);
+      for (const auto& it : r.reports) {  // the simulator's step for the plan followed, and only then
+        if (it.planned) {
+          EXPECT_GT(it.planned_step_ms, 0.0) << "iteration " << it.iteration;
+          EXPECT_TRUE(std::isfinite(it.planned_step_ms)) << "iteration " << it.iteration;
+        } else {
+          EXPECT_EQ(it.planned_step_ms, 0.0) << "iteration " << it.iteration;
+        }
+      }
       if (budget < ref.least + (ref.footprint - ref.least) / 2) {
         EXPECT_GT(r.moved, 0u) << "a budget well under the footprint moved nothing";
       }
