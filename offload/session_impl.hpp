@@ -328,12 +328,25 @@ class session_impl {
       if (cfg.device_budget_ratio > 0 && !ratio_applied) apply_budget_ratio();
     } else if (followed) {
       // The plan did not fit in practice (packing and rounding took more than the margin left
-      // for them): plan the same trace again with the margin doubled (Note [Headroom]).
+      // for them): plan the same trace again with the margin doubled (Note [Headroom]). And the
+      // first planned iteration's op times (Note [Timing the plan's ops]).
       const bool wider = r.on_demand_evictions > 0 && active->margin_doublings < device_budget::max_margin_doublings;
+      std::optional<phase_state> before;
+      if (active->retime && !io_failure && !wider) before = *active;
       const bool retimed = active->retime && !io_failure && take_op_times(active->recorded, st.op_ms);
       active->retime = false;
       if (wider) ++active->margin_doublings;
-      if (wider || retimed) plan_trace(*active, std::move(active->recorded));
+      if (wider || retimed) {
+        try {
+          plan_trace(*active, std::move(active->recorded));
+        } catch (const config_error&) {
+          if (!before) throw;
+          // The new times alone gave a plan this Session cannot hold (more of the host or NVMe
+          // tier than it has): the plan it runs now stays, as if the times had not moved.
+          *active = std::move(*before);
+          exec->follow(&active->recorded, &active->p, &active->layout);
+        }
+      }
     }
     if (io_failure) std::rethrow_exception(io_failure);
     return r;
