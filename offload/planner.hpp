@@ -38,6 +38,10 @@ struct planner_options {
   /// auto: shares of the values written in the iteration and read by the next that the best
   /// sweeps try keeping on the device over the boundary (their copy out moves to the start).
   std::vector<double> auto_keep_shares = {0.25, 0.5, 0.75, 1.0};
+  /// auto: the best sweeps also try their prefetches later, each at the latest op that leaves
+  /// this many times its copy's time of compute before its use (never earlier than memory
+  /// allows; Note [Late prefetches] in planner_auto.cpp). Empty: only as early as memory allows.
+  std::vector<double> auto_prefetch_leads = {3.0, 8.0};
   /// auto: also plan with recomputation where the trace has recomputable ops (Note
   /// [Recomputing planners] in planner_recompute.cpp) ...
   bool auto_recompute = true;

@@ -144,6 +144,8 @@ class parameter_set {
     std::vector<bool> done;
   };
   mutable backward_updates in_backward_;
+  // Set once the updates are to run after the pass for good (a plan that runs some on the host).
+  mutable bool updates_after_pass_ = false;
 };
 
 }  // namespace spillway::examples

@@ -160,6 +160,39 @@ TEST_P(clip_examples, without_clipping_each_update_runs_in_the_backward_pass_onc
   EXPECT_LT(first_adam, last_backward) << "every update after the backward pass";
 }
 
+// Updates the plan runs on the host come after the backward pass: from the start with host_ops
+// "host", and with "auto" from the step whose plan first puts one there (recorded again once).
+TEST_P(clip_examples, updates_placed_on_the_host_run_after_the_backward_pass) {
+  auto first_update_after_last_backward = [](const trace& t) {
+    std::size_t last_backward = 0, first_adam = t.ops.size();
+    for (std::size_t i = 0; i < t.ops.size(); ++i) {
+      if (t.ops[i].phase == op_phase::backward) last_backward = i;
+      if (t.ops[i].name.find(".adam") != std::string::npos) first_adam = std::min(first_adam, i);
+    }
+    return first_adam < t.ops.size() && first_adam > last_backward;
+  };
+  auto host = tiny_options("auto", 0, 0);
+  host.host_ops = "host";
+  training_run h(host, factory(GetParam(), host));
+  (void)h.step();
+  EXPECT_TRUE(first_update_after_last_backward(h.session().recorded_trace()));
+
+  // auto on the cpu backend at half the footprint: its plans run updates on the host.
+  const run_result& base = resident_clipped(GetParam());
+  auto o = tiny_options("auto", base.footprint_bytes / 2, 0);
+  training_run a(o, factory(GetParam(), o));
+  (void)a.step();
+  EXPECT_FALSE(first_update_after_last_backward(a.session().recorded_trace())) << "the recording updates in the pass";
+  (void)a.step();
+  (void)a.step();
+  ASSERT_NE(a.session().current_plan(), nullptr);
+  if (a.session().current_plan()->host_op_count() > 0) {  // so here: 28, 18 and 30 host ops (a host slower than that could keep them)
+    EXPECT_FALSE(a.result().iterations[1].planned) << "step 2 moved its updates without recording again";
+    EXPECT_TRUE(first_update_after_last_backward(a.session().recorded_trace()));
+    EXPECT_TRUE(a.result().iterations[2].planned);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(examples, clip_examples, ::testing::Values("gpt", "mlp", "cnn"));
 
 class clip_invariant : public ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};

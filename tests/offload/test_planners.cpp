@@ -445,13 +445,15 @@ TEST(Planners, OrderBoundCountsTheCopyOutAfterTheLastWrite) {
 }
 
 // auto's search only adds candidates to the ones it tried before (the sweep reserves, no late
-// weight, nothing kept over the boundary), and keeps the fastest feasible: it is never slower.
+// weight, nothing kept over the boundary, prefetches as early as memory allows), and keeps the
+// fastest feasible: it is never slower.
 TEST(Planners, AutoSearchNeverLosesToItsPlainSweep) {
   std::mt19937_64 rng(5150);
   const auto hw = test_hw(1ull << 40);
   planner_options plain;
   plain.auto_late_weights = {0.0};
   plain.auto_keep_shares = {};
+  plain.auto_prefetch_leads = {};
   int better = 0;
   for (int iter = 0; iter < 120; ++iter) {
     const auto t = random_trace(rng);
@@ -467,6 +469,31 @@ TEST(Planners, AutoSearchNeverLosesToItsPlainSweep) {
     if (full.step_seconds < base.step_seconds * (1 - 1e-6)) ++better;
   }
   EXPECT_GT(better, 0);  // the extra candidates win somewhere
+}
+
+// Note [Late prefetches]: the late placements only add candidates, so auto with them is never
+// slower than without, and on random traces they win somewhere.
+TEST(Planners, LatePrefetchesOnlyAddCandidatesAndWinSomewhere) {
+  std::mt19937_64 rng(4242);
+  const auto hw = test_hw(1ull << 40);
+  planner_options early;
+  early.auto_prefetch_leads = {};
+  ASSERT_FALSE(planner_options{}.auto_prefetch_leads.empty());
+  int better = 0;
+  for (int iter = 0; iter < 120; ++iter) {
+    const auto t = random_trace(rng);
+    const auto rep = analyze(t);
+    const std::uint64_t lo = rep.min_budget_bytes, hi = std::max(rep.peak_live_bytes, lo);
+    const auto budget = std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
+    const auto with = simulate(t, make_planner("auto")->make_plan(t, rep, hw, budget), hw);
+    const auto without = simulate(t, make_planner("auto", early)->make_plan(t, rep, hw, budget), hw);
+    ASSERT_TRUE(with.feasible()) << with.violations[0];
+    if (without.feasible()) {
+      EXPECT_LE(with.step_seconds, without.step_seconds * (1 + 1e-12)) << "iteration " << iter;
+    }
+    if (with.step_seconds < without.step_seconds * (1 - 1e-6)) ++better;
+  }
+  EXPECT_GT(better, 0);
 }
 
 // Optimizer state written by the last op: evicted after that op, its copy out would end the
