@@ -444,16 +444,12 @@ TEST(Planners, OrderBoundCountsTheCopyOutAfterTheLastWrite) {
   EXPECT_DOUBLE_EQ(s.step_seconds, 4.0);
 }
 
-// auto's search only adds candidates to the ones it tried before (the sweep reserves, no late
-// weight, nothing kept over the boundary, prefetches as early as memory allows), and keeps the
-// fastest feasible: it is never slower.
-TEST(Planners, AutoSearchNeverLosesToItsPlainSweep) {
-  std::mt19937_64 rng(5150);
+// auto with its default search against auto with `fewer` candidates, on 120 random traces and
+// budgets: the default is never slower (it keeps the fastest feasible of a superset); returns
+// how often it is faster.
+int default_auto_wins_over(const planner_options& fewer, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
   const auto hw = test_hw(1ull << 40);
-  planner_options plain;
-  plain.auto_late_weights = {0.0};
-  plain.auto_keep_shares = {};
-  plain.auto_prefetch_leads = {};
   int better = 0;
   for (int iter = 0; iter < 120; ++iter) {
     const auto t = random_trace(rng);
@@ -461,39 +457,34 @@ TEST(Planners, AutoSearchNeverLosesToItsPlainSweep) {
     const std::uint64_t lo = rep.min_budget_bytes, hi = std::max(rep.peak_live_bytes, lo);
     const auto budget = std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
     const auto full = simulate(t, make_planner("auto")->make_plan(t, rep, hw, budget), hw);
-    const auto base = simulate(t, make_planner("auto", plain)->make_plan(t, rep, hw, budget), hw);
-    ASSERT_TRUE(full.feasible()) << full.violations[0];
+    const auto base = simulate(t, make_planner("auto", fewer)->make_plan(t, rep, hw, budget), hw);
+    EXPECT_TRUE(full.feasible()) << full.violations[0];
     if (base.feasible()) {
       EXPECT_LE(full.step_seconds, base.step_seconds * (1 + 1e-12)) << "iteration " << iter;
     }
     if (full.step_seconds < base.step_seconds * (1 - 1e-6)) ++better;
   }
-  EXPECT_GT(better, 0);  // the extra candidates win somewhere
+  return better;
+}
+
+// auto's search only adds candidates to the ones it tried before (the sweep reserves, no late
+// weight, nothing kept over the boundary, prefetches as early as memory allows), and keeps the
+// fastest feasible: it is never slower, and the extra candidates win somewhere.
+TEST(Planners, AutoSearchNeverLosesToItsPlainSweep) {
+  planner_options plain;
+  plain.auto_late_weights = {0.0};
+  plain.auto_keep_shares = {};
+  plain.auto_prefetch_leads = {};
+  EXPECT_GT(default_auto_wins_over(plain, 5150), 0);
 }
 
 // Note [Late prefetches]: the late placements only add candidates, so auto with them is never
 // slower than without, and on random traces they win somewhere.
 TEST(Planners, LatePrefetchesOnlyAddCandidatesAndWinSomewhere) {
-  std::mt19937_64 rng(4242);
-  const auto hw = test_hw(1ull << 40);
   planner_options early;
   early.auto_prefetch_leads = {};
   ASSERT_FALSE(planner_options{}.auto_prefetch_leads.empty());
-  int better = 0;
-  for (int iter = 0; iter < 120; ++iter) {
-    const auto t = random_trace(rng);
-    const auto rep = analyze(t);
-    const std::uint64_t lo = rep.min_budget_bytes, hi = std::max(rep.peak_live_bytes, lo);
-    const auto budget = std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
-    const auto with = simulate(t, make_planner("auto")->make_plan(t, rep, hw, budget), hw);
-    const auto without = simulate(t, make_planner("auto", early)->make_plan(t, rep, hw, budget), hw);
-    ASSERT_TRUE(with.feasible()) << with.violations[0];
-    if (without.feasible()) {
-      EXPECT_LE(with.step_seconds, without.step_seconds * (1 + 1e-12)) << "iteration " << iter;
-    }
-    if (with.step_seconds < without.step_seconds * (1 - 1e-6)) ++better;
-  }
-  EXPECT_GT(better, 0);
+  EXPECT_GT(default_auto_wins_over(early, 4242), 0);
 }
 
 // Optimizer state written by the last op: evicted after that op, its copy out would end the
