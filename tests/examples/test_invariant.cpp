@@ -133,9 +133,13 @@ TEST_P(example_basics, budget_ratio_is_a_fraction_of_the_footprint_from_the_seco
   // backward pass for good (Note [Updates in the backward pass]), and the later plans keep them there.
   ASSERT_GE(r.iterations.size(), 3u);
   const std::size_t first_planned = r.iterations[1].planned ? 1 : 2;
-  if (first_planned == 2) EXPECT_GT(r.iterations[2].host_ops, 0u) << "step 2 recorded again, yet no update runs on the host";
+  if (first_planned == 2) {
+    EXPECT_GT(r.iterations[2].host_ops, 0u) << "step 2 recorded again, yet no update runs on the host";
+  }
   for (std::size_t i = 1; i < r.iterations.size(); ++i) {
-    if (i >= first_planned) EXPECT_TRUE(r.iterations[i].planned) << "step " << i + 1;
+    if (i >= first_planned) {
+      EXPECT_TRUE(r.iterations[i].planned) << "step " << i + 1;
+    }
     EXPECT_LE(r.iterations[i].peak_device_bytes, r.device_budget_bytes) << "step " << i + 1;
   }
   EXPECT_EQ(r.device_budget_bytes, static_cast<std::uint64_t>(std::llround(0.5 * static_cast<double>(base.footprint_bytes))));
