@@ -44,9 +44,10 @@ namespace spillway::examples {
 // queued (Note [Host ops in the executor]). So with host_ops "host" the updates come after the
 // pass from the start, and with "auto" from the first step whose plan puts an update on the
 // host: that step departs from its recording and is recorded again, once (the losses do not
-// change either way). On an H200-like profile with a 16-core host of 80 GB/s, GPT medium at 1/4
-// plans at 47.3 ms with its updates after the pass on the host and 52.7 in the backward pass on
-// the device; the MLP at 82.6 and 73.4: each order wins where its placement does.
+// change either way). On an H200-like profile with a 16-core host of 80 GB/s
+// (bench/profiles/h200-gpu-check-host80.json, spillway-bench plan --fit-step-ms), GPT medium at
+// 1/4 plans at 47.3 ms with its updates after the pass on the host and 52.7 in the backward pass
+// on the device; the MLP at 82.6 and 73.4: each order wins where its placement does.
 
 float parameter_set::train_step(Session& s, kernels::kernel_context& ctx, std::int64_t step,
                                 const std::function<void(int)>& pass, const std::function<float()>& read_loss,
