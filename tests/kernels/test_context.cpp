@@ -169,20 +169,23 @@ TEST(LaunchCheck, AnEarlierToleratedErrorIsNotBlamedOnTheNextLaunch) {
   const std::vector<float> xs = {1, 2, 3, 4};
   const float* x = r.up(xs);
   float* y = r.alloc<float>(4);
-  // The kernel runs once before the stream is held. CUDA loads a module's kernels lazily, at
-  // their first launch, and that load waits for the context's work: a first launch behind the
-  // held stream would wait for the gate this thread opens only after the launch (a hang).
+  // Nothing here may wait for the device while the stream is held below: the gate opens only
+  // after the launch, on this thread. So the kernel runs once first (CUDA loads a kernel at its
+  // first launch, and that load waits for the context's work), and the allocation that fails
+  // comes before the hold (a failing cudaMalloc may wait for the device while it frees cached
+  // memory to try again). On an H200 the check hung with the allocation behind the hold, and
+  // before that with the kernel's first launch there.
   scale(r.ctx(), r.s(), x, 1.0f, y, 4);
   r.sync();
-  // Unfinished work: a kernel stand-in that holds the stream until the gate opens.
-  std::promise<void> gate = r.hold_stream();
+  // Code that asks and tolerates the answers, leaving them in the runtime's last-error slot: a
+  // caught allocation failure, then a query of unfinished work.
+  void* huge = nullptr;
+  EXPECT_NE(cudaMalloc(&huge, std::size_t{1} << 60), cudaSuccess);
   cudaEvent_t ev = nullptr;
   ASSERT_EQ(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), cudaSuccess);
-  ASSERT_EQ(cudaEventRecord(ev, static_cast<cudaStream_t>(r.s().handle)), cudaSuccess);
-  // Code that asks and tolerates the answer, leaving it in the runtime's last-error slot.
+  std::promise<void> gate = r.hold_stream();  // unfinished work until the gate opens; no ASSERT until then
+  EXPECT_EQ(cudaEventRecord(ev, static_cast<cudaStream_t>(r.s().handle)), cudaSuccess);
   EXPECT_EQ(cudaEventQuery(ev), cudaErrorNotReady);
-  void* huge = nullptr;
-  EXPECT_NE(cudaMalloc(&huge, std::size_t{1} << 60), cudaSuccess);  // a caught allocation failure
   EXPECT_NO_THROW(scale(r.ctx(), r.s(), x, 2.0f, y, 4));
   gate.set_value();
   EXPECT_EQ(r.down(y, 4), (std::vector<float>{2, 4, 6, 8}));
