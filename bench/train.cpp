@@ -140,12 +140,15 @@ double d2h_per_step(const run_result& r) { return per_step(r, [](const iteration
 double nvme_per_step(const run_result& r) {
   return per_step(r, [](const iteration_report& i) { return i.nvme_read_bytes + i.nvme_write_bytes; });
 }
+double planned_per_step(const run_result& r) {
+  return per_step(r, [](const iteration_report& i) { return i.planned_step_ms; });
+}
 double stall_per_step(const run_result& r) { return per_step(r, [](const iteration_report& i) { return i.stall_ms; }); }
 
 std::string table_line(const std::string& policy, const std::string& budget, const run_result& r, double ratio,
                        const std::string& match) {
   auto bytes = [](double b) { return format_bytes(static_cast<std::uint64_t>(b)); };
-  const double planned = per_step(r, [](const iteration_report& i) { return i.planned_step_ms; });
+  const double planned = planned_per_step(r);
   return fmt("%-15s %-16s %9.1f %9.1f %7.3f %11s %11s %11s %11s %9.1f %6s", policy.c_str(), budget.c_str(), r.median_step_ms(),
              planned, ratio, bytes(h2d_per_step(r)).c_str(), bytes(d2h_per_step(r)).c_str(), bytes(nvme_per_step(r)).c_str(),
              format_bytes(r.peak_device_bytes).c_str(), stall_per_step(r), match.c_str());
@@ -163,7 +166,7 @@ nlohmann::json row_json(const std::string& example, const row& w, const run_resu
           {"step_ms", r.median_step_ms()},
           {"resident_step_ms", resident.median_step_ms()},
           {"ratio", w.ratio},
-          {"planned_step_ms", per_step(r, [](const iteration_report& i) { return i.planned_step_ms; })},
+          {"planned_step_ms", planned_per_step(r)},
           {"losses_match", w.losses_match},
           {"h2d_bytes", r.h2d_bytes},
           {"d2h_bytes", r.d2h_bytes},
@@ -228,6 +231,7 @@ int run(const train_args& a) {
     row w;
     std::unique_ptr<examples::training_run> run;
     std::vector<double> ratios;  // per planned step: its time over the resident step before it
+    std::string name;            // POLICY-RATIO, for --save-runs' files
   };
   std::vector<setting> settings;
   for (double ratio : a.ratios) {
@@ -240,8 +244,8 @@ int run(const train_args& a) {
       o.policy = name;
       if (!host_ops.empty()) o.host_ops = host_ops;
       o.device_budget = static_cast<std::uint64_t>(std::llround(ratio * static_cast<double>(footprint)));
-      const std::string setting_name = policy + "-" + fmt("%g", ratio);
-      if (!a.save_runs.empty()) o.chrome_trace = run_file(a, setting_name, "chrome");
+      st.name = policy + "-" + fmt("%g", ratio);
+      if (!a.save_runs.empty()) o.chrome_trace = run_file(a, st.name, "chrome");
       if (o.device_budget < least) {
         st.w.skipped = true;
       } else {
@@ -290,7 +294,7 @@ int run(const train_args& a) {
       rows.push_back(std::move(w));
       continue;
     }
-    save_trace(a, w.policy + "-" + fmt("%g", w.budget_ratio), st.run->session());
+    save_trace(a, st.name, st.run->session());
     w.result = st.run->finish();
     st.run.reset();
     // No planned step (the run recorded again every step, e.g. --steps 2 with a plan that moved

@@ -56,13 +56,17 @@ namespace {
 
 constexpr std::int64_t not_off = -2, off_from_start = -1;
 
+/// at[k]: when op k starts with nothing waiting (the sum of the ops before it); at[n]: the end.
+std::vector<double> op_starts(const trace& t, const hw_profile& hw) {
+  std::vector<double> at(t.ops.size() + 1, 0);
+  for (std::size_t k = 0; k < t.ops.size(); ++k) at[k + 1] = at[k] + hw.op_seconds(t.ops[k]);
+  return at;
+}
+
 class sweep {
  public:
   sweep(const trace& t, const lifetime_report& r, const hw_profile& hw)
-      : t_(t), r_(r), inv_h2d_(1.0 / hw.h2d_bytes_per_s), inv_d2h_(1.0 / hw.d2h_bytes_per_s) {
-    at_.assign(t.ops.size() + 1, 0);
-    for (std::size_t k = 0; k < t.ops.size(); ++k) at_[k + 1] = at_[k] + hw.op_seconds(t.ops[k]);
-  }
+      : t_(t), r_(r), inv_h2d_(1.0 / hw.h2d_bytes_per_s), inv_d2h_(1.0 / hw.d2h_bytes_per_s), at_(op_starts(t, hw)) {}
 
   std::vector<off_interval> run(std::uint64_t limit, double late_weight, const std::vector<char>* stay) {
     late_weight_ = late_weight;
@@ -289,9 +293,7 @@ void place_prefetches(const trace& t, const lifetime_report& r, std::vector<off_
 // of the link idled through that op. A lead of a few copy times puts each prefetch where the
 // compute before its use still covers it; the simulator judges it beside the early placement.
 void delay_prefetches(const trace& t, const lifetime_report& r, std::vector<off_interval>& ivs, const hw_profile& hw,
-                      double lead) {
-  std::vector<double> at(t.ops.size() + 1, 0);  // at[k]: start of op k with nothing waiting
-  for (std::size_t k = 0; k < t.ops.size(); ++k) at[k + 1] = at[k] + hw.op_seconds(t.ops[k]);
+                      const std::vector<double>& at, double lead) {
   for (auto& iv : ivs) {
     const auto& lt = r.tensors[iv.x];
     if (!lt.used() || !(iv.wraps ? lt.crosses_boundary : reads_at(lt, iv.use)) || iv.use >= at.size()) continue;
@@ -371,10 +373,11 @@ plan auto_swap_plan(const trace& t, const lifetime_report& r, const hw_profile& 
                     const planner_options& opt, const std::vector<char>* stay) {
   if (r.peak_live_bytes <= budget) return build_plan(t, r, {}, "auto", budget);
   best_plan best;
+  const std::vector<double> starts = opt.auto_prefetch_leads.empty() ? std::vector<double>{} : op_starts(t, hw);
   auto attempt = [&](std::vector<off_interval> ivs, double keep, double lead = 0) {
     if (keep > 0) keep_over_boundary(t, r, ivs, budget, keep);
     place_prefetches(t, r, ivs, budget);
-    if (lead > 0) delay_prefetches(t, r, ivs, hw, lead);
+    if (lead > 0) delay_prefetches(t, r, ivs, hw, starts, lead);
     assign_tiers(t, r, ivs, hw);
     plan p = build_plan(t, r, std::move(ivs), "auto", budget);
     const auto s = simulate(t, r, p, hw);
