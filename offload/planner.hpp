@@ -42,6 +42,10 @@ struct planner_options {
   /// this many times its copy's time of compute before its use (never earlier than memory
   /// allows; Note [Late prefetches] in planner_auto.cpp). Empty: only as early as memory allows.
   std::vector<double> auto_prefetch_leads = {3.0, 8.0};
+  /// auto: the best sweeps also try homing in the host tier the values the iteration writes
+  /// and the next one reads that leave the device mid-iteration with a copy out (Note [Homed
+  /// state] in planner_auto.cpp).
+  bool auto_home_state = true;
   /// auto: also plan with recomputation where the trace has recomputable ops (Note
   /// [Recomputing planners] in planner_recompute.cpp) ...
   bool auto_recompute = true;

@@ -487,6 +487,68 @@ TEST(Planners, LatePrefetchesOnlyAddCandidatesAndWinSomewhere) {
   EXPECT_GT(default_auto_wins_over(early, 4242), 0);
 }
 
+// Note [Homed state]: homing the written state only adds candidates, so auto with it is never
+// slower than without, and on random traces it wins somewhere.
+TEST(Planners, HomedStateOnlyAddsCandidatesAndWinsSomewhere) {
+  planner_options unhomed;
+  unhomed.auto_home_state = false;
+  ASSERT_TRUE(planner_options{}.auto_home_state);
+  EXPECT_GT(default_auto_wins_over(unhomed, 3), 0);
+}
+
+// A chain of cheap layers (Note [Homed state]): each forward op reads its weight and the
+// activation before it; the backward pass reads them again in reverse; an update per weight
+// at the end. Copying an activation takes 1 s, a layer 0.03 s, so the forward pass is bound by
+// the activations' copies out. A weight that starts on the device and leaves after its forward
+// use adds its copy out to that pass; homed in the host tier, its copy out runs after its update
+// beside the copies in of the later updates, and its copies in ride the idle direction.
+TEST(Planners, AutoHomesWrittenWeightsWhereTheForwardCopiesOutAreBusy) {
+  constexpr int layers = 12;
+  trace t;
+  std::vector<tensor_id> act{t.add_tensor("x", 1000, tensor_kind::activation)}, w, gw;
+  for (int i = 0; i < layers; ++i) {
+    w.push_back(t.add_tensor("w" + std::to_string(i), 250, tensor_kind::parameter));
+    gw.push_back(t.add_tensor("gw" + std::to_string(i), 250, tensor_kind::gradient));
+    act.push_back(t.add_tensor("a" + std::to_string(i + 1), 1000, tensor_kind::activation));
+  }
+  auto op = [&](std::string name, std::vector<tensor_id> r, std::vector<tensor_id> wr, double s, op_phase ph) {
+    op_desc o = op1s(std::move(name), std::move(r), std::move(wr));
+    o.measured_seconds = s;
+    o.phase = ph;
+    t.add_op(o);
+  };
+  op("load", {}, {act[0]}, 0.01, op_phase::forward);
+  for (int i = 0; i < layers; ++i) op("fwd" + std::to_string(i), {act[i], w[i]}, {act[i + 1]}, 0.03, op_phase::forward);
+  std::vector<tensor_id> g(layers + 1);
+  g[layers] = t.add_tensor("g" + std::to_string(layers), 1000, tensor_kind::activation);
+  op("loss", {act[layers]}, {g[layers]}, 0.01, op_phase::forward);
+  for (int i = layers; i-- > 0;) {
+    g[i] = t.add_tensor("g" + std::to_string(i), 1000, tensor_kind::activation);
+    op("bwd" + std::to_string(i), {g[i + 1], act[i], w[i]}, {g[i], gw[i]}, 0.05, op_phase::backward);
+  }
+  for (int i = 0; i < layers; ++i) op("step" + std::to_string(i), {gw[i], w[i]}, {w[i]}, 0.01, op_phase::optimizer);
+  const auto hw = unit_hw();
+  const auto rep = analyze(t);
+  const auto budget = rep.peak_live_bytes / 4;
+  ASSERT_GE(budget, rep.min_budget_bytes);
+  planner_options unhomed;
+  unhomed.auto_home_state = false;
+  const auto p = make_planner("auto")->make_plan(t, rep, hw, budget);
+  const auto q = make_planner("auto", unhomed)->make_plan(t, rep, hw, budget);
+  const auto s = simulate(t, p, hw), sq = simulate(t, q, hw);
+  ASSERT_TRUE(s.feasible()) << s.violations[0];
+  ASSERT_TRUE(sq.feasible()) << sq.violations[0];
+  EXPECT_EQ(logical_check(t, p), "");
+  int homed = 0, homed_unhomed = 0;
+  for (int i = 0; i < layers; ++i) {
+    homed += p.initial_tier[w[i]] == tier::host;
+    homed_unhomed += q.initial_tier[w[i]] == tier::host;
+  }
+  EXPECT_EQ(homed_unhomed, 0);  // without the candidate, every weight starts on the device
+  EXPECT_GE(homed, layers / 2);
+  EXPECT_LT(s.step_seconds, 0.95 * sq.step_seconds) << s.step_seconds << " vs " << sq.step_seconds;
+}
+
 // Optimizer state written by the last op: evicted after that op, its copy out would end the
 // step; kept on the device over the boundary, it leaves after the first op of the next
 // iteration while the D2H engine is otherwise idle. auto must find the second plan.
