@@ -47,10 +47,10 @@ namespace spillway::offload::detail {
 // leaves the D2H engine idle (its activations are still being made). It costs memory from its
 // last use to the end; keep_over_boundary takes the latest-written values first, up to a
 // share of their bytes, where memory allows.
-// Search: the simulator is the judge. Stage 1 runs one sweep per sweep reserve
-// and late weight (identical sweeps once); stage 2 takes the two fastest and tries each share
-// kept over the boundary, later prefetches (Note [Late prefetches]) and the written state homed
-// in the host tier (Note [Homed state]). The fastest feasible plan wins. Every candidate is planned and
+// Search: the simulator is the judge. Stage 1 runs one sweep per sweep reserve and late weight
+// (identical sweeps once); stage 2 takes the two fastest and tries each share kept over the
+// boundary, later prefetches (Note [Late prefetches]) and the written state homed in the host
+// tier (Note [Homed state]). The fastest feasible plan wins. Every candidate is planned and
 // simulated in time linear-logarithmic in the trace (range_max for the placement passes).
 
 namespace {
@@ -346,14 +346,14 @@ void keep_over_boundary(const trace& t, const lifetime_report& r, std::vector<of
 // mid-iteration, after a use in the forward pass say, its first eviction copies it out, and the
 // forward pass is where the copies out of the activations keep that direction of the link busy
 // (93-99% on the GPT-2, GPT-3 and ResNet rows of the zoo at 1/4 and 1/8 of their peak on h200
-// that `plan --waits` was run on), while copies in idle there. Homed
-// in the host tier instead, it is copied out after its last write, in the optimizer steps at the
-// end, where copies out are few, comes in before its first use, and every eviction before its
-// update is a drop. The candidate adds that wrap-around stretch to each such value of the best
-// two sweeps; the simulator judges it beside the others. On the optimal bench's chain of twelve
-// cheap layers at 1/4 of its peak on h200, auto went from 26.05 to 23.76 ms against the MILP's
-// 23.49; the zoo's rows keep their steps (their best plans place the updates on the host or
-// recompute) for about 2% more planning time.
+// that `plan --waits` was run on), while copies in idle there. Homed in the host tier instead,
+// it is copied out after its last write, in the optimizer steps at the end, where copies out are
+// few, comes in before its first use, and every eviction before its update is a drop. The
+// candidate adds that wrap-around stretch to each such value of the best two sweeps; the
+// simulator judges it beside the others. On the optimal bench's chain of twelve cheap layers at
+// 1/4 of its peak on h200, auto went from 26.05 to 23.76 ms against the MILP's 23.49; the zoo's
+// rows keep their steps (their best plans place the updates on the host or recompute) for about
+// 2% more planning time.
 // `ivs` with such a stretch added for each value it sends off the device but not over the boundary.
 std::vector<off_interval> home_on_host(const trace& t, const lifetime_report& r, std::vector<off_interval> ivs) {
   std::vector<char> wraps(t.tensors.size(), 0), off(t.tensors.size(), 0);
