@@ -110,7 +110,7 @@ void mlp_model<Elem>::make_batch(std::int64_t step, int micro_batch) {
   // Each row of inputs from its own generator, rows at once; then the teacher in double
   // precision: hidden = tanh(inputs x W1^T), scores = hidden x W2^T, the label the largest score,
   // as two OpenBLAS GEMMs. On one thread, with one generator and plain loops, a batch of the
-  // medium preset took about 40 ms on two cores here, most of the host time between the
+  // medium preset took about 31 ms on two cores here (now 8), most of the host time between the
   // student's steps that the GPU check's timelines showed on its H200.
   const std::uint64_t row_seed = rng(seed_, 12, static_cast<std::uint64_t>(step)).next();
   inputs_.resize(B * I);
