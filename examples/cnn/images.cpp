@@ -1,8 +1,11 @@
 // Pattern generators for the CNN example's images: one intensity function per class, scaled and
-// shifted per channel, with uniform noise; everything drawn from a per-step generator.
+// shifted per channel, with uniform noise; everything drawn from a per-step generator (images at
+// once, each from its own part of the stream).
 #include "examples/cnn/images.hpp"
 
 #include <cmath>
+
+#include <oneapi/tbb/parallel_for.h>
 
 #include "examples/common/random.hpp"
 
@@ -32,11 +35,16 @@ double pattern(int kind, double y, double x, double freq, double phase, double c
 
 void make_images(std::uint64_t seed, std::int64_t step, int batch, int channels, int size, int classes,
                  std::vector<float>& pixels, std::vector<std::int32_t>& labels) {
-  rng r(seed, 20, static_cast<std::uint64_t>(step));
+  const rng step_rng(seed, 20, static_cast<std::uint64_t>(step));
   const std::size_t plane = static_cast<std::size_t>(size) * static_cast<std::size_t>(size);
   pixels.assign(static_cast<std::size_t>(batch) * static_cast<std::size_t>(channels) * plane, 0.0f);
   labels.assign(static_cast<std::size_t>(batch), 0);
-  for (int n = 0; n < batch; ++n) {
+  // Images at once, each from its part of the step's stream (five draws, then per channel two
+  // and one a pixel), reached by skipping the draws before it: the bits of one generator.
+  const std::uint64_t draws = 5 + static_cast<std::uint64_t>(channels) * (2 + plane);
+  tbb::parallel_for(0, batch, [&](int n) {
+    rng r = step_rng;
+    r.discard(static_cast<std::uint64_t>(n) * draws);
     const int kind = static_cast<int>(r.below(static_cast<std::uint64_t>(classes)));
     labels[static_cast<std::size_t>(n)] = kind;
     const double freq = 1.5 + 3.0 * r.uniform();
@@ -53,7 +61,7 @@ void make_images(std::uint64_t seed, std::int64_t step, int batch, int channels,
           out[static_cast<std::size_t>(y) * static_cast<std::size_t>(size) + static_cast<std::size_t>(x)] = static_cast<float>(v);
         }
     }
-  }
+  });
 }
 
 }  // namespace spillway::examples

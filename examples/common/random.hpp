@@ -21,11 +21,14 @@ class rng {
     state_ += 0x9e3779b97f4a7c15ULL;
     return mix(state_);
   }
+  /// Skips `n` draws: the same state as `n` calls of next() (each adds one constant), so a
+  /// stream can be cut into pieces that are drawn at once and give the same bits.
+  void discard(std::uint64_t n) noexcept { state_ += n * 0x9e3779b97f4a7c15ULL; }
   /// Uniform in [0, 1).
   double uniform() noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
   /// Uniform integer in [0, n).
   std::uint64_t below(std::uint64_t n) noexcept { return n == 0 ? 0 : next() % n; }
-  /// Standard normal (Box-Muller; one of the pair is dropped for simplicity).
+  /// Standard normal (Box-Muller; one of the pair is dropped for simplicity): two draws.
   double normal() noexcept {
     const double u1 = 1.0 - uniform();
     const double u2 = uniform();

@@ -107,15 +107,17 @@ void mlp_model<Elem>::make_batch(std::int64_t step, int micro_batch) {
   const auto shares = static_cast<std::size_t>(params_.shares().count);
   const std::size_t B = static_cast<std::size_t>(sh_.batch) * shares, I = static_cast<std::size_t>(sh_.inputs);
   const std::size_t Hd = static_cast<std::size_t>(sh_.teacher_hidden), Cl = static_cast<std::size_t>(sh_.classes);
-  // Each row of inputs from its own generator, rows at once; then the teacher in double
-  // precision: hidden = tanh(inputs x W1^T), scores = hidden x W2^T, the label the largest score,
-  // as two OpenBLAS GEMMs. On one thread, with one generator and plain loops, a batch of the
-  // medium preset took about 31 ms on two cores here (now 8), most of the host time between the
+  // The inputs drawn rows at once, each row's part of the step's stream reached by skipping the
+  // draws before it (two per value), so the bits are those of one generator; then the teacher
+  // in double precision: hidden = tanh(inputs x W1^T), scores = hidden x W2^T, the label the
+  // largest score, as two OpenBLAS GEMMs. On one thread, with plain loops, a batch of the medium
+  // preset took about 31 ms on two cores here (now 8), most of the host time between the
   // student's steps that the GPU check's timelines showed on its H200.
-  const std::uint64_t row_seed = rng(seed_, 12, static_cast<std::uint64_t>(step)).next();
+  const rng step_rng(seed_, 12, static_cast<std::uint64_t>(step));
   inputs_.resize(B * I);
   tbb::parallel_for(std::size_t{0}, B, [&](std::size_t b) {
-    rng row(row_seed, 14, b);
+    rng row = step_rng;
+    row.discard(2 * b * I);
     for (std::size_t i = 0; i < I; ++i) inputs_[b * I + i] = static_cast<float>(row.normal());
   });
   const std::vector<double> x(inputs_.begin(), inputs_.end());
