@@ -1,0 +1,65 @@
+// The examples' synthetic data: rng::discard is that many draws, and the batches drawn at once
+// (the CNN's images, a part of the step's stream each) are the same bits on one thread or many.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <oneapi/tbb/task_arena.h>
+
+#include "examples/cnn/images.hpp"
+#include "examples/common/random.hpp"
+
+namespace spillway::examples {
+namespace {
+
+TEST(ExampleData, DiscardIsThatManyDraws) {
+  std::mt19937_64 pick(11);
+  for (int round = 0; round < 200; ++round) {
+    const std::uint64_t seed = pick(), n = pick() % 5000;
+    rng skipped(seed, 3, round), drawn(seed, 3, round);
+    skipped.discard(n);
+    for (std::uint64_t i = 0; i < n; ++i) (void)drawn.next();
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(skipped.next(), drawn.next()) << "round " << round << ", n " << n;
+  }
+}
+
+struct images {
+  std::vector<float> pixels;
+  std::vector<std::int32_t> labels;
+};
+
+images draw(int batch, int channels, int size, int classes, std::int64_t step) {
+  images out;
+  make_images(5, step, batch, channels, size, classes, out.pixels, out.labels);
+  return out;
+}
+
+bool same_bits(const images& a, const images& b) {
+  return a.labels == b.labels && a.pixels.size() == b.pixels.size() &&
+         std::memcmp(a.pixels.data(), b.pixels.data(), a.pixels.size() * sizeof(float)) == 0;
+}
+
+TEST(ExampleData, ImagesAreTheSameBitsOnOneThreadAndOnMany) {
+  for (const auto& [batch, channels, size, classes] :
+       std::vector<std::array<int, 4>>{{{9, 3, 16, 8}}, {{4, 1, 7, 3}}, {{16, 2, 12, 5}}}) {
+    const auto many = draw(batch, channels, size, classes, 3);
+    images one;
+    tbb::task_arena(1).execute([&] { one = draw(batch, channels, size, classes, 3); });
+    EXPECT_TRUE(same_bits(many, one)) << batch << " images of " << channels << "x" << size << "x" << size;
+    // Image n depends on n and the step alone: a smaller batch is the larger one's first images.
+    const auto fewer = draw(batch - 1, channels, size, classes, 3);
+    const std::size_t per = static_cast<std::size_t>(channels) * static_cast<std::size_t>(size * size);
+    EXPECT_EQ(std::memcmp(fewer.pixels.data(), many.pixels.data(), fewer.pixels.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::vector<std::int32_t>(many.labels.begin(), many.labels.end() - 1), fewer.labels);
+    EXPECT_EQ(many.pixels.size(), per * static_cast<std::size_t>(batch));
+    // Another step, other images.
+    EXPECT_FALSE(same_bits(many, draw(batch, channels, size, classes, 4)));
+  }
+}
+
+}  // namespace
+}  // namespace spillway::examples
