@@ -2,9 +2,12 @@
 // platform and run (no std:: distributions, whose output the standard leaves to the library).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
+
+#include <oneapi/tbb/parallel_for.h>
 
 namespace spillway::examples {
 
@@ -44,10 +47,18 @@ class rng {
   std::uint64_t state_;
 };
 
-/// n floats drawn from N(0, stddev^2).
+/// n floats drawn from N(0, stddev^2): the values `n` calls of r.normal() would give, drawn in
+/// blocks at once (each block's part of the stream reached with discard), r left after them.
 inline std::vector<float> normal_values(rng& r, std::size_t n, double stddev) {
+  constexpr std::size_t block = 4096;
   std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>(r.normal() * stddev);
+  const rng start = r;
+  tbb::parallel_for(std::size_t{0}, (n + block - 1) / block, [&](std::size_t k) {
+    rng part = start;
+    part.discard(2 * k * block);  // two draws a value
+    for (std::size_t i = k * block; i < std::min(n, (k + 1) * block); ++i) v[i] = static_cast<float>(part.normal() * stddev);
+  });
+  r.discard(2 * n);
   return v;
 }
 

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include <cblas.h>
-#include <oneapi/tbb/parallel_for.h>
 
 #include "device/error.hpp"
 #include "examples/common/device_io.hpp"
@@ -107,19 +106,13 @@ void mlp_model<Elem>::make_batch(std::int64_t step, int micro_batch) {
   const auto shares = static_cast<std::size_t>(params_.shares().count);
   const std::size_t B = static_cast<std::size_t>(sh_.batch) * shares, I = static_cast<std::size_t>(sh_.inputs);
   const std::size_t Hd = static_cast<std::size_t>(sh_.teacher_hidden), Cl = static_cast<std::size_t>(sh_.classes);
-  // The inputs drawn rows at once, each row's part of the step's stream reached by skipping the
-  // draws before it (two per value), so the bits are those of one generator; then the teacher
-  // in double precision: hidden = tanh(inputs x W1^T), scores = hidden x W2^T, the label the
-  // largest score, as two OpenBLAS GEMMs. On one thread, with plain loops, a batch of the medium
-  // preset took about 31 ms on two cores here (now 8), most of the host time between the
+  // The inputs (normal_values draws them in blocks at once, the bits of one generator), then the
+  // teacher in double precision: hidden = tanh(inputs x W1^T), scores = hidden x W2^T, the label
+  // the largest score, as two OpenBLAS GEMMs. On one thread, with plain loops, a batch of the
+  // medium preset took about 31 ms on two cores here (now 8), most of the host time between the
   // student's steps that the GPU check's timelines showed on its H200.
-  const rng step_rng(seed_, 12, static_cast<std::uint64_t>(step));
-  inputs_.resize(B * I);
-  tbb::parallel_for(std::size_t{0}, B, [&](std::size_t b) {
-    rng row = step_rng;
-    row.discard(2 * b * I);
-    for (std::size_t i = 0; i < I; ++i) inputs_[b * I + i] = static_cast<float>(row.normal());
-  });
+  rng r(seed_, 12, static_cast<std::uint64_t>(step));
+  inputs_ = normal_values(r, B * I, 1.0);
   const std::vector<double> x(inputs_.begin(), inputs_.end());
   std::vector<double> hidden(B * Hd), scores(B * Cl);
   const auto bi = static_cast<blasint>(B), ii = static_cast<blasint>(I), hi = static_cast<blasint>(Hd),

@@ -1,5 +1,5 @@
-// The examples' synthetic data: rng::discard is that many draws, and the batches drawn at once
-// (the CNN's images, a part of the step's stream each) are the same bits on one thread or many.
+// The examples' synthetic data: rng::discard is that many draws, and what is drawn at once
+// (normal_values in blocks, the CNN's images) is the bits of one generator, on one thread or many.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -24,6 +24,18 @@ TEST(ExampleData, DiscardIsThatManyDraws) {
     skipped.discard(n);
     for (std::uint64_t i = 0; i < n; ++i) (void)drawn.next();
     for (int i = 0; i < 4; ++i) ASSERT_EQ(skipped.next(), drawn.next()) << "round " << round << ", n " << n;
+  }
+}
+
+// normal_values draws in blocks at once: the values of one generator, and the generator left
+// where that many draws leave it, for sizes below, at and across its blocks.
+TEST(ExampleData, NormalValuesAreOneGeneratorsDraws) {
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{4095}, std::size_t{4096}, std::size_t{10001}}) {
+    rng blocks(17, 2, n), one(17, 2, n);
+    const auto v = normal_values(blocks, n, 0.5);
+    ASSERT_EQ(v.size(), n);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(v[i], static_cast<float>(one.normal() * 0.5)) << "n " << n << ", value " << i;
+    EXPECT_EQ(blocks.next(), one.next()) << "n " << n;
   }
 }
 
