@@ -298,8 +298,11 @@ class checkpoint_planner final : public optioned_planner {
 
  private:
   plan do_make_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget) const override {
-    if (auto j = checkpoint_plan(t, r, hw, budget, options())) return std::move(j->p);
-    return judge_planner(t, r, hw, budget, *make_planner("lms", options()), "checkpoint").p;
+    // Where its reruns leave no plan that keeps the budget, lms's swaps alone (if they do).
+    auto best = checkpoint_plan(t, r, hw, budget, options());
+    if (!best || !best->sim.feasible())
+      keep_best(best, judge_planner(t, r, hw, budget, *make_planner("lms", options()), "checkpoint"));
+    return std::move(best->p);
   }
 };
 

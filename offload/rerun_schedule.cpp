@@ -7,6 +7,7 @@
 #include <string>
 
 #include "device/error.hpp"
+#include "prefetch/recompute.hpp"
 
 namespace spillway::offload::detail {
 
@@ -42,6 +43,8 @@ namespace spillway::offload::detail {
 
 namespace {
 constexpr op_index none = std::numeric_limits<op_index>::max();
+// origin of the folded trace's scratch for the temps freed before an op: no tensor of the trace.
+constexpr tensor_id no_origin = std::numeric_limits<tensor_id>::max();
 // A candidate's stretch holds at least this many times its writer's duration in compute
 // (remake_candidates).
 constexpr double least_stretch_per_rerun = 4.0;
@@ -202,6 +205,13 @@ class scheduler {
   // their own.
   trace fold(const std::vector<std::vector<op_index>>& reruns, std::vector<tensor_id>& origin) const {
     trace f = t_;
+    // Which values reruns make only for the reruns after them in the same list (Note [Rerun
+    // temps before the op]): the executor frees them before the op's own tensors are placed.
+    plan steps;
+    steps.steps.resize(t_.ops.size());
+    for (op_index k = 0; k < t_.ops.size(); ++k) steps.steps[k].recomputes = reruns[k];
+    const rerun_index index(t_, steps);
+    const auto& lt = r_.tensors;
     // Its reruns are the schedule's: a planner of the folded trace places copies, and reruns
     // none of its own (unfold_plan keeps the schedule's alone), even one that could.
     for (auto& op : f.ops) op.recomputable = false;
@@ -237,17 +247,37 @@ class scheduler {
           if (!made[y]) add(reads, alias[y]);
       for (tensor_id y : t_.ops[k].reads)
         if (!made[y]) add(reads, alias[y]);
-      // What the reruns make: new names from here on.
+      // What the reruns make: new names from here on. The temps freed before the op are not
+      // tensors of the folded op: they and the op's fresh outputs (first written by it) take
+      // the same bytes one after the other, so the op holds only the larger of the two, as a
+      // scratch value of the difference beside its outputs.
+      std::uint64_t temps = 0, fresh_out = 0;
       for (op_index o : reruns[k])
         for (tensor_id z : t_.ops[o].writes) {
-          if (alias[z] != z && origin[alias[z]] == z && made[z] == 2) continue;  // named already at this op
+          if (made[z] == 2 || made[z] == 3) continue;  // named (or counted) already at this op
+          if (index.freed_before_op(z, k)) {
+            temps += t_.tensors[z].bytes;
+            made[z] = 3;
+            continue;
+          }
+          if (alias[z] != z && origin[alias[z]] == z && made[z] == 2) continue;
           const auto fresh = f.add_tensor(t_.tensors[z].name + "@" + std::to_string(k), t_.tensors[z].bytes, t_.tensors[z].kind);
           origin.push_back(z);
           alias[z] = fresh;
           made[z] = 2;
           add(writes, fresh);
         }
-      for (tensor_id w : t_.ops[k].writes) add(writes, alias[w]);
+      for (tensor_id w : t_.ops[k].writes) {
+        add(writes, alias[w]);
+        const auto& u = lt[w].uses;
+        if (!is_persistent(t_.tensors[w].kind) && !made[w] && !u.empty() && u.front().op == k && !u.front().reads)
+          fresh_out += t_.tensors[w].bytes;
+      }
+      if (temps > fresh_out) {
+        const auto scratch = f.add_tensor(t_.ops[k].name + ".rerun_temps", temps - fresh_out, tensor_kind::workspace);
+        origin.push_back(no_origin);
+        add(writes, scratch);
+      }
       for (op_index o : reruns[k])
         for (tensor_id z : t_.ops[o].writes) made[z] = 0;
       op.reads = std::move(reads);
@@ -321,6 +351,9 @@ plan unfold_plan(plan folded, const rerun_schedule& s, std::size_t tensors) {
     if (!st.recomputes.empty())
       throw usage_error("unfold_plan: the plan reruns op " + std::to_string(st.recomputes.front()) + " before op " +
                         std::to_string(k) + " of the folded trace, whose ops may not be rerun; plan it with a swap planner");
+    // The scratch of the temps freed before an op is none of the trace's tensors.
+    std::erase_if(st.evictions, [&](const eviction& e) { return s.origin[e.tensor] == no_origin; });
+    std::erase_if(st.prefetches, [&](const prefetch& pf) { return s.origin[pf.tensor] == no_origin; });
     for (auto& e : st.evictions) e.tensor = s.origin[e.tensor];
     for (auto& pf : st.prefetches) pf.tensor = s.origin[pf.tensor];
     if (k < s.reruns.size()) st.recomputes = s.reruns[k];

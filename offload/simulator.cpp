@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
+#include <optional>
 #include <queue>
 
 #include "device/error.hpp"
 #include "device/units.hpp"
+#include "prefetch/recompute.hpp"
 
 namespace spillway::offload {
 
@@ -45,7 +48,13 @@ struct tier_gauge {
 class replay {
  public:
   replay(const trace& t, const lifetime_report& lt, const plan& p, const hw_profile& hw, const sim_options& opt)
-      : t_(t), p_(p), hw_(hw), opt_(opt), lt_(lt), st_(t.tensors.size()) {}
+      : t_(t), p_(p), hw_(hw), opt_(opt), lt_(lt), st_(t.tensors.size()) {
+    // Only a plan that reruns ops needs the index (most plans a search judges do not).
+    if (std::any_of(p.steps.begin(), p.steps.end(), [](const plan_step& s) { return !s.recomputes.empty(); })) {
+      reruns_.emplace(t, p);
+      freed_at_.assign(t.tensors.size(), -1);
+    }
+  }
 
   sim_result run() {
     p_.validate(t_);
@@ -71,6 +80,7 @@ class replay {
         continue;
       }
       for (op_index o : p_.steps[k].recomputes) boundary = run_op(o, boundary, k);
+      if (!p_.steps[k].recomputes.empty()) free_temps_before_op(k, boundary);
       boundary = run_op(k, boundary, k);
     }
     if (n > 0) issue_evictions(static_cast<op_index>(n - 1), boundary);
@@ -138,11 +148,13 @@ class replay {
 
   // True when some later op (or, for tensors crossing the boundary, the next iteration) reads
   // the value the tensor holds after op `k`.
+  // A rerun of a later step that reads it before the program writes it again needs it too.
   bool value_needed_after(tensor_id x, op_index k) const {
     const auto& uses = lt_.tensors[x].uses;
     auto it = std::upper_bound(uses.begin(), uses.end(), k, [](op_index v, const tensor_use& u) { return v < u.op; });
-    if (it != uses.end()) return it->reads;
-    return lt_.tensors[x].crosses_boundary;
+    const op_index rerun_read = reruns_ ? reruns_->next_rerun_read(x, k) : std::numeric_limits<op_index>::max();
+    if (it != uses.end()) return it->reads || rerun_read <= it->op;
+    return lt_.tensors[x].crosses_boundary || rerun_read != std::numeric_limits<op_index>::max();
   }
 
   double& h2d_queue() { return hw_.copy_engines >= 2 ? h2d_free_ : d2h_free_; }
@@ -231,9 +243,31 @@ class replay {
                 format_bytes(p_.budget_bytes));
   }
 
+  // Note [Rerun temps before the op] (prefetch/recompute.hpp): the values reruns made that op k
+  // does not touch and nothing reads later go once the reruns have run, before op k allocates.
+  void free_temps_before_op(op_index k, double at) {
+    std::vector<tensor_id> kept;
+    for (tensor_id x : temps_) {
+      auto& s = st_[x];
+      if (!s.on_device) continue;
+      if (!reruns_->freed_before_op(x, k)) {
+        kept.push_back(x);
+        continue;
+      }
+      frees_.push({std::max(at, s.net_read_until), bytes(x)});
+      release_tiers(x);
+      s.on_device = false;
+      s.device_valid = false;
+      s.stale = false;
+      freed_at_[x] = static_cast<std::int64_t>(k);
+    }
+    temps_ = std::move(kept);
+  }
+
   void issue_evictions(op_index k, double at) {
     for (const auto& e : p_.steps[k].evictions) {
       auto& s = st_[e.tensor];
+      if (!s.on_device && reruns_ && freed_at_[e.tensor] == static_cast<std::int64_t>(k)) continue;  // a temp gone before op k
       const auto b = bytes(e.tensor);
       if (!s.on_device) {
         violation("after " + op_label(k) + ": evicts '" + name(e.tensor) + "', which is not on the device");
@@ -375,6 +409,8 @@ class replay {
     if (rerun) {
       r_.recompute_seconds += dur;
       ++r_.recomputes;
+      for (tensor_id x : op.writes)
+        if (std::find(temps_.begin(), temps_.end(), x) == temps_.end()) temps_.push_back(x);
     } else {
       r_.compute_seconds += dur;
     }
@@ -486,6 +522,9 @@ class replay {
   const sim_options& opt_;
   const lifetime_report& lt_;
   std::vector<tensor_state> st_;
+  std::optional<rerun_index> reruns_;
+  std::vector<tensor_id> temps_;         // values reruns made, to check before each op that reruns
+  std::vector<std::int64_t> freed_at_;   // the step before whose op a rerun temp was freed
   sim_result r_;
   std::priority_queue<free_entry, std::vector<free_entry>, std::greater<>> frees_;
   std::uint64_t device_cur_ = 0;

@@ -21,8 +21,9 @@ namespace spillway {
 // usage_error naming both ops and the tensor, before any work of the rerun is enqueued. A rerun
 // writes the same bits, so it counts no new version and leaves tier copies current. An output
 // the program has already released (one only a later rerun reads) is made for the step and
-// freed after op k, or after the last later step whose reruns read it (Note [Rerun temps across
-// steps] in recompute.hpp).
+// freed once the step's reruns have run where op k does not touch it (Note [Rerun temps before
+// the op] in recompute.hpp), else after op k, or after the last later step whose reruns read it
+// (Note [Rerun temps across steps]).
 
 namespace {
 std::string op_name(const trace* t, op_index o) {
@@ -85,9 +86,23 @@ class op_lists_kept {
 }  // namespace
 
 void executor::run_recomputes(op_index k) {
-  const op_lists_kept kept{pinned_, writes_};
-  std::vector<tensor_id> made;  // outputs of this step's reruns so far: kept for later entries
-  for (op_index o : plan_->steps[k].recomputes) rerun(o, k, made);
+  const std::vector<tensor_id> own = pinned_;  // op k's reads and writes
+  {
+    const op_lists_kept kept{pinned_, writes_};
+    std::vector<tensor_id> made;  // outputs of this step's reruns so far: kept for later entries
+    for (op_index o : plan_->steps[k].recomputes) rerun(o, k, made);
+  }
+  // Note [Rerun temps before the op]: the temps op k does not touch go now, in compute's order.
+  std::vector<tensor_id> kept;
+  for (auto id : rerun_temps_) {
+    if (std::find(own.begin(), own.end(), id) != own.end() || !reruns_.freed_before_op(id, k)) {
+      kept.push_back(id);
+      continue;
+    }
+    state(id).rerun_temp = false;
+    retire(id);
+  }
+  rerun_temps_ = std::move(kept);
 }
 
 void executor::rerun(op_index o, op_index k, std::vector<tensor_id>& made) {
@@ -121,7 +136,7 @@ void executor::rerun(op_index o, op_index k, std::vector<tensor_id>& made) {
   pinned_.insert(pinned_.end(), made.begin(), made.end());
   writes_ = writes;
   for (auto id : pinned_) state(id).last_used = clock_;
-  alloc_slot_ = layout_slot::place(k);
+  alloc_slot_ = layout_slot::rerun(k);
   place_op_tensors(reads, writes);
   check_loads(reads);
   for (auto id : writes) {

@@ -86,20 +86,28 @@ class residency {
           if (pf.tensor < open_.size() && open_[pf.tensor] < 0 && !released_[pf.tensor])
             open(pf.tensor, layout_slot::prefetch(k), layout_slot::prefetch(k), time_of(timing_ ? &timing_->load_start : nullptr, pf.tensor, k, op_start(k)));
       // Recomputations (Note [Recomputation] in plan.hpp): their tensors are placed before the op's
-      // own, at its slot; an output the program released already lives until the op ends, or
-      // until a later step's rerun that reads it has run (Note [Rerun temps across steps]).
-      if (k < p_.steps.size())
+      // own, at their slot; an output the program released already lives until the reruns have
+      // run where the op does not touch it and no later rerun reads it (Note [Rerun temps before
+      // the op]), else until the op ends, or until a later step's rerun that reads it has run
+      // (Note [Rerun temps across steps]).
+      if (k < p_.steps.size() && !p_.steps[k].recomputes.empty()) {
         for (auto o : p_.steps[k].recomputes) {
           if (o >= n) continue;
           const double at = k == 0 ? 0.0 : op_end(k - 1);
           for (auto x : t_.ops[o].reads)
-            if (open_[x] < 0) open(x, layout_slot::place(k), layout_slot::place(k), at);
+            if (open_[x] < 0) open(x, layout_slot::rerun(k), layout_slot::rerun(k), at);
           for (auto x : t_.ops[o].writes) {
             if (open_[x] >= 0) continue;
-            open(x, layout_slot::place(k), layout_slot::place(k), at);
+            open(x, layout_slot::rerun(k), layout_slot::rerun(k), at);
             if (released_[x]) temps.push_back(x);
           }
         }
+        std::erase_if(temps, [&](tensor_id x) {
+          if (open_[x] < 0 || !reruns_.freed_before_op(x, k)) return false;
+          close(x, layout_slot::place(k), op_start(k));
+          return true;
+        });
+      }
       if (k < p_.steps.size() && p_.steps[k].on_host) {
         // An op on the host (Note [Host ops in the executor]) places nothing on the device; the
         // device copies of what it writes are dropped before it runs, freed once the device work
@@ -248,6 +256,7 @@ device_layout make_layout(const trace& t, const plan& p, std::span<const std::in
     level[i] = static_cast<std::size_t>(cur);
     out.peak_live = std::max(out.peak_live, level[i]);
   }
+
   // Each block's breadth: the most bytes alive at a slot of its life (a sparse table of maxima).
   std::vector<std::vector<std::size_t>> table{level};
   for (std::size_t w = 1; 2 * w <= level.size(); w *= 2) {

@@ -40,10 +40,12 @@ namespace spillway {
 struct layout_slot {
   static constexpr std::uint32_t start_frees = 0;   ///< begin_iteration: tensors leave for their tier
   static constexpr std::uint32_t start_fetch = 1;   ///< begin_iteration: persistents come back
-  static std::uint32_t prefetch(op_index k) { return 3 * k + 2; }
-  static std::uint32_t place(op_index k) { return 3 * k + 3; }
-  static std::uint32_t after(op_index k) { return 3 * k + 4; }
-  static std::uint32_t end(std::size_t ops) { return static_cast<std::uint32_t>(3 * ops + 2); }
+  static std::uint32_t prefetch(op_index k) { return 4 * k + 2; }
+  /// The reruns before op k (Note [Rerun temps before the op] in recompute.hpp).
+  static std::uint32_t rerun(op_index k) { return 4 * k + 3; }
+  static std::uint32_t place(op_index k) { return 4 * k + 4; }
+  static std::uint32_t after(op_index k) { return 4 * k + 5; }
+  static std::uint32_t end(std::size_t ops) { return static_cast<std::uint32_t>(4 * ops + 2); }
 };
 
 /// One block of the layout: a tensor's stay on the device, as slots [from, to); two spans when it

@@ -158,6 +158,87 @@ TEST(SimulatorRecompute, ChainsRerunInListOrder) {
   EXPECT_FALSE(r.feasible());
 }
 
+// Note [Rerun temps before the op] (prefetch/recompute.hpp): op0 writes X from P, op1 writes Y
+// from X (both recomputable; X is dead after op1), op2 is idle, op3 reads Y and writes G. The
+// plan drops Y after op1 and reruns op0 and op1 before op3: X, made only for op1's rerun, goes
+// once the reruns have run, so op3's G takes its bytes: P + X + Y during the reruns, P + Y + G
+// at op3, never all four.
+trace temp_case() {
+  trace t;
+  const auto pa = t.add_tensor("P", 100, tensor_kind::parameter);
+  const auto x = t.add_tensor("X", 1000, tensor_kind::activation);
+  const auto y = t.add_tensor("Y", 1000, tensor_kind::activation);
+  const auto g = t.add_tensor("G", 1000, tensor_kind::activation);
+  t.add_op(op1s("x", {pa}, {x}, true));
+  t.add_op(op1s("y", {x}, {y}, true));
+  t.add_op(op1s("idle", {}, {}));
+  t.add_op(op1s("use", {y}, {g}));
+  return t;
+}
+plan temp_plan(const trace& t, std::uint64_t budget) {
+  plan p = plan::empty_for(t, "hand", budget);
+  p.steps[1].evictions.push_back({1, evict_action::drop});  // X: dead
+  p.steps[1].evictions.push_back({2, evict_action::drop});  // Y: made again before op3
+  p.steps[3].recomputes = {0, 1};
+  p.steps[3].evictions.push_back({2, evict_action::drop});
+  p.steps[3].evictions.push_back({3, evict_action::drop});
+  return p;
+}
+
+TEST(SimulatorRecompute, ARerunTempTheOpDoesNotTouchIsFreedBeforeTheOpAllocates) {
+  const auto t = temp_case();
+  auto r = simulate(t, temp_plan(t, 2100), unit_hw());
+  ASSERT_TRUE(r.feasible()) << r.violations[0];
+  EXPECT_EQ(r.peak_device_bytes, 2100u);
+  EXPECT_DOUBLE_EQ(r.step_seconds, 6.0);
+  EXPECT_EQ(r.recomputes, 2u);
+  // A drop of the temp after op3 (as a plan may still say) finds it gone and is no violation.
+  plan also = temp_plan(t, 2100);
+  also.steps[3].evictions.push_back({1, evict_action::drop});
+  r = simulate(t, also, unit_hw());
+  EXPECT_TRUE(r.feasible()) << r.violations[0];
+  // A byte less and the reruns' own values do not fit.
+  EXPECT_FALSE(simulate(t, temp_plan(t, 2099), unit_hw()).feasible());
+  // Where op3 also reads X, X stays through op3: all four at once.
+  auto reads_x = temp_case();
+  reads_x.ops[3].reads.push_back(1);
+  plan keeps_x = temp_plan(reads_x, 2100);
+  keeps_x.steps[3].evictions.push_back({1, evict_action::drop});
+  EXPECT_FALSE(simulate(reads_x, keeps_x, unit_hw()).feasible());
+  keeps_x.budget_bytes = 3100;
+  r = simulate(reads_x, keeps_x, unit_hw());
+  EXPECT_TRUE(r.feasible()) << r.violations[0];
+  EXPECT_EQ(r.peak_device_bytes, 3100u);
+}
+
+// A parameter that starts in the host tier and that the program writes, not reads, after its
+// forward read (the bf16 weight a host step refreshes) is still needed by a rerun of that
+// forward op: a drop of its device copy keeps the host copy for the rerun's prefetch.
+TEST(SimulatorRecompute, AValueALaterRerunReadsKeepsItsTierCopyWhenDropped) {
+  trace t;
+  const auto pa = t.add_tensor("P", 100, tensor_kind::parameter);
+  const auto a = t.add_tensor("A", 1000, tensor_kind::activation);
+  const auto b = t.add_tensor("B", 1000, tensor_kind::activation);
+  t.add_op(op1s("make", {pa}, {a}, true));
+  t.add_op(op1s("other", {}, {b}));
+  t.add_op(op1s("use", {a, b}, {}));
+  t.add_op(op1s("refresh", {}, {pa}));
+  plan p = plan::empty_for(t, "hand", 2100);
+  p.initial_tier[pa] = tier::host;
+  p.steps[0].prefetches.push_back({pa, tier::host, 0});
+  p.steps[0].evictions.push_back({pa, evict_action::drop});
+  p.steps[0].evictions.push_back({a, evict_action::drop});
+  p.steps[2].prefetches.push_back({pa, tier::host, 2});
+  p.steps[2].recomputes.push_back(0);
+  p.steps[2].evictions.push_back({a, evict_action::drop});
+  p.steps[2].evictions.push_back({b, evict_action::drop});
+  p.steps[3].evictions.push_back({pa, evict_action::evict_to_host});
+  p.validate(t);
+  const auto r = simulate(t, p, unit_hw());
+  EXPECT_TRUE(r.feasible()) << r.violations[0];
+  EXPECT_EQ(r.recomputes, 1u);
+}
+
 TEST(SimulatorRecompute, TraceRefusesRecomputableOpsThatWriteStateOrWorkInPlace) {
   trace t;
   const auto w = t.add_tensor("w", 100, tensor_kind::parameter);

@@ -149,7 +149,7 @@ TEST(ExecutorRecompute, TheLayoutPlacesTheRerunsAllocationAndFreesTheDroppedValu
   fixture f;
   const auto l = make_layout(f.t, f.pl, {});
   EXPECT_TRUE(l.offset(f.a, layout_slot::place(0)).has_value());
-  EXPECT_TRUE(l.offset(f.a, layout_slot::place(2)).has_value()) << "the rerun before op 2 allocates a again";
+  EXPECT_TRUE(l.offset(f.a, layout_slot::rerun(2)).has_value()) << "the rerun before op 2 allocates a again";
   // a is off the device between the drop and the rerun: p, b and a never need more than 3 blocks.
   EXPECT_LE(l.peak_live, 3 * n);
   std::size_t blocks_of_a = 0;
@@ -242,13 +242,95 @@ TEST(ExecutorRecompute, AReleasedValueARerunOfALaterStepReadsIsKeptUntilThen) {
   }
   EXPECT_EQ(bad->load(), 0) << "an op or a rerun saw the wrong bytes";
 
-  // make_layout keeps a placed from the rerun before op 3 through op 4.
+  // make_layout keeps a placed from the rerun before op 3 through op 4's rerun, which is its
+  // last reader; op 4 does not touch it, so it goes before op 4's own tensors (Note [Rerun
+  // temps before the op]).
   const auto l = make_layout(t, pl, {});
-  EXPECT_TRUE(l.offset(a, layout_slot::place(3)).has_value());
-  EXPECT_FALSE(l.offset(a, layout_slot::place(4)).has_value()) << "no second allocation for op 4's rerun";
+  EXPECT_TRUE(l.offset(a, layout_slot::rerun(3)).has_value());
+  EXPECT_FALSE(l.offset(a, layout_slot::rerun(4)).has_value()) << "no second allocation for op 4's rerun";
   bool kept = false;
   for (const auto& blk : l.placed)
-    if (blk.id == a && blk.spans.size() == 1 && blk.spans[0].first == layout_slot::place(3))
-      kept = blk.spans[0].second == layout_slot::after(4);
-  EXPECT_TRUE(kept) << "a is placed from the rerun before op 3 until after op 4";
+    if (blk.id == a && blk.spans.size() == 1 && blk.spans[0].first == layout_slot::rerun(3))
+      kept = blk.spans[0].second == layout_slot::place(4);
+  EXPECT_TRUE(kept) << "a is placed from the rerun before op 3 until op 4's reruns have run";
+}
+
+// Note [Rerun temps before the op]: op0 makes a from p, op1 makes b from a (the program
+// releases a after op1), op2 is idle, op3 reads b and writes g. The plan drops b after op1 and
+// reruns op0 and op1 before op3. a, made only for op1's rerun, goes once the reruns have run,
+// so g takes its bytes: the budget holds three tensors, never the four of p, a, b and g.
+TEST(ExecutorRecompute, ARerunTempTheOpDoesNotTouchIsFreedBeforeTheOpsOwnTensors) {
+  trace t;
+  const auto p = t.add_tensor("p", n, tensor_kind::parameter);
+  const auto a = t.add_tensor("a", n, tensor_kind::activation);
+  const auto b = t.add_tensor("b", n, tensor_kind::activation);
+  const auto c = t.add_tensor("c", n, tensor_kind::activation);
+  const auto g = t.add_tensor("g", n, tensor_kind::activation);
+  t.add_op("g0.forward", {p}, {a});
+  t.add_op("g1.forward", {a}, {b});
+  t.add_op("mid", {p}, {c});
+  t.add_op("use", {b}, {g});
+  t.ops[0].recomputable = true;
+  t.ops[1].recomputable = true;
+  t.validate();
+  plan pl = plan::empty_for(t, "hand-made", 3 * n);
+  pl.steps[1].evictions.push_back({b, evict_action::drop});
+  pl.steps[3].recomputes = {0, 1};
+  pl.validate(t);
+
+  rig r(3 * n);
+  for (auto id : {p, a, b, c, g}) r.exec->define(id, t.tensors[id]);
+  std::vector<unsigned char> init(n, 9);
+  r.exec->upload(p, init.data());
+  auto bad = std::make_shared<std::atomic<int>>(0);
+  auto body = [&](op_index o) {
+    void* in = r.exec->device_ptr(o == 0 ? p : a);
+    void* out = r.exec->device_ptr(o == 0 ? a : b);
+    const unsigned char want = o == 0 ? 9 : 10, put = o == 0 ? 10 : 11;
+    r.dev->launch_kernel(r.exec->compute_stream(), [in, out, want, put, bad] {
+      if (!holds(in, n, want)) ++*bad;
+      std::memset(out, put, n);
+    });
+  };
+  r.exec->set_rerun(body);
+  r.exec->follow(&t, &pl);
+  for (int it = 1; it <= 2; ++it) {
+    r.exec->begin_iteration();
+    const std::vector<tensor_id> vp{p}, va{a}, vb{b}, vc{c}, vg{g};
+    r.exec->begin_op(0, vp, va, "g0.forward");
+    body(0);
+    r.exec->end_op(0);
+    r.exec->begin_op(1, va, vb, "g1.forward");
+    body(1);
+    r.exec->end_op(1);
+    r.exec->release(a);
+    r.exec->begin_op(2, vp, vc, "mid");
+    r.exec->end_op(2);
+    r.exec->release(c);
+    r.exec->begin_op(3, vb, vg, "use");
+    EXPECT_EQ(r.exec->device_bytes_in_use(), 3 * n) << "p, b and g: a went before g was placed";
+    void* pb = r.exec->device_ptr(b);
+    void* pg = r.exec->device_ptr(g);
+    r.dev->launch_kernel(r.exec->compute_stream(), [pb, pg, bad] {
+      if (!holds(pb, n, 11)) ++*bad;
+      std::memset(pg, 12, n);
+    });
+    r.exec->end_op(3);
+    for (auto id : {b, g}) r.exec->release(id);
+    const auto st = r.exec->end_iteration();
+    EXPECT_EQ(st.recomputes, 2u) << "iteration " << it;
+    EXPECT_EQ(st.on_demand_evictions, 0u) << "iteration " << it;
+    EXPECT_EQ(st.on_demand_fetches, 0u) << "iteration " << it;
+  }
+  EXPECT_EQ(bad->load(), 0) << "an op or a rerun saw the wrong bytes";
+
+  // make_layout places a from the reruns before op 3 until op 3's own tensors, and g may take
+  // its bytes: three blocks at most at any slot.
+  const auto l = make_layout(t, pl, {});
+  bool until_place = false;
+  for (const auto& blk : l.placed)
+    if (blk.id == a && blk.spans.size() == 1 && blk.spans[0].first == layout_slot::rerun(3))
+      until_place = blk.spans[0].second == layout_slot::place(3);
+  EXPECT_TRUE(until_place) << "a is placed from the reruns before op 3 until op 3's own tensors";
+  EXPECT_LE(l.peak_live, 3 * n);
 }
