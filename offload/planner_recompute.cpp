@@ -52,7 +52,9 @@ namespace spillway::offload::detail {
 //   and still copies (a chain made it early and kept it) is made again before its own read
 //   instead (schedule_reruns' `again`); where no value behind a wait may be remade (model
 //   state copied out to make room), values that may be remade and live over the op are
-//   dropped, as many bytes as the copies move. Up to planner_options::auto_stall_rounds
+//   dropped, as many bytes as the copies move; each with the best plan's schedule settings
+//   and with either flipped (VGG-16 at 1/2: 48.5 -> 28.1 ms, a chain held whole through the
+//   first convolution's released output). Up to planner_options::auto_stall_rounds
 //   rounds, each from the best plan so far (on h200, ResNet-50 at 1/8 of its peak: 79.6 ->
 //   70.3 ms; ResNet-152 at 1/4: 40.4 -> 38.7, at 1/8: 61.9 -> 48.4, where rounds 7 and 8 gain
 //   the last 1.4 ms and more rounds nothing; gpt2-large at 1/4: 107.7 -> 104.0). Last, the
@@ -327,7 +329,9 @@ class capuchin_planner final : public optioned_planner {
 // Stage 3 (Note [Recomputing planners]): the copies the best plan's compute waits for, made
 // reruns instead where their values may be remade. Per round, the values behind each of the
 // three longest waits not tried yet, and all of them together, each added to the values the
-// plan drops, with its schedule's keep_made setting and with the other.
+// plan drops, with its schedule's settings, with the other keep_made, and with the other
+// spread (a chain spread over the ops before the one it serves puts each value beside an op's
+// own; held whole, a temp goes before the op's outputs: Note [Rerun temps before the op]).
 void stalls_to_reruns(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
                       const std::vector<remake_candidate>& all, const planner_options& opt,
                       std::optional<judged>& best, const plan_judge* judge) {
@@ -382,8 +386,9 @@ void stalls_to_reruns(const trace& t, const lifetime_report& r, const hw_profile
     }
     std::vector<std::function<std::optional<judged>()>> makers;
     for (const auto& p : picks)
-      for (bool keep_made : {best->keep_made, !best->keep_made})
-        makers.push_back([&, p, keep_made, spread = best->spread, stay = best->stay] {
+      for (int setting = 0; setting < 3; ++setting)
+        makers.push_back([&, p, keep_made = setting == 1 ? !best->keep_made : best->keep_made,
+                          spread = setting == 2 ? !best->spread : best->spread, stay = best->stay] {
           auto want = base, again = base_again;
           for (tensor_id x : p) (base[x] ? again : want)[x] = 1;
           return with_auto_swaps(t, r, hw, budget, all, want, so, keep_made, spread, judge, again, stay);
