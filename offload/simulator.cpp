@@ -53,6 +53,7 @@ class replay {
     if (std::any_of(p.steps.begin(), p.steps.end(), [](const plan_step& s) { return !s.recomputes.empty(); })) {
       reruns_.emplace(t, p);
       freed_at_.assign(t.tensors.size(), -1);
+      in_temps_.assign(t.tensors.size(), 0);
     }
   }
 
@@ -249,8 +250,10 @@ class replay {
     std::vector<tensor_id> kept;
     for (tensor_id x : temps_) {
       auto& s = st_[x];
+      in_temps_[x] = 0;
       if (!s.on_device) continue;
       if (!reruns_->freed_before_op(x, k)) {
+        in_temps_[x] = 1;
         kept.push_back(x);
         continue;
       }
@@ -410,7 +413,10 @@ class replay {
       r_.recompute_seconds += dur;
       ++r_.recomputes;
       for (tensor_id x : op.writes)
-        if (std::find(temps_.begin(), temps_.end(), x) == temps_.end()) temps_.push_back(x);
+        if (!in_temps_[x]) {
+          in_temps_[x] = 1;
+          temps_.push_back(x);
+        }
     } else {
       r_.compute_seconds += dur;
     }
@@ -525,6 +531,7 @@ class replay {
   std::optional<rerun_index> reruns_;
   std::vector<tensor_id> temps_;         // values reruns made, to check before each op that reruns
   std::vector<std::int64_t> freed_at_;   // the step before whose op a rerun temp was freed
+  std::vector<char> in_temps_;           // whether a tensor is in temps_
   sim_result r_;
   std::priority_queue<free_entry, std::vector<free_entry>, std::greater<>> frees_;
   std::uint64_t device_cur_ = 0;
