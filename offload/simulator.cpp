@@ -6,7 +6,6 @@
 #include <cmath>
 #include <functional>
 #include <limits>
-#include <optional>
 #include <queue>
 
 #include "device/error.hpp"
@@ -51,7 +50,8 @@ class replay {
       : t_(t), p_(p), hw_(hw), opt_(opt), lt_(lt), st_(t.tensors.size()) {
     // Only a plan that reruns ops needs the index (most plans a search judges do not).
     if (std::any_of(p.steps.begin(), p.steps.end(), [](const plan_step& s) { return !s.recomputes.empty(); })) {
-      reruns_.emplace(t, p);
+      reruns_ = rerun_index(t, p);
+      has_reruns_ = true;
       freed_at_.assign(t.tensors.size(), -1);
       in_temps_.assign(t.tensors.size(), 0);
     }
@@ -153,7 +153,7 @@ class replay {
   bool value_needed_after(tensor_id x, op_index k) const {
     const auto& uses = lt_.tensors[x].uses;
     auto it = std::upper_bound(uses.begin(), uses.end(), k, [](op_index v, const tensor_use& u) { return v < u.op; });
-    const op_index rerun_read = reruns_ ? reruns_->next_rerun_read(x, k) : std::numeric_limits<op_index>::max();
+    const op_index rerun_read = reruns_.next_rerun_read(x, k);  // none without reruns
     if (it != uses.end()) return it->reads || rerun_read <= it->op;
     return lt_.tensors[x].crosses_boundary || rerun_read != std::numeric_limits<op_index>::max();
   }
@@ -252,7 +252,7 @@ class replay {
       auto& s = st_[x];
       in_temps_[x] = 0;
       if (!s.on_device) continue;
-      if (!reruns_->freed_before_op(x, k)) {
+      if (!reruns_.freed_before_op(x, k)) {
         in_temps_[x] = 1;
         kept.push_back(x);
         continue;
@@ -270,7 +270,7 @@ class replay {
   void issue_evictions(op_index k, double at) {
     for (const auto& e : p_.steps[k].evictions) {
       auto& s = st_[e.tensor];
-      if (!s.on_device && reruns_ && freed_at_[e.tensor] == static_cast<std::int64_t>(k)) continue;  // a temp gone before op k
+      if (!s.on_device && has_reruns_ && freed_at_[e.tensor] == static_cast<std::int64_t>(k)) continue;  // a temp gone before op k
       const auto b = bytes(e.tensor);
       if (!s.on_device) {
         violation("after " + op_label(k) + ": evicts '" + name(e.tensor) + "', which is not on the device");
@@ -528,7 +528,8 @@ class replay {
   const sim_options& opt_;
   const lifetime_report& lt_;
   std::vector<tensor_state> st_;
-  std::optional<rerun_index> reruns_;
+  rerun_index reruns_;       // empty (answers none) unless the plan reruns ops
+  bool has_reruns_ = false;
   std::vector<tensor_id> temps_;         // values reruns made, to check before each op that reruns
   std::vector<std::int64_t> freed_at_;   // the step before whose op a rerun temp was freed
   std::vector<char> in_temps_;           // whether a tensor is in temps_
