@@ -256,7 +256,6 @@ device_layout make_layout(const trace& t, const plan& p, std::span<const std::in
     level[i] = static_cast<std::size_t>(cur);
     out.peak_live = std::max(out.peak_live, level[i]);
   }
-
   // Each block's breadth: the most bytes alive at a slot of its life (a sparse table of maxima).
   std::vector<std::vector<std::size_t>> table{level};
   for (std::size_t w = 1; 2 * w <= level.size(); w *= 2) {

@@ -7,8 +7,9 @@
 namespace spillway {
 
 namespace {
-// Fills `out` with `keys` lists from calls of each(add), add(key, value) in ascending value
-// order per key; a value equal to its key's last is not added again.
+// Fills start and items with `keys` lists from the calls each(add) makes, add(key, value) in
+// ascending value order per key; a value equal to its key's last is not added again. each runs
+// twice: once to count, once to fill.
 template <class Each>
 void build(std::size_t keys, Each each, std::vector<std::uint32_t>& start, std::vector<op_index>& items) {
   constexpr auto none = std::numeric_limits<op_index>::max();
