@@ -28,8 +28,10 @@ struct off_interval {
 };
 
 /// Builds the plan: initial tiers, evictions (drop when the value is dead or the tier holds an
-/// unchanged copy, else a copy to the tier), prefetches when the next use reads, and a drop of
-/// every transient after its last use. Intervals must not overlap per tensor.
+/// unchanged copy, else a copy to the tier), prefetches when the next use reads (issued later
+/// where an op in between has no room for them: Note [Prefetches within the budget] in
+/// plan_builder.cpp), and a drop of every transient after its last use. Intervals must not
+/// overlap per tensor.
 plan build_plan(const trace& t, const lifetime_report& r, std::vector<off_interval> intervals,
                 std::string policy, std::uint64_t budget);
 

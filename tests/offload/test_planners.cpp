@@ -625,6 +625,29 @@ TEST(Planners, BudgetBelowTheLeastNamesOpAndBytes) {
   EXPECT_THROW(make_planner("belady"), config_error);
 }
 
+// Note [Prefetches within the budget] (offload/plan_builder.cpp): a value brought back ahead of
+// its use is issued after the ops that have no room for it, so lms keeps the least budget any
+// plan needs on random traces, with the swap-in distances it tunes and with ones set by hand
+// (without the rule, 1 to 16 ops ahead broke the budget on most of these traces).
+TEST(Planners, LmsKeepsTheLeastBudgetWhateverItsSwapInDistance) {
+  std::mt19937_64 rng(20261204);
+  const auto hw = test_hw(1ull << 40);
+  for (int iter = 0; iter < 100; ++iter) {
+    const auto t = random_trace(rng);
+    const auto rep = analyze(t);
+    for (std::uint32_t ahead : {0u, 1u, 4u, 16u}) {  // 0: lms tunes its knobs
+      SCOPED_TRACE("iteration " + std::to_string(iter) + " swapin_ahead " + std::to_string(ahead));
+      planner_options o;
+      if (ahead > 0) o.swapin_ahead = ahead;
+      const auto p = make_planner("lms", o)->make_plan(t, rep, hw, rep.min_budget_bytes);
+      const auto s = simulate(t, p, hw);
+      EXPECT_TRUE(s.feasible()) << s.violations[0];
+      EXPECT_LE(s.peak_device_bytes, rep.min_budget_bytes);
+      EXPECT_EQ(logical_check(t, p), "");
+    }
+  }
+}
+
 TEST(Planners, NoneKeepsEverythingAndLmsHonoursItsKnobs) {
   std::mt19937_64 rng(3);
   const auto t = random_trace(rng);

@@ -334,3 +334,78 @@ TEST(ExecutorRecompute, ARerunTempTheOpDoesNotTouchIsFreedBeforeTheOpsOwnTensors
   EXPECT_TRUE(until_place) << "a is placed from the reruns before op 3 until op 3's own tensors";
   EXPECT_LE(l.peak_live, 3 * n);
 }
+
+// A rerun whose tensors fit the budget by count but not in one piece: p and q, the rerun's
+// inputs, sit apart with a free block of n beside each, and its output needs 2n. Everything else
+// has left, so the executor takes everything off and places the rerun's tensors again into whole
+// memory, as begin_op does for an op's own tensors, rather than failing for want of memory.
+TEST(ExecutorRecompute, ARerunThatMeetsMemoryInPiecesPlacesItsTensorsAgainInWholeMemory) {
+  trace t;
+  const auto p = t.add_tensor("p", n, tensor_kind::parameter);
+  const auto q = t.add_tensor("q", n, tensor_kind::parameter);
+  const auto a = t.add_tensor("a", 2 * n, tensor_kind::activation);
+  const auto b = t.add_tensor("b", n, tensor_kind::activation);
+  t.add_op("gen.forward", {p, q}, {a});
+  t.add_op("mid", {}, {b});
+  t.add_op("use", {a, b, q}, {});
+  t.ops[0].recomputable = true;
+  t.validate();
+  // After op 0: a dropped, q copied out (p stays at the bottom); op 1's b takes the block above
+  // p; before op 2, q comes back above b, the rerun of op 0 needs p, q and 2n for a, and b, not
+  // the rerun's, is evicted for it: free blocks of n at n and at 3n.
+  plan pl = plan::empty_for(t, "hand-made", 4 * n);
+  pl.steps[0].evictions.push_back({a, evict_action::drop});
+  pl.steps[0].evictions.push_back({q, evict_action::evict_to_host});
+  pl.steps[2].prefetches.push_back({q, tier::host, 2});
+  pl.steps[2].recomputes.push_back(0);
+  pl.validate(t);
+
+  rig r(4 * n);
+  for (auto id : {p, q, a, b}) r.exec->define(id, t.tensors[id]);
+  std::vector<unsigned char> nine(n, 9), eight(n, 8);
+  r.exec->upload(p, nine.data());
+  r.exec->upload(q, eight.data());
+  auto bad = std::make_shared<std::atomic<int>>(0);
+  auto gen = [&] {
+    void* pp = r.exec->device_ptr(p);
+    void* pq = r.exec->device_ptr(q);
+    void* pa = r.exec->device_ptr(a);
+    r.dev->launch_kernel(r.exec->compute_stream(), [pp, pq, pa, bad] {
+      if (!holds(pp, n, 9) || !holds(pq, n, 8)) ++*bad;
+      std::memset(pa, 17, 2 * n);
+    });
+  };
+  int reruns = 0;
+  r.exec->set_rerun([&](op_index o) {
+    EXPECT_EQ(o, 0u);
+    ++reruns;
+    gen();
+  });
+  r.exec->follow(&t, &pl);
+  for (int it = 1; it <= 2; ++it) {
+    r.exec->begin_iteration();
+    const std::vector<tensor_id> pq{p, q}, av{a}, bv{b}, abq{a, b, q}, none;
+    r.exec->begin_op(0, pq, av, "gen.forward");
+    gen();
+    r.exec->end_op(0);
+    r.exec->begin_op(1, none, bv, "mid");
+    void* pb = r.exec->device_ptr(b);
+    r.dev->launch_kernel(r.exec->compute_stream(), [pb] { std::memset(pb, 20, n); });
+    r.exec->end_op(1);
+    ASSERT_NO_THROW(r.exec->begin_op(2, abq, none, "use")) << "iteration " << it;
+    void* pa = r.exec->device_ptr(a);
+    void* pb2 = r.exec->device_ptr(b);
+    void* pq2 = r.exec->device_ptr(q);
+    r.dev->launch_kernel(r.exec->compute_stream(), [pa, pb2, pq2, bad] {
+      if (!holds(pa, 2 * n, 17) || !holds(pb2, n, 20) || !holds(pq2, n, 8)) ++*bad;
+    });
+    r.exec->end_op(2);
+    r.exec->release(a);
+    r.exec->release(b);
+    const auto st = r.exec->end_iteration();
+    EXPECT_EQ(st.recomputes, 1u) << "iteration " << it;
+    EXPECT_LE(st.peak_device_bytes, 4 * n) << "iteration " << it;
+  }
+  EXPECT_EQ(bad->load(), 0) << "an op or a rerun saw the wrong bytes";
+  EXPECT_EQ(reruns, 2);
+}
