@@ -1,6 +1,7 @@
 // lms: TFLMS-style swapping (Le et al., "TFLMS: Large Model Support in TensorFlow by Graph
 // Rewriting"): a tensor idle for swapout_threshold ops or more goes to the host after its use
-// and comes back swapin_ahead ops before the next one; nearby swap-ins are grouped.
+// and comes back swapin_ahead ops before the next one (later where an op in between has no room
+// for it: Note [Prefetches within the budget] in plan_builder.cpp); nearby swap-ins are grouped.
 #include <algorithm>
 #include <limits>
 
