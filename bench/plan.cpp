@@ -12,12 +12,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "allocator/device_budget.hpp"
 #include "bench/command.hpp"
 #include "bench/fit_times.hpp"
 #include "bench/plan_host.hpp"
 #include "bench/plan_ranks.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
+#include "offload/fit_plan.hpp"
 #include "offload/lifetime.hpp"
 #include "offload/planner.hpp"
 #include "offload/profile.hpp"
@@ -48,6 +50,7 @@ struct plan_args {
   bool report = false;
   std::size_t waits = 0;  // --waits: the longest waits of each row's compute stream to print
   double fit_step_ms = 0;  // --fit-step-ms: op times from flops and bytes, fitted to this step
+  bool packed = false;     // --packed: also the plan a Session would follow (fit_plan)
   ranks_args dp;  // --ranks and its knobs (bench/plan_ranks.hpp)
 };
 
@@ -63,13 +66,18 @@ struct row {
   double model_tflops = 0;     // 6 x parameters x tokens / step (0: not a zoo model)
   double hardware_tflops = 0;  // the trace's flops plus the reruns' / step
   std::string note;
+  // --packed (offload/fit_plan.hpp): the plan a Session follows, made for the highest budget
+  // whose packed layout fits, its simulated step and whether any packing fit.
+  bool packed = false, packed_fits = false;
+  std::uint64_t packed_budget = 0;
+  double packed_ms = 0;
 };
 
 double ms(double s) { return s * 1e3; }
 double gib(std::uint64_t b) { return static_cast<double>(b) / (1ull << 30); }
 
 json row_json(const row& r) {
-  return {{"model", r.model},
+  json j = {{"model", r.model},
           {"hw", r.hw},
           {"policy", r.policy},
           {"budget_bytes", r.budget},
@@ -97,6 +105,12 @@ json row_json(const row& r) {
           {"feasible", r.feasible},
           {"violations", r.sim.violation_count},
           {"note", r.note}};
+  if (r.packed) {
+    j["packed_budget_bytes"] = r.packed_budget;
+    j["packed_step_ms"] = r.packed_ms;
+    j["packed_fits"] = r.packed_fits;
+  }
+  return j;
 }
 
 void print_header() {
@@ -118,6 +132,11 @@ void print_row(const row& r) {
               ms(r.sim.stall_seconds), ms(r.sim.recompute_seconds), gib(r.sim.peak_device_bytes), gib(r.sim.h2d_bytes), gib(r.sim.d2h_bytes),
               gib(r.sim.nvme_read_bytes + r.sim.nvme_write_bytes), r.plan_ms, r.model_tflops, r.hardware_tflops,
               r.feasible ? "yes" : "NO");
+  if (r.packed)
+    std::printf("  packed: planned for %s (%.3f of the budget) %s, step %.2f ms (%.3fx the row's)\n",
+                format_bytes(r.packed_budget).c_str(), static_cast<double>(r.packed_budget) / static_cast<double>(r.budget),
+                r.packed_fits ? "and its layout fits" : "and no packing fits (the executor places by best fit)", r.packed_ms,
+                r.packed_ms / ms(r.sim.step_seconds));
 }
 
 // --waits: where a row's step goes, phase by phase, and the longest waits of its compute stream
@@ -224,6 +243,7 @@ void write_svg(const std::string& path, const std::vector<row>& rows) {
 
 struct runner {
   bool timeline = false;
+  bool packed = false;
   std::vector<row> rows;
 
   void run(const std::string& model, const trace& t, const hw_profile& hw, const std::vector<std::uint64_t>& budgets,
@@ -263,6 +283,13 @@ struct runner {
           for (op_index o : st.recomputes) rerun_flops += t.ops[o].flops;
         r.model_tflops = model_flops / r.sim.step_seconds / 1e12;
         r.hardware_tflops = (trace_flops + rerun_flops) / r.sim.step_seconds / 1e12;
+        if (packed) {
+          const auto fitted = fit_plan(*planner, t, rep, hw, device_budget(budget), 0, {});
+          r.packed = true;
+          r.packed_fits = fitted.fits;
+          r.packed_budget = fitted.p.budget_bytes;
+          r.packed_ms = fitted.predicted_seconds * 1e3;
+        }
         rows.push_back(std::move(r));
       }
     }
@@ -497,6 +524,7 @@ int run_plan(const plan_args& a) {
   }
   runner run;
   run.timeline = !a.chrome_file.empty() || a.waits > 0;
+  run.packed = a.packed;
   int code = 0;
   std::vector<std::pair<std::string, trace>> traces;
   if (a.model == "zoo") {
@@ -578,6 +606,8 @@ command_registration reg("plan", [](CLI::App& app, int& exit_code) {
   sub->add_option("--svg", a->svg_file, "plot step time against budget, one line per policy")->check(writable_file);
   sub->add_option("--chrome-trace", a->chrome_file, "write the simulated timelines (Perfetto / chrome://tracing)")->check(writable_file);
   sub->add_flag("--report", a->report, "print the lifetime report of the trace");
+  sub->add_flag("--packed", a->packed,
+                "also plan each row as a Session does: for the highest budget whose packed layout fits (fit_plan)");
   sub->add_option("--waits", a->waits,
                   "under each row: the share of each phase its streams are busy, and its N longest compute waits with the copies behind them");
   sub->add_option("--fit-step-ms", a->fit_step_ms,
