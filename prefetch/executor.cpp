@@ -533,15 +533,7 @@ void executor::begin_op(op_index k, std::span<const tensor_id> reads, std::span<
   wait_if_synchronous(k);
 
   alloc_slot_ = layout_slot::place(k);
-  try {
-    place_op_tensors(reads, writes);
-  } catch (const out_of_memory&) {
-    // Everything else has left and the op's tensors still do not fit together: the free
-    // memory is in pieces. Take the op's own tensors off too, hand the cache back, and place
-    // them again into whole, fresh memory.
-    defragment();
-    place_op_tensors(reads, writes);
-  }
+  place_op_tensors(reads, writes);
   check_loads(reads);
   note_op_inputs(k, reads);
   wait_pinned();
@@ -615,14 +607,26 @@ void executor::leave_device() {
     if (t) t->ready_pending = false;
 }
 
+// An op's or a rerun's tensors, on the device. Where everything else has left and they still do
+// not fit together, the free memory is in pieces: everything goes, the pinned tensors too (a
+// rerun's values made earlier in its step come back when read), the cache is handed back, and
+// they are placed again into whole, fresh memory.
 void executor::place_op_tensors(std::span<const tensor_id> reads, std::span<const tensor_id> writes) {
-  for (auto id : reads) fetch(id, true);  // no-op when resident
-  for (auto id : writes) {
-    auto& st = state(id);
-    if (st.dev == nullptr) {
-      st.dev = allocate_for(id, compute_, /*may_evict=*/true);
-      st.dev_valid = false;
+  auto place = [&] {
+    for (auto id : reads) fetch(id, true);  // no-op when resident
+    for (auto id : writes) {
+      auto& st = state(id);
+      if (st.dev == nullptr) {
+        st.dev = allocate_for(id, compute_, /*may_evict=*/true);
+        st.dev_valid = false;
+      }
     }
+  };
+  try {
+    place();
+  } catch (const out_of_memory&) {
+    defragment();
+    place();
   }
 }
 

@@ -155,7 +155,7 @@ class executor {
   void* allocate_bytes(std::uint64_t bytes, stream s, bool may_evict, const tensor_state* for_tensor);
   void free_device(tensor_state& st, stream s);  // gives st's device memory back, freed on s
   void synchronize_streams();                    // waits for compute, h2d and d2h
-  void place_op_tensors(std::span<const tensor_id> reads, std::span<const tensor_id> writes);
+  void place_op_tensors(std::span<const tensor_id> reads, std::span<const tensor_id> writes);  // defragments if need be
   void wait_pinned();                            // compute waits for the loads of pinned_ tensors
   void free_scratch();                           // the open op's scratch, freed on compute
   void issue_prefetches(op_index k);             // the plan's prefetches at step k

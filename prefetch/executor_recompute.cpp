@@ -137,14 +137,7 @@ void executor::rerun(op_index o, op_index k, std::vector<tensor_id>& made) {
   writes_ = writes;
   for (auto id : pinned_) state(id).last_used = clock_;
   alloc_slot_ = layout_slot::rerun(k);
-  try {
-    place_op_tensors(reads, writes);
-  } catch (const out_of_memory&) {
-    // As begin_op does: the free memory is in pieces; everything leaves (the values this step's
-    // reruns made so far too: they come back when read) and the rerun's tensors are placed again.
-    defragment();
-    place_op_tensors(reads, writes);
-  }
+  place_op_tensors(reads, writes);  // defragments where the free memory is in pieces
   check_loads(reads);
   for (auto id : writes) {
     auto& st = state(id);
