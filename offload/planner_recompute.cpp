@@ -103,7 +103,7 @@ std::optional<judged> with_reruns(const trace& t, const lifetime_report& r, cons
                                   const std::vector<remake_candidate>& cands, const std::vector<char>& want,
                                   const std::string& policy, Swap swap, bool keep_made = true, bool spread = false,
                                   const plan_judge* judge = nullptr, const std::vector<char>& again = {}) {
-  const auto s = schedule_reruns(t, r, hw, cands, want, keep_made, spread, again);
+  const auto s = schedule_reruns(t, r, hw, cands, want, keep_made, spread, again, budget);
   if (s.remade == 0) return std::nullopt;
   const auto fr = analyze(s.folded);
   if (fr.min_budget_bytes > budget) return std::nullopt;

@@ -33,7 +33,12 @@ namespace spillway::offload::detail {
 // again is back, and never ahead of an earlier entry:
 // each value is made one op before the rerun that reads it, and dropped after that rerun (a
 // released one the executor keeps until then: Note [Rerun temps across steps] in
-// prefetch/recompute.hpp), so only two links of the chain are held at a time.
+// prefetch/recompute.hpp), so only two links of the chain are held at a time. Given the
+// budget, a rerun also skips, toward op k, any op that would hold more than the budget with it
+// (the op's own tensors, the reruns spread to it so far and this rerun's, each counted whole):
+// moved back blindly, a rerun of resnet50's first block went beside the backward op of its
+// shortcut's batch norm, 709 MiB on h200 against a budget of 689 (1/8 of the peak), and no swap
+// plan could keep it (auto on that row: 63.9 -> 61.3 ms).
 // The swap planners then see the folded trace: each op with reruns also writes what they write
 // (so a dropped value is, to them, dead from its drop to its rerun: dropping it needs no copy),
 // reads what they read (so weights a rerun needs are brought back for it, and the memory of the
@@ -72,8 +77,10 @@ class scheduler {
       : t_(t), r_(r), hw_(hw), writer_(single_recomputable_writer(t, r)) {}
 
   rerun_schedule run(const std::vector<remake_candidate>& cands, const std::vector<char>& want, bool keep_made,
-                     bool spread, const std::vector<char>& again) {
+                     bool spread, const std::vector<char>& again, std::uint64_t budget) {
     const std::size_t nt = t_.tensors.size(), n = t_.ops.size();
+    budget_ = budget;
+    spread_bytes_.assign(n, 0);
     scheduled_.assign(nt, 0);
     drop_after_.assign(nt, -1);
     remake_at_.assign(nt, -1);
@@ -178,8 +185,11 @@ class scheduler {
         }
       }
       at = std::min(at, kk);
-      // Never after a rerun of that step that reads what this one makes (its list runs in order).
-      while (at < kk && reads_output_of(reruns[static_cast<std::size_t>(at)], o)) ++at;
+      // Never after a rerun of that step that reads what this one makes (its list runs in order),
+      // nor where the op of that step would hold more than the budget with it.
+      while (at < kk && (reads_output_of(reruns[static_cast<std::size_t>(at)], o) || !room_at(static_cast<op_index>(at), o)))
+        ++at;
+      if (at < kk) spread_bytes_[static_cast<std::size_t>(at)] += rerun_bytes(o);
       step[e] = at;
       if (at == kk) {
         stay.push_back(o);
@@ -191,6 +201,18 @@ class scheduler {
     for (op_index o : list)
       for (tensor_id z : t_.ops[o].writes) producer_[z] = -1;
     list = std::move(stay);
+  }
+  // The bytes a rerun of op o touches: what it reads and what it writes.
+  std::uint64_t rerun_bytes(op_index o) const {
+    std::uint64_t b = 0;
+    for (tensor_id y : t_.ops[o].reads) b += t_.tensors[y].bytes;
+    for (tensor_id z : t_.ops[o].writes) b += t_.tensors[z].bytes;
+    return b;
+  }
+  // Whether op k, with the reruns spread to it so far and a rerun of o, stays within the budget
+  // (counting each rerun's tensors in full: an upper bound on what the folded op holds).
+  bool room_at(op_index k, op_index o) const {
+    return t_.working_set_bytes(k) + spread_bytes_[k] + rerun_bytes(o) <= budget_;
   }
   bool reads_output_of(const std::vector<op_index>& entries, op_index o) const {
     for (op_index e : entries)
@@ -294,6 +316,8 @@ class scheduler {
   std::vector<char> scheduled_, made_now_;
   std::vector<std::int64_t> drop_after_, remake_at_;
   std::vector<std::int64_t> producer_;  // spread_chain's scratch: per tensor, the list entry that makes it
+  std::uint64_t budget_ = std::numeric_limits<std::uint64_t>::max();
+  std::vector<std::uint64_t> spread_bytes_;  // per op: bytes of the reruns spread to it
 };
 
 }  // namespace
@@ -340,8 +364,8 @@ std::vector<remake_candidate> remake_candidates(const trace& t, const lifetime_r
 
 rerun_schedule schedule_reruns(const trace& t, const lifetime_report& r, const hw_profile& hw,
                                const std::vector<remake_candidate>& candidates, const std::vector<char>& want,
-                               bool keep_made, bool spread, const std::vector<char>& again) {
-  return scheduler(t, r, hw).run(candidates, want, keep_made, spread, again);
+                               bool keep_made, bool spread, const std::vector<char>& again, std::uint64_t budget) {
+  return scheduler(t, r, hw).run(candidates, want, keep_made, spread, again, budget);
 }
 
 plan unfold_plan(plan folded, const rerun_schedule& s, std::size_t tensors) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "offload/lifetime.hpp"
@@ -46,11 +47,13 @@ struct rerun_schedule {
 /// chosen value a chain makes early stays from then on when `keep_made`, else it is dropped
 /// again and made once more before its own read. With `spread`, a chain's reruns are spread
 /// over the ops before the one it serves (Note [Rerun schedules]), so fewer of its values are
-/// held at once. A chosen value whose entry in `again` (indexed by tensor; empty: none) is set
-/// is dropped again and made once more even when `keep_made`.
+/// held at once, and none goes to an op that would hold more than `budget` bytes with it. A
+/// chosen value whose entry in `again` (indexed by tensor; empty: none) is set is dropped again
+/// and made once more even when `keep_made`.
 rerun_schedule schedule_reruns(const trace& t, const lifetime_report& r, const hw_profile& hw,
                                const std::vector<remake_candidate>& candidates, const std::vector<char>& want,
-                               bool keep_made = true, bool spread = false, const std::vector<char>& again = {});
+                               bool keep_made = true, bool spread = false, const std::vector<char>& again = {},
+                               std::uint64_t budget = std::numeric_limits<std::uint64_t>::max());
 
 /// Turns `folded`, a plan made for s.folded, into a plan for the trace the schedule was made
 /// from (`tensors` tensors): its tensors renamed back, the reruns added to its steps. No op of

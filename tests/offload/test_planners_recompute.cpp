@@ -524,6 +524,55 @@ TEST(PlannersRecompute, SpreadChainsHoldLessAtOnce) {
       << "spread " << spread.min_budget_bytes << " whole " << whole.min_budget_bytes;
 }
 
+// Spread within the budget: a rerun moved back from the op it serves never goes to an op that
+// would then hold more than the budget. With resnet50's values all dropped but its blocks'
+// outputs and the stem's pooled output, on h200 at 1/8 of its peak, a rerun of the first
+// block's bn2 had gone beside the backward op of its shortcut's batch norm (709 MiB against
+// 689): no swap plan could keep that budget. Given the budget, it waits for a later op.
+TEST(PlannersRecomputeOnZoo, SpreadRerunsKeepTheBudget) {
+  const auto t = make_model_trace("resnet50");
+  const auto rep = analyze(t);
+  const auto hw = get_profile("h200");
+  const std::uint64_t budget = rep.peak_live_bytes / 8;
+  const auto cands = detail::remake_candidates(t, rep, hw);
+  std::vector<char> want(t.tensors.size(), 0);
+  for (const auto& c : cands) {
+    const auto& name = t.tensors[c.x].name;
+    want[c.x] = !name.ends_with("relu3.out") && name != "stem.pool.out";
+  }
+  const auto unbounded = analyze(detail::schedule_reruns(t, rep, hw, cands, want, true, true).folded);
+  const auto bounded = analyze(detail::schedule_reruns(t, rep, hw, cands, want, true, true, {}, budget).folded);
+  EXPECT_GT(unbounded.min_budget_bytes, budget) << "the case the bound is for";
+  EXPECT_LE(bounded.min_budget_bytes, budget);
+}
+
+// The same on random traces: an op whose reruns were all spread to it (none makes a value it
+// reads) holds no more than the budget, or than it held alone where that is more.
+TEST(PlannersRecompute, SpreadRerunsKeepTheBudgetOnRandomTraces) {
+  std::mt19937_64 rng(17);
+  int spread_to = 0;
+  for (int iter = 0; iter < 60; ++iter) {
+    const auto t = random_training(rng);
+    const auto hw = test_hw(iter % 2 ? 1e8 : 1e9);
+    const auto rep = analyze(t);
+    const auto cands = detail::remake_candidates(t, rep, hw);
+    const std::uint64_t budget = rep.min_budget_bytes + (rep.peak_live_bytes - std::min(rep.peak_live_bytes, rep.min_budget_bytes)) / (2 + iter % 4);
+    const auto s = detail::schedule_reruns(t, rep, hw, cands, std::vector<char>(t.tensors.size(), 1), iter % 3 != 0, true, {}, budget);
+    SCOPED_TRACE("iteration " + std::to_string(iter));
+    for (op_index k = 0; k < t.ops.size(); ++k) {
+      if (s.reruns[k].empty()) continue;
+      bool serves = false;
+      for (op_index o : s.reruns[k])
+        for (tensor_id z : t.ops[o].writes)
+          for (tensor_id y : t.ops[k].reads) serves |= y == z;
+      if (serves) continue;
+      ++spread_to;
+      EXPECT_LE(s.folded.working_set_bytes(k), std::max(budget, t.working_set_bytes(k))) << "op " << k;
+    }
+  }
+  EXPECT_GT(spread_to, 20) << "the traces must have chains to spread";
+}
+
 // Where memory is left for part of a transformer's values, auto remakes a share of them, the
 // single reruns first, instead of every value checkpoint remakes: less rerun time and a faster
 // step than checkpoint (gpt2-medium on h200 at a quarter of its peak: 61 ms against 154 ms).
@@ -650,11 +699,13 @@ TEST(PlannersRecompute, AutoRemakesWhatItsPlanWaitedFor) {
 // The same stage at VGG-16 on h200 at 1/2 of its peak: the first layer's activation (784 MiB)
 // waited for is made again by a chain through the convolution's output, which the program has
 // released; held whole before the op (not spread over the ops before it), the chain's temp goes
-// before the op's own outputs (Note [Rerun temps before the op]) and it fits (48.5 -> 28.1 ms).
+// before the op's own outputs (Note [Rerun temps before the op]) and it fits (48.5 -> 28.1 ms
+// when it was written; 32.1 -> 28.7 since spread reruns keep the budget, which gave the earlier
+// stages feasible plans that spread more).
 TEST(PlannersRecomputeOnZoo, AutoRemakesAWaitedForValueByAChainHeldWholeWhereSpreadDoesNotFit) {
   const auto r = plan_twice("vgg16", 0.5, whole_plan);
   ASSERT_TRUE(r.after.feasible()) << r.after.violations.front();
-  EXPECT_LT(r.after.step_seconds, 0.75 * r.before.step_seconds) << r.after.step_seconds << " against " << r.before.step_seconds;
+  EXPECT_LT(r.after.step_seconds, 0.95 * r.before.step_seconds) << r.after.step_seconds << " against " << r.before.step_seconds;
   const auto t = make_model_trace("vgg16");
   bool relu = false;
   for (const auto& st : r.after_plan.steps)
