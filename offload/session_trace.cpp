@@ -15,8 +15,10 @@ namespace spillway::offload {
 void write_session_chrome_trace(const std::string& path, const std::deque<timeline_item>& items,
                                 const std::vector<memory_sample>& memory, std::uint64_t budget_bytes) {
   nlohmann::json events = nlohmann::json::array();
-  const char* track_names[] = {"compute", "copy host->device", "copy device->host", "stalls", "nvme read", "nvme write", "host ops"};
-  for (int tid = 0; tid < 7; ++tid) {
+  // Indexed by timeline_item::track.
+  const char* track_names[] = {"compute",    "copy host->device", "copy device->host", "stalls",
+                               "nvme read",  "nvme write",        "host ops",          "recompute"};
+  for (int tid = 0; tid < 8; ++tid) {
     events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 1}, {"tid", tid}, {"args", {{"name", track_names[tid]}}}});
   }
   events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", 1}, {"args", {{"name", "spillway session"}}}});

@@ -38,9 +38,11 @@ struct executor_options {
   bool timeline = false;
 };
 
-/// One item of the timeline: an op on the compute track or a copy on a copy track.
+/// One item of the timeline: an op on the compute track, a copy on a copy track, an op placed on
+/// the host on the host track, or a rerun (Note [Recomputation] in prefetch/plan.hpp) on the
+/// recompute track: it runs on the compute stream, in order with the ops, and shows apart.
 struct timeline_item {
-  enum class track : std::uint8_t { compute, h2d, d2h, stall, nvme_read, nvme_write, host };
+  enum class track : std::uint8_t { compute, h2d, d2h, stall, nvme_read, nvme_write, host, recompute };
   track where = track::compute;
   std::string name;
   double start_us = 0;  ///< since the executor was made

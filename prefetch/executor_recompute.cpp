@@ -150,7 +150,7 @@ void executor::rerun(op_index o, op_index k, std::vector<tensor_id>& made) {
   }
   wait_pinned();
   timeline_item* item =
-      options_.timeline ? stamp_start(compute_, timeline_item::track::compute, "rerun: " + op_name(trace_, o)) : nullptr;
+      options_.timeline ? stamp_start(compute_, timeline_item::track::recompute, "rerun: " + op_name(trace_, o)) : nullptr;
   op_open_ = true;
   try {
     rerun_(o);
