@@ -7,9 +7,14 @@
 #include <cstdint>
 #include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "../swap/swap_test_support.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
 #include "offload/lifetime.hpp"
@@ -232,6 +237,49 @@ TEST(SessionRecompute, CheckpointRecomputesAtHalfTheFootprintAndKeepsTheBits) {
   EXPECT_EQ(s.history().back().recomputes, s.current_plan()->recompute_count());
   EXPECT_EQ(s.history().back().on_demand_fetches, 0u);
   EXPECT_LE(s.history().back().peak_device_bytes, budget);
+}
+
+// Reruns show on a track of their own in the Chrome trace: checkpoint at half the footprint runs
+// forward ops again in the backward pass; each rerun is a span on the "recompute" track (named
+// for the op it runs again), none is on the compute track, and the compute track still holds
+// every op of every iteration once.
+TEST(SessionRecompute, RerunsShowOnTheRecomputeTrackOfTheChromeTrace) {
+  Session probe(config_for("none", 0));
+  (void)wrapped(probe, 1);
+  const std::size_t ops = probe.recorded_trace().ops.size();
+  test::temp_dir dir;
+  auto c = config_for("checkpoint", probe.footprint_bytes() / 2);
+  c.chrome_trace = dir.path() + "/trace.json";
+  constexpr int iterations = 4;
+  std::uint64_t reruns = 0;
+  {
+    Session s(c);
+    EXPECT_EQ(wrapped(s, iterations), plain(iterations));
+    reruns = total_recomputes(s);
+  }  // the Session writes the trace when it closes
+  ASSERT_GT(reruns, 0u) << "the plan reran nothing: the test would check nothing";
+  std::ifstream in(c.chrome_trace);
+  ASSERT_TRUE(in.good()) << "no trace at " << c.chrome_trace;
+  const auto j = nlohmann::json::parse(in);
+  std::map<int, std::string> tracks;
+  for (const auto& e : j.at("traceEvents"))
+    if (e.at("ph") == "M" && e.at("name") == "thread_name") tracks[e.at("tid").get<int>()] = e.at("args").at("name");
+  std::size_t on_compute = 0, on_recompute = 0;
+  for (const auto& e : j.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    const std::string track = tracks.at(e.at("tid").get<int>());
+    const std::string name = e.at("name");
+    if (track == "compute") {
+      ++on_compute;
+      EXPECT_NE(name.rfind("rerun: ", 0), 0u) << "a rerun on the compute track: " << name;
+    }
+    if (track == "recompute") {
+      ++on_recompute;
+      EXPECT_EQ(name.rfind("rerun: ", 0), 0u) << name;
+    }
+  }
+  EXPECT_EQ(on_recompute, reruns);
+  EXPECT_EQ(on_compute, iterations * ops) << "every op of every iteration, once";
 }
 
 TEST(SessionRecompute, ChainedRerunsOfReleasedOutputsGiveTheSameBits) {

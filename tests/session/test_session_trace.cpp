@@ -1,9 +1,8 @@
 // The Chrome trace of real iterations: a compute track with every op, copy tracks, NVMe read and
-// write tracks when tensors spill to the NVMe tier, a recompute track with the reruns, and the
-// device-memory counter with the budget beside it, never above it.
+// write tracks when tensors spill to the NVMe tier, and the device-memory counter with the
+// budget beside it, never above it (the recompute track: test_session_recompute.cpp).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <fstream>
 #include <map>
 #include <set>
@@ -96,90 +95,3 @@ TEST(SessionTrace, ChromeTraceHasComputeCopyAndNvmeTracksAndTheBudgetLine) {
   EXPECT_GT(counters, 0);
 }
 
-// Reruns show on a track of their own: a chain of recomputable layers planned by checkpoint at half
-// its footprint runs some of them again in the backward pass; each rerun is a span
-// on the "recompute" track (named for the op it runs again), none is on the compute track, and
-// the compute track still holds every op of every iteration once.
-TEST(SessionTrace, RerunsShowOnTheRecomputeTrack) {
-  spillway::testing::watchdog dog("RerunsShowOnTheRecomputeTrack", std::chrono::seconds(60));
-  test::temp_dir dir;
-  const std::string path = dir.path() + "/trace.json";
-  constexpr int layers = 6, iterations = 3;
-  constexpr std::size_t n = 4096;
-  auto loop = [&](Session& s) {
-    std::vector<float> init(n, 0.5f);
-    std::vector<tensor_handle> w;
-    for (int i = 0; i < layers; ++i)
-      w.push_back(s.add_persistent("w" + std::to_string(i), n * sizeof(float), tensor_kind::parameter, init.data()));
-    for (int it = 0; it < iterations; ++it) {
-      s.begin_iteration();
-      std::vector<tensor_handle> a{s.add_transient("a0", n * sizeof(float))};
-      const auto a0 = a[0];
-      s.recomputable_op("input.forward", {}, {a0}, [=](const Session::op_scope& op) {
-        op.run([&](const host_access& h) { std::fill_n(h.ptr<float>(a0), n, 1.0f); });
-      });
-      for (int i = 0; i < layers; ++i) {
-        a.push_back(s.add_transient("a" + std::to_string(i + 1), n * sizeof(float)));
-        const auto in = a[i], out = a[i + 1], wi = w[i];
-        s.recomputable_op("l" + std::to_string(i) + ".forward", {in, wi}, {out}, [=](const Session::op_scope& op) {
-          op.run([&](const host_access& h) {
-            for (std::size_t j = 0; j < n; ++j) h.ptr<float>(out)[j] = h.ptr<float>(in)[j] * 0.5f + h.ptr<float>(wi)[j];
-          });
-        });
-      }
-      auto d = s.add_transient("d", n * sizeof(float));
-      { auto op = s.op("loss.backward", {a[layers]}, {d}); }
-      for (int i = layers - 1; i >= 0; --i) {
-        auto op = s.op("l" + std::to_string(i) + ".backward", {a[i], w[i], d}, {w[i], d});
-      }
-      for (auto x : a) s.release(x);
-      s.release(d);
-      (void)s.end_iteration();
-    }
-  };
-  std::uint64_t footprint = 0, reruns = 0;
-  std::size_t ops = 0;
-  {
-    session_config probe;
-    probe.backend = "cpu";
-    probe.cpu_device_memory = 64_MiB;
-    Session s(probe);
-    loop(s);
-    footprint = s.footprint_bytes();
-    ops = s.recorded_trace().ops.size();
-  }
-  session_config c;
-  c.backend = "cpu";
-  c.cpu_device_memory = 64_MiB;
-  c.device_budget = footprint / 2;
-  c.policy = "checkpoint";
-  c.chrome_trace = path;
-  {
-    Session s(c);
-    loop(s);
-    for (const auto& r : s.history()) reruns += r.recomputes;
-  }
-  ASSERT_GT(reruns, 0u) << "the plan reran nothing: the test would check nothing";
-  std::ifstream in(path);
-  ASSERT_TRUE(in.good()) << "no trace at " << path;
-  const auto j = nlohmann::json::parse(in);
-  std::map<int, std::string> tracks;
-  for (const auto& e : j.at("traceEvents"))
-    if (e.at("ph") == "M" && e.at("name") == "thread_name") tracks[e.at("tid").get<int>()] = e.at("args").at("name");
-  std::size_t on_compute = 0, on_recompute = 0;
-  for (const auto& e : j.at("traceEvents")) {
-    if (e.at("ph") != "X") continue;
-    const std::string track = tracks.at(e.at("tid").get<int>());
-    const std::string name = e.at("name");
-    if (track == "compute") {
-      ++on_compute;
-      EXPECT_NE(name.rfind("rerun: ", 0), 0u) << "a rerun on the compute track: " << name;
-    }
-    if (track == "recompute") {
-      ++on_recompute;
-      EXPECT_EQ(name.rfind("rerun: ", 0), 0u) << name;
-    }
-  }
-  EXPECT_EQ(on_recompute, reruns);
-  EXPECT_EQ(on_compute, iterations * ops) << "every op of every iteration, once";
-}
