@@ -1,6 +1,7 @@
-// Shared by the recomputation tests (test_planners_recompute.cpp, test_rerun_schedule.cpp): a
-// profile for hand-made traces, random training iterations with recomputable forward ops, and
-// an independent replay of a plan that understands reruns.
+// Shared by the recomputation tests (test_planners_recompute.cpp, test_rerun_schedule.cpp) and
+// the bound tests (test_bounds.cpp, the profile alone): a profile for hand-made traces, random
+// training iterations with recomputable forward ops, and an independent replay of a plan that
+// understands reruns.
 #pragma once
 
 #include <algorithm>

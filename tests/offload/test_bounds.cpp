@@ -11,25 +11,12 @@
 #include "offload/planner.hpp"
 #include "offload/planner_host.hpp"
 #include "offload/simulator.hpp"
+#include "recompute_test_support.hpp"
 
 namespace spillway::offload {
 namespace {
 
-hw_profile test_hw(double link_bytes_per_s) {
-  hw_profile hw;
-  hw.name = "test";
-  hw.device_bytes = 1ull << 40;
-  hw.compute_flops_per_s = 1e12;
-  hw.hbm_bytes_per_s = 1e12;
-  hw.h2d_bytes_per_s = link_bytes_per_s;
-  hw.d2h_bytes_per_s = link_bytes_per_s;
-  hw.copy_engines = 2;
-  hw.host_bytes = 1ull << 40;
-  hw.nvme_read_bytes_per_s = 5e8;
-  hw.nvme_write_bytes_per_s = 3e8;
-  hw.nvme_bytes = 1ull << 40;
-  return hw;
-}
+using recompute_testing::test_hw;
 
 op_desc op_of(std::string name, std::vector<tensor_id> r, std::vector<tensor_id> w, double seconds, bool recomputable = false) {
   op_desc o;
