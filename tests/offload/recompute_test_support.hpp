@@ -1,7 +1,8 @@
-// Shared by the recomputation tests (test_planners_recompute.cpp, test_rerun_schedule.cpp) and
-// the bound tests (test_bounds.cpp, the profile alone): a profile for hand-made traces, random
-// training iterations with recomputable forward ops, and an independent replay of a plan that
-// understands reruns.
+// Shared by the recomputation tests (test_planners_recompute.cpp, test_rerun_schedule.cpp), the
+// planners' property tests (test_planners.cpp, the replay alone) and the bound tests
+// (test_bounds.cpp, the profile alone): a profile for hand-made traces, random training
+// iterations with recomputable forward ops, and an independent replay of a plan that understands
+// reruns.
 #pragma once
 
 #include <algorithm>
@@ -115,8 +116,9 @@ inline trace random_training(std::mt19937_64& rng) {
   return t;
 }
 
-// Replays a plan ignoring time: resident set, budget, values (a tier copy is valid until the
-// value changes; a rerun makes the value it made before, so copies stay valid), reruns' reads.
+// Replays a plan ignoring time: resident set, budget (after each prefetch, each rerun and each
+// op), values (a tier copy is valid until the value changes; a rerun makes the value it made
+// before, so copies stay valid), reruns' reads; the first fault found, or "" for none.
 inline std::string logical_check(const trace& t, const plan& p) {
   const auto r = analyze(t);
   std::vector<char> on(t.tensors.size(), 0), valid_off(t.tensors.size(), 0), has_value(t.tensors.size(), 0);
@@ -150,9 +152,11 @@ inline std::string logical_check(const trace& t, const plan& p) {
   std::vector<std::int64_t> freed_at(t.tensors.size(), -1);
   for (op_index k = 0; k < t.ops.size(); ++k) {
     for (const auto& pf : p.steps[k].prefetches) {
-      if (on[pf.tensor] || !valid_off[pf.tensor]) return "bad prefetch at " + std::to_string(k);
+      if (on[pf.tensor]) return "prefetch of a resident tensor at " + std::to_string(k);
+      if (!valid_off[pf.tensor]) return "prefetch of a lost value at " + std::to_string(k);
       on[pf.tensor] = 1;
       cur += t.tensors[pf.tensor].bytes;
+      if (cur > p.budget_bytes) return "prefetch over budget at " + std::to_string(k);
     }
     for (op_index o : p.steps[k].recomputes) {
       if (auto e = run(o, k); !e.empty()) return e;

@@ -10,9 +10,12 @@
 #include "offload/planner.hpp"
 #include "offload/planner_range_max.hpp"
 #include "offload/simulator.hpp"
+#include "recompute_test_support.hpp"
 
 namespace spillway::offload {
 namespace {
+
+using recompute_testing::logical_check;
 
 hw_profile test_hw(std::uint64_t host_bytes) {
   hw_profile hw;
@@ -87,60 +90,6 @@ trace random_trace(std::mt19937_64& rng, const trace_shape& sh = {6, 5, 64, 64, 
   }
   t.validate();
   return t;
-}
-
-// An independent replay that ignores time: resident set after each step; every op's tensors
-// resident when it runs (read ones brought by the plan, written-only ones allocated), bytes
-// within the budget at every point, values never read after being lost.
-std::string logical_check(const trace& t, const plan& p) {
-  const auto r = analyze(t);
-  std::vector<char> on(t.tensors.size(), 0), valid_off(t.tensors.size(), 0);
-  std::uint64_t cur = 0;
-  for (tensor_id x = 0; x < t.tensors.size(); ++x)
-    if (is_persistent(t.tensors[x].kind)) {
-      if (p.initial_tier[x] == tier::device) {
-        on[x] = 1;
-        cur += t.tensors[x].bytes;
-      } else {
-        valid_off[x] = 1;
-      }
-    }
-  if (cur > p.budget_bytes) return "start over budget";
-  for (op_index k = 0; k < t.ops.size(); ++k) {
-    for (const auto& pf : p.steps[k].prefetches) {
-      if (on[pf.tensor]) return "prefetch of a resident tensor at " + std::to_string(k);
-      if (!valid_off[pf.tensor]) return "prefetch of a lost value at " + std::to_string(k);
-      on[pf.tensor] = 1;
-      cur += t.tensors[pf.tensor].bytes;
-      if (cur > p.budget_bytes) return "prefetch over budget at " + std::to_string(k);
-    }
-    const auto& op = t.ops[k];
-    for (tensor_id x : op.reads)
-      if (!on[x]) return "op " + std::to_string(k) + " reads non-resident " + t.tensors[x].name;
-    for (tensor_id x : op.writes)
-      if (!on[x]) {
-        on[x] = 1;
-        cur += t.tensors[x].bytes;
-      }
-    if (cur > p.budget_bytes) return "op over budget at " + std::to_string(k);
-    for (tensor_id x : op.writes) valid_off[x] = 0;
-    for (const auto& e : p.steps[k].evictions) {
-      if (!on[e.tensor]) return "evicting non-resident at " + std::to_string(k);
-      if (e.action != evict_action::drop) valid_off[e.tensor] = 1;
-      on[e.tensor] = 0;
-      cur -= t.tensors[e.tensor].bytes;
-    }
-  }
-  for (tensor_id x = 0; x < t.tensors.size(); ++x) {
-    if (!is_persistent(t.tensors[x].kind)) {
-      if (on[x]) return "transient left resident: " + t.tensors[x].name;
-    } else if ((p.initial_tier[x] == tier::device) != static_cast<bool>(on[x])) {
-      return "persistent ends elsewhere: " + t.tensors[x].name;
-    } else if (!on[x] && r.tensors[x].crosses_boundary && !valid_off[x]) {
-      return "persistent value lost: " + t.tensors[x].name;
-    }
-  }
-  return "";
 }
 
 bool only_budget_violations(const sim_result& s) {
