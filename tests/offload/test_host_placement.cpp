@@ -30,16 +30,9 @@ namespace {
 
 using namespace spillway::literals;
 
+using testing::op1s;
 using testing::unit_hw;
 
-op_desc op1s(std::string name, std::vector<tensor_id> r, std::vector<tensor_id> w) {
-  op_desc o;
-  o.name = std::move(name);
-  o.reads = std::move(r);
-  o.writes = std::move(w);
-  o.flops = 1e9;  // 1 s on unit_hw
-  return o;
-}
 op_desc host_op(std::string name, std::vector<tensor_id> r, std::vector<tensor_id> w, std::uint64_t host_bytes) {
   op_desc o = op1s(std::move(name), std::move(r), std::move(w));
   o.phase = op_phase::optimizer;

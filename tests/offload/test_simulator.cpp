@@ -10,16 +10,8 @@
 namespace spillway::offload {
 namespace {
 
+using testing::op1s;
 using testing::unit_hw;
-
-op_desc op1s(std::string name, std::vector<tensor_id> r, std::vector<tensor_id> w) {
-  op_desc o;
-  o.name = std::move(name);
-  o.reads = std::move(r);
-  o.writes = std::move(w);
-  o.flops = 1e9;  // 1 s on unit_hw
-  return o;
-}
 
 // op0 writes A (1000 B); op1 touches nothing; op2 reads A.
 trace three_ops() {

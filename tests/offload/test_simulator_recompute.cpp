@@ -11,17 +11,8 @@
 namespace spillway::offload {
 namespace {
 
+using testing::op1s;
 using testing::unit_hw;
-
-op_desc op1s(std::string name, std::vector<tensor_id> r, std::vector<tensor_id> w, bool recomputable = false) {
-  op_desc o;
-  o.name = std::move(name);
-  o.reads = std::move(r);
-  o.writes = std::move(w);
-  o.flops = 1e9;  // 1 s on unit_hw
-  o.recomputable = recomputable;
-  return o;
-}
 
 // P (parameter, 100 B); op0 writes A (1000 B) from P, recomputable; op1 writes B (1000 B);
 // op2 reads A and B.
