@@ -116,9 +116,10 @@ inline trace random_training(std::mt19937_64& rng) {
   return t;
 }
 
-// Replays a plan ignoring time: resident set, budget (after each prefetch, each rerun and each
-// op), values (a tier copy is valid until the value changes; a rerun makes the value it made
-// before, so copies stay valid), reruns' reads; the first fault found, or "" for none.
+// Replays a plan ignoring time: resident set, budget (at the start, after each prefetch, each
+// rerun and each op), values (a tier copy is valid until the value changes; a rerun makes the
+// value it made before, so copies stay valid), reruns' reads; the first fault found, or "" for
+// none.
 inline std::string logical_check(const trace& t, const plan& p) {
   const auto r = analyze(t);
   std::vector<char> on(t.tensors.size(), 0), valid_off(t.tensors.size(), 0), has_value(t.tensors.size(), 0);
@@ -133,6 +134,7 @@ inline std::string logical_check(const trace& t, const plan& p) {
         valid_off[x] = 1;
       }
     }
+  if (cur > p.budget_bytes) return "start over budget";
   auto run = [&](op_index o, op_index at) -> std::string {
     for (tensor_id x : t.ops[o].reads)
       if (!on[x] || !has_value[x]) return "op " + std::to_string(o) + " before " + std::to_string(at) + " reads " + t.tensors[x].name;
