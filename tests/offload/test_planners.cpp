@@ -99,6 +99,66 @@ bool only_budget_violations(const sim_result& s) {
   return s.on_demand_fetches == 0;
 }
 
+// The replay the property tests lean on finds each kind of fault: a plan that starts, prefetches
+// or runs an op over the budget, reads a value it sent off, or brings back a value it dropped.
+// P (parameter, 1000 B) -> op0 writes A (1000 B) -> op1 reads A and P.
+TEST(PlanReplay, FindsEachKindOfFault) {
+  trace t;
+  const auto pw = t.add_tensor("P", 1000, tensor_kind::parameter);
+  const auto a = t.add_tensor("A", 1000, tensor_kind::activation);
+  t.add_op(op1s("op0", {pw}, {a}));
+  t.add_op(op1s("op1", {a, pw}, {}));
+  t.validate();
+  auto base = [&](std::uint64_t budget) {
+    auto p = plan::empty_for(t, "replay", budget);
+    p.steps[1].evictions.push_back({a, evict_action::drop});  // dead after op1
+    return p;
+  };
+  EXPECT_EQ(logical_check(t, base(2000)), "");
+  EXPECT_EQ(logical_check(t, base(999)), "start over budget");
+  EXPECT_EQ(logical_check(t, base(1500)), "over budget at 0");
+  {  // A sent to the host after op0 and never brought back
+    auto p = base(2000);
+    p.steps[0].evictions.push_back({a, evict_action::evict_to_host});
+    EXPECT_NE(logical_check(t, p).find("reads A"), std::string::npos) << logical_check(t, p);
+    p.steps[1].prefetches.push_back({a, tier::host, 1});  // brought back: fine
+    EXPECT_EQ(logical_check(t, p), "");
+  }
+  {  // A dropped after op0, then brought back: no tier holds it
+    auto p = base(2000);
+    p.steps[0].evictions.push_back({a, evict_action::drop});
+    p.steps[1].prefetches.push_back({a, tier::host, 1});
+    EXPECT_EQ(logical_check(t, p), "prefetch of a lost value at 1");
+  }
+  {  // A prefetched while it is on the device
+    auto p = base(2000);
+    p.steps[1].prefetches.push_back({a, tier::host, 1});
+    EXPECT_EQ(logical_check(t, p), "prefetch of a resident tensor at 1");
+  }
+}
+
+// Q and P (parameters, 1000 B each) start and end on the host; op0 reads Q, op1 reads P. P
+// brought up before op0, beside Q, needs 2000 B; brought up after Q has left, 1000 B.
+TEST(PlanReplay, ChecksTheBudgetAtEachPrefetch) {
+  trace t;
+  const auto q = t.add_tensor("Q", 1000, tensor_kind::parameter);
+  const auto pw = t.add_tensor("P", 1000, tensor_kind::parameter);
+  t.add_op(op1s("op0", {q}, {}));
+  t.add_op(op1s("op1", {pw}, {}));
+  t.validate();
+  auto make = [&](op_index p_at) {
+    auto p = plan::empty_for(t, "replay", 1500);
+    p.initial_tier[q] = p.initial_tier[pw] = tier::host;
+    p.steps[0].prefetches.push_back({q, tier::host, 0});
+    p.steps[p_at].prefetches.push_back({pw, tier::host, 1});
+    p.steps[0].evictions.push_back({q, evict_action::evict_to_host});
+    p.steps[1].evictions.push_back({pw, evict_action::evict_to_host});
+    return p;
+  };
+  EXPECT_EQ(logical_check(t, make(1)), "");
+  EXPECT_EQ(logical_check(t, make(0)), "prefetch over budget at 0");
+}
+
 TEST(Planners, RandomTracesAndBudgets) {
   std::mt19937_64 rng(20261130);
   const auto hw = test_hw(1ull << 40);
