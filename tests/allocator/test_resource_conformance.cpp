@@ -13,6 +13,7 @@
 #include "allocator/device_resource.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
+#include "../test_seed.hpp"
 
 using namespace spillway;
 using namespace spillway::literals;
@@ -76,7 +77,7 @@ class ResourceConformance : public ::testing::TestWithParam<resource_kind> {
 
 TEST_P(ResourceConformance, AllocationsAreAlignedDistinctAndHoldData) {
   stream s = *s1_;
-  std::mt19937 rng(3);
+  std::mt19937 rng(spillway::test::test_seed(3));
   std::map<std::uintptr_t, std::size_t> live;
   std::vector<std::pair<void*, std::size_t>> ptrs;
   for (std::size_t n : {std::size_t{1}, std::size_t{255}, std::size_t{4096}, std::size_t{1_MiB - 1},

@@ -14,6 +14,7 @@
 #include "offload/simulator.hpp"
 #include "offload/zoo.hpp"
 #include "unit_hw.hpp"
+#include "../test_seed.hpp"
 
 namespace spillway::offload {
 namespace {
@@ -119,7 +120,7 @@ trace random_model(std::mt19937_64& rng, bool clip, std::vector<model_params>* o
 }
 
 TEST(DataParallel, OneRankIsThePlainTrace) {
-  std::mt19937_64 rng(1);
+  std::mt19937_64 rng(spillway::test::test_seed(1));
   const auto t = random_model(rng, true);
   const auto r = make_rank_trace(t, {.ranks = 1});
   EXPECT_EQ(r.comm.ranks, 1u);
@@ -130,7 +131,7 @@ TEST(DataParallel, OneRankIsThePlainTrace) {
 }
 
 TEST(DataParallel, StageTwoShardsTheOptimizerAndReduceScattersGradients) {
-  std::mt19937_64 rng(7);
+  std::mt19937_64 rng(spillway::test::test_seed(7));
   std::vector<model_params> ps;
   const auto t = random_model(rng, true, &ps);
   const std::uint32_t N = 4;
@@ -179,7 +180,7 @@ TEST(DataParallel, StageTwoShardsTheOptimizerAndReduceScattersGradients) {
 }
 
 TEST(DataParallel, BucketsAndPlacements) {
-  std::mt19937_64 rng(3);
+  std::mt19937_64 rng(spillway::test::test_seed(3));
   const auto t = random_model(rng, false);
   for (auto stage : {zero_stage::one, zero_stage::two})
     for (auto gather : {gather_placement::before_use, gather_placement::after_step}) {
@@ -229,7 +230,7 @@ void expect_shards_written_before_read(const rank_trace& r) {
 }
 
 TEST(DataParallel, EarlyStepsRunInTheBackwardPass) {
-  std::mt19937_64 rng(9);
+  std::mt19937_64 rng(spillway::test::test_seed(9));
   int moved = 0;
   // 30 models, more where fewer than 5 of them had steps to move (a seed's luck).
   for (int iter = 0; iter < 300 && (iter < 30 || moved < 5); ++iter) {
@@ -265,14 +266,14 @@ TEST(DataParallel, EarlyStepsRunInTheBackwardPass) {
     }
   }
   EXPECT_GE(moved, 5);  // the branch above ran
-  std::mt19937_64 rng2(1);
+  std::mt19937_64 rng2(spillway::test::test_seed(1));
   const auto t = random_model(rng2, false);
   EXPECT_THROW((void)make_rank_trace(t, {.ranks = 2, .early_step_share = 1.5}), config_error);
   EXPECT_THROW((void)make_rank_trace(t, {.ranks = 2, .early_step_lag = 0}), config_error);
 }
 
 TEST(DataParallel, BadInputIsAConfigError) {
-  std::mt19937_64 rng(5);
+  std::mt19937_64 rng(spillway::test::test_seed(5));
   auto t = random_model(rng, false);
   EXPECT_THROW((void)make_rank_trace(t, {.ranks = 0}), config_error);
   EXPECT_THROW((void)make_rank_trace(t, {.ranks = 2, .bucket_bytes = 0}), config_error);
@@ -456,7 +457,7 @@ void expect_same(const sim_result& a, const sim_result& b) {
 }
 
 TEST(NetworkStreamProperty, OneRankUnlimitedAndMonotone) {
-  std::mt19937_64 rng(2026);
+  std::mt19937_64 rng(spillway::test::test_seed(2026));
   const std::vector<double> bandwidths = {inf, 1e12, 1e10, 1e9, 1e8, 3e7, 1e7, 1e6};
   int checked = 0, mattered = 0;
   for (int iter = 0; iter < 160; ++iter) {
@@ -533,7 +534,7 @@ TEST(NetworkProfile, BuiltinsHaveANetworkAndJsonCarriesIt) {
 }
 
 TEST(RankPlanning, KeepsTheFastestFeasiblePlanOnTheNetwork) {
-  std::mt19937_64 rng(11);
+  std::mt19937_64 rng(spillway::test::test_seed(11));
   for (int iter = 0; iter < 20; ++iter) {
     const auto t = random_model(rng, false);
     const auto r = make_rank_trace(t, {.ranks = 4, .bucket_bytes = 20'000});

@@ -24,6 +24,7 @@
 #include "offload/zoo.hpp"
 #include "prefetch/executor.hpp"
 #include "prefetch/executor_stack.hpp"
+#include "../test_seed.hpp"
 
 namespace spillway::offload {
 namespace {
@@ -361,7 +362,7 @@ trace random_host_training(std::mt19937_64& rng) {
 }
 
 TEST(HostOps, AutoIsNeverSlowerThanZeroOffload) {
-  std::mt19937_64 rng(18);
+  std::mt19937_64 rng(spillway::test::test_seed(18));
   int hosted = 0;
   for (int iter = 0; iter < 40; ++iter) {
     const auto t = random_host_training(rng);

@@ -11,6 +11,7 @@
 #include "offload/planner_range_max.hpp"
 #include "offload/simulator.hpp"
 #include "recompute_test_support.hpp"
+#include "../test_seed.hpp"
 
 namespace spillway::offload {
 namespace {
@@ -160,7 +161,7 @@ TEST(PlanReplay, ChecksTheBudgetAtEachPrefetch) {
 }
 
 TEST(Planners, RandomTracesAndBudgets) {
-  std::mt19937_64 rng(20261130);
+  std::mt19937_64 rng(spillway::test::test_seed(20261130));
   const auto hw = test_hw(1ull << 40);
   int auto_checked = 0;
   for (int iter = 0; iter < 150; ++iter) {
@@ -196,7 +197,7 @@ TEST(Planners, RandomTracesAndBudgets) {
 // A metric (a value the host reads every iteration) stays on the device from its first write to
 // its last use, whatever the budget: no planner swaps it out or prefetches it.
 TEST(Planners, NoPlannerMovesAMetricOffTheDevice) {
-  std::mt19937_64 rng(7);
+  std::mt19937_64 rng(spillway::test::test_seed(7));
   const auto hw = test_hw(1ull << 40);
   int metrics = 0;
   int moved_as_activation = 0;
@@ -241,7 +242,7 @@ TEST(Planners, NoPlannerMovesAMetricOffTheDevice) {
 // the planners happen to make: vary the hardware (one or two copy engines, links of different
 // speeds each way, a small host tier) and the planners' knobs, and check every feasible plan.
 TEST(Planners, LowerBoundHoldsForEveryFeasiblePlan) {
-  std::mt19937_64 rng(424242);
+  std::mt19937_64 rng(spillway::test::test_seed(424242));
   auto uni = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
   int checked = 0, order_binding = 0;
   for (int iter = 0; iter < 300; ++iter) {
@@ -342,7 +343,7 @@ plan random_plan(const trace& t, const lifetime_report& r, std::uint64_t budget,
 // The bound against many random plans of tiny traces: with so few ops and tensors some of
 // them come close to the best plan, so a bound that claims too much shows up.
 TEST(Planners, LowerBoundHoldsForRandomPlans) {
-  std::mt19937_64 rng(777);
+  std::mt19937_64 rng(spillway::test::test_seed(777));
   int feasible = 0, tight = 0;
   for (int iter = 0; iter < 400; ++iter) {
     const auto t = random_trace(rng, {3, 2, 6, 3, true});  // a few tensors, a few 0.5-2 s ops
@@ -402,7 +403,7 @@ TEST(Planners, OrderBoundCountsTheCopyInOfStateReadLater) {
 }
 
 TEST(Planners, RangeMaxMatchesAPlainArray) {
-  std::mt19937_64 rng(99);
+  std::mt19937_64 rng(spillway::test::test_seed(99));
   for (int iter = 0; iter < 50; ++iter) {
     const std::size_t n = 1 + rng() % 40;
     std::vector<std::int64_t> v(n);
@@ -591,7 +592,7 @@ TEST(Planners, AutoKeepsLateStateOverTheBoundary) {
 }
 
 TEST(Planners, AutoSpillsToNvmeWhenTheHostTierIsSmall) {
-  std::mt19937_64 rng(7);
+  std::mt19937_64 rng(spillway::test::test_seed(7));
   int spilled = 0;
   for (int iter = 0; iter < 60; ++iter) {
     const auto t = random_trace(rng);
@@ -639,7 +640,7 @@ TEST(Planners, BudgetBelowTheLeastNamesOpAndBytes) {
 // plan needs on random traces, with the swap-in distances it tunes and with ones set by hand
 // (without the rule, 1 to 16 ops ahead broke the budget on most of these traces).
 TEST(Planners, LmsKeepsTheLeastBudgetWhateverItsSwapInDistance) {
-  std::mt19937_64 rng(20261204);
+  std::mt19937_64 rng(spillway::test::test_seed(20261204));
   const auto hw = test_hw(1ull << 40);
   for (int iter = 0; iter < 100; ++iter) {
     const auto t = random_trace(rng);
@@ -658,7 +659,7 @@ TEST(Planners, LmsKeepsTheLeastBudgetWhateverItsSwapInDistance) {
 }
 
 TEST(Planners, NoneKeepsEverythingAndLmsHonoursItsKnobs) {
-  std::mt19937_64 rng(3);
+  std::mt19937_64 rng(spillway::test::test_seed(3));
   const auto t = random_trace(rng);
   const auto rep = analyze(t);
   const auto hw = test_hw(1ull << 40);

@@ -15,6 +15,7 @@
 #include "offload/simulator.hpp"
 #include "offload/zoo.hpp"
 #include "recompute_test_support.hpp"
+#include "../test_seed.hpp"
 
 namespace spillway::offload {
 namespace {
@@ -22,7 +23,7 @@ namespace {
 using namespace recompute_testing;
 
 TEST(PlannersRecompute, RandomTrainingTracesAndBudgets) {
-  std::mt19937_64 rng(1130);
+  std::mt19937_64 rng(spillway::test::test_seed(1130));
   int recomputing_plans = 0;
   for (int iter = 0; iter < 120; ++iter) {
     const auto [t, hw, rep, budget] = make_random_case(rng, iter);
@@ -57,7 +58,7 @@ TEST(PlannersRecompute, RandomTrainingTracesAndBudgets) {
 // planners]); with the bound at 0 every random trace takes it, and auto's plan must still be
 // feasible and never slower than any baseline's.
 TEST(PlannersRecompute, TheShorterSearchOfLongTracesKeepsEveryBaseline) {
-  std::mt19937_64 rng(1202);
+  std::mt19937_64 rng(spillway::test::test_seed(1202));
   planner_options longer;
   longer.auto_fine_search_ops = 0;
   for (int iter = 0; iter < 40; ++iter) {
@@ -340,7 +341,7 @@ std::string evicted_before_last_use(const trace& t, const lifetime_report& r, co
 // where the simulator finds it feasible, holds the logical replay; over random traces and
 // budgets, most pinned plans are feasible.
 TEST(PlannersRecompute, APinnedValueIsNeverEvicted) {
-  std::mt19937_64 rng(2026);
+  std::mt19937_64 rng(spillway::test::test_seed(2026));
   int feasible = 0, pinned = 0;
   for (int iter = 0; iter < 60; ++iter) {
     const auto [t, hw, rep, budget] = make_random_case(rng, iter);

@@ -15,6 +15,7 @@
 #include "offload/simulator.hpp"
 #include "offload/zoo.hpp"
 #include "recompute_test_support.hpp"
+#include "../test_seed.hpp"
 
 namespace spillway::offload {
 namespace {
@@ -98,7 +99,7 @@ TEST(PlannersRecompute, AShortStretchIsACandidateOnlyWithoutAChain) {
 // reason: one of those, or it is an input of the writer of one chosen before it. Random
 // traces, random orders.
 TEST(PlannersRecompute, SingleRerunsNeedNoOtherRerunAndMissNone) {
-  std::mt19937_64 rng(1201);
+  std::mt19937_64 rng(spillway::test::test_seed(1201));
   std::size_t chosen_total = 0, left_total = 0;
   for (int iter = 0; iter < 200; ++iter) {
     const auto t = random_training(rng);
@@ -154,7 +155,7 @@ TEST(PlannersRecompute, SingleRerunsNeedNoOtherRerunAndMissNone) {
 // but for a random half made again; made again for every value, the schedule is the one that
 // keeps none.
 TEST(PlannersRecompute, SpreadChainsGiveFeasiblePlans) {
-  std::mt19937_64 rng(1202);
+  std::mt19937_64 rng(spillway::test::test_seed(1202));
   int spread_plans = 0, checked = 0;
   for (int iter = 0; iter < 150; ++iter) {
     const auto t = random_training(rng);
@@ -208,7 +209,7 @@ TEST(PlannersRecompute, SpreadChainsGiveFeasiblePlans) {
 // writer, unfold_plan kept the schedule's reruns alone, and the real trace read a lost value);
 // a plan of the folded trace that reruns an op is refused, not unfolded without it.
 TEST(PlannersRecompute, FoldedTracesLeaveNoOpToRerun) {
-  std::mt19937_64 rng(6);
+  std::mt19937_64 rng(spillway::test::test_seed(6));
   int checked = 0;
   for (int iter = 0; iter < 40; ++iter) {
     const auto t = random_training(rng);
@@ -273,7 +274,7 @@ TEST(PlannersRecomputeOnZoo, SpreadRerunsKeepTheBudget) {
 // The same on random traces: an op whose reruns were all spread to it (none makes a value it
 // reads) holds no more than the budget, or than it held alone where that is more.
 TEST(PlannersRecompute, SpreadRerunsKeepTheBudgetOnRandomTraces) {
-  std::mt19937_64 rng(17);
+  std::mt19937_64 rng(spillway::test::test_seed(17));
   int spread_to = 0;
   for (int iter = 0; iter < 60; ++iter) {
     const auto t = random_training(rng);

@@ -18,6 +18,7 @@
 #include "offload/profile.hpp"
 #include "prefetch/executor_stack.hpp"
 #include "prefetch/layout.hpp"
+#include "../test_seed.hpp"
 
 using namespace spillway;
 
@@ -227,7 +228,7 @@ TEST(Layout, WhatAHostOpWritesKeepsItsBytesUntilTheDeviceWorkBeforeItEnds) {
 }
 
 TEST(Layout, RandomPlansPackDisjointlyAndTheExecutorFindsEveryAddressFree) {
-  std::mt19937_64 rng(2024);
+  std::mt19937_64 rng(spillway::test::test_seed(2024));
   device_options o;
   o.cpu_device_memory = std::size_t{64} << 20;
   cpu_device dev(o);
@@ -298,7 +299,7 @@ TEST(Layout, RandomPlansPackDisjointlyAndTheExecutorFindsEveryAddressFree) {
 }
 
 TEST(Layout, ShakenOrdersNeverPackLooserAndPackTheSameEveryTime) {
-  std::mt19937_64 rng(77);
+  std::mt19937_64 rng(spillway::test::test_seed(77));
   auto hw = offload::get_profile("v100-16g");
   int tighter = 0;
   for (int round = 0; round < 30; ++round) {
@@ -325,7 +326,7 @@ TEST(Layout, ShakenOrdersNeverPackLooserAndPackTheSameEveryTime) {
 // needs; a packing it calls fitting is disjoint and within the budget; and the margin's first
 // step, where the packing fits there, plans exactly at the budget less 1/32.
 TEST(Layout, FitPlanPacksWithinTheBudgetForRandomBudgetsAndMargins) {
-  std::mt19937_64 rng(3131);
+  std::mt19937_64 rng(spillway::test::test_seed(3131));
   auto hw = offload::get_profile("v100-16g");
   int fitted = 0, at_the_margin = 0;
   for (int round = 0; round < 24; ++round) {

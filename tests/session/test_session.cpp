@@ -17,6 +17,7 @@
 #include "../swap/swap_test_support.hpp"
 #include "offload/session_hooks.hpp"
 #include "watchdog.hpp"
+#include "../test_seed.hpp"
 
 using namespace spillway;
 using namespace spillway::literals;
@@ -185,7 +186,7 @@ session_config base_config(const std::string& policy, std::uint64_t budget) {
 
 TEST(Session, EverythingResidentRunGivesCorrectData) {
   spillway::testing::watchdog dog("EverythingResidentRunGivesCorrectData", std::chrono::seconds(60));
-  std::mt19937 rng(11);
+  std::mt19937 rng(spillway::test::test_seed(11));
   const auto m = make_model(rng, 6, 30);
   const auto r = run(m, base_config("none", 0), 3);
   EXPECT_EQ(r.bad_reads, 0);
@@ -197,7 +198,7 @@ TEST(Session, EverythingResidentRunGivesCorrectData) {
 
 TEST(Session, RandomModelsBudgetsAndPoliciesKeepDataAndBudget) {
   spillway::testing::watchdog dog("RandomModelsBudgetsAndPoliciesKeepDataAndBudget", std::chrono::seconds(240));
-  std::mt19937 rng(2024);
+  std::mt19937 rng(spillway::test::test_seed(2024));
   for (int trial = 0; trial < 6; ++trial) {
     const auto m = make_model(rng, 4 + static_cast<int>(rng() % 6), 20 + static_cast<int>(rng() % 30));
     // Learn the footprint and the least budget from an everything-resident run.
@@ -234,7 +235,7 @@ TEST(Session, RandomModelsBudgetsAndPoliciesKeepDataAndBudget) {
 // fit; it falls back to best fit and is left out here.)
 TEST(Session, FollowedPlansPlaceEveryAllocationByTheLayout) {
   spillway::testing::watchdog dog("FollowedPlansPlaceEveryAllocationByTheLayout", std::chrono::seconds(120));
-  std::mt19937 rng(77);
+  std::mt19937 rng(spillway::test::test_seed(77));
   int checked = 0;
   for (int trial = 0; trial < 6; ++trial) {
     const auto m = make_model(rng, 4 + static_cast<int>(rng() % 6), 20 + static_cast<int>(rng() % 30));
@@ -442,7 +443,7 @@ TEST(SessionNvme, AFixedReserveBelowWhatThePlanKeepsThereIsRefusedWhenThePlanIsM
 // after each change follows a plan made for the new budget.
 TEST(Session, SetDeviceBudgetBetweenIterationsReplansAndKeepsDataAndBudget) {
   spillway::testing::watchdog dog("SetDeviceBudgetBetweenIterationsReplansAndKeepsDataAndBudget", std::chrono::seconds(240));
-  std::mt19937 rng(4242);
+  std::mt19937 rng(spillway::test::test_seed(4242));
   for (int trial = 0; trial < 4; ++trial) {
     const auto m = make_model(rng, 4 + static_cast<int>(rng() % 6), 20 + static_cast<int>(rng() % 30));
     for (const char* policy : {"lms", "auto"}) {
@@ -566,7 +567,7 @@ TEST(Session, MisuseIsAUsageErrorAndBadInputAConfigError) {
 // op's tensors, divided by their count + 1: a free run that long exists wherever they sit.)
 TEST(Session, OpWorkspaceIsCountedInTheBudgetAndFreedAtScopeEnd) {
   spillway::testing::watchdog dog("OpWorkspaceIsCountedInTheBudgetAndFreedAtScopeEnd", std::chrono::seconds(120));
-  std::mt19937 rng(99);
+  std::mt19937 rng(spillway::test::test_seed(99));
   const std::uint64_t budget = 160_KiB;
   Session s(base_config("auto", budget));
   std::vector<tensor_handle> w;

@@ -19,6 +19,7 @@
 #include "offload/swap_policy.hpp"
 #include "../swap/swap_test_support.hpp"
 #include "watchdog.hpp"
+#include "../test_seed.hpp"
 
 using namespace spillway;
 using namespace spillway::literals;
@@ -155,7 +156,7 @@ TEST(SessionDepartures, AParameterTheTraceOverwritesIsStillThereForAnIterationTh
 // random place (a departure), or append one; the values after every iteration are the host's.
 TEST(SessionDepartures, RandomDeparturesGiveTheHostValuesAtEveryPolicy) {
   spillway::testing::watchdog dog("RandomDepartures", std::chrono::seconds(240));
-  std::mt19937 rng(20261204);
+  std::mt19937 rng(spillway::test::test_seed(20261204));
   const char* const policies[] = {"none", "lms", "vdnn", "auto", "checkpoint", "capuchin"};
   for (int trial = 0; trial < 12; ++trial) {
     std::vector<op_spec> base;
@@ -354,7 +355,7 @@ layered run_layered(const session_config& c, int layers, const std::vector<std::
 // host's.
 TEST(SessionDepartures, ReadsOfActivationsThePlanDroppedForARerunGiveTheHostValues) {
   spillway::testing::watchdog dog("ReadsOfActivations", std::chrono::seconds(240));
-  std::mt19937 rng(4122026);
+  std::mt19937 rng(spillway::test::test_seed(4122026));
   const char* const policies[] = {"checkpoint", "capuchin", "auto", "lms", "zero-offload"};
   std::uint64_t recomputes = 0;
   std::size_t host_steps = 0;

@@ -14,6 +14,7 @@
 #include "device/units.hpp"
 #include "offload/swap_policy.hpp"
 #include "watchdog.hpp"
+#include "../test_seed.hpp"
 
 using namespace spillway;
 using namespace spillway::literals;
@@ -309,7 +310,7 @@ TEST(session_phases, each_tag_keeps_its_own_recording_and_plan) {
 // everything-resident run of the same sequence, and re-recording is bounded by departures.
 TEST(session_phases, random_loops_give_the_resident_values) {
   spillway::testing::watchdog dog("random_loops", std::chrono::seconds(240));
-  std::mt19937 rng(20261130);
+  std::mt19937 rng(spillway::test::test_seed(20261130));
   for (int trial = 0; trial < 8; ++trial) {
     std::vector<step_spec> steps;
     const int n = 3 + static_cast<int>(rng() % 5);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "swap/extent_allocator.hpp"
+#include "../test_seed.hpp"
 
 using namespace spillway;
 
@@ -59,7 +60,7 @@ TEST(ExtentAllocator, RandomAllocFreeMatchesABitmap) {
   extent_allocator a(blocks);
   std::vector<bool> used(blocks, false);
   std::vector<std::vector<extent>> live;
-  std::mt19937 rng(42);
+  std::mt19937 rng(spillway::test::test_seed(42));
   for (int step = 0; step < 5000; ++step) {
     if (live.empty() || rng() % 3 != 0) {
       const std::uint64_t n = 1 + rng() % 40;

@@ -21,6 +21,7 @@
 #include "swap/nvme_tier.hpp"
 #include "swap/thread_queue.hpp"
 #include "swap_test_support.hpp"
+#include "../test_seed.hpp"
 
 using namespace spillway;
 using namespace spillway::literals;
@@ -47,7 +48,7 @@ nvme_options options_for(std::vector<std::string> dirs, std::uint64_t capacity) 
 // Sizes from 1 byte to 64 MiB: edges around the alignment and the block size, and random ones.
 std::vector<std::size_t> sizes() {
   std::vector<std::size_t> v{1, 511, 512, 4095, 4096, 4097, 1_MiB - 1, 1_MiB, 1_MiB + 1, 3_MiB + 123, 64_MiB};
-  std::mt19937_64 rng(2024);
+  std::mt19937_64 rng(spillway::test::test_seed(2024));
   for (int i = 0; i < 6; ++i) v.push_back(1 + rng() % (9_MiB));
   return v;
 }
