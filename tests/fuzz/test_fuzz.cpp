@@ -1,6 +1,7 @@
 // Parser fuzzing without a fuzzing compiler: a GoogleTest driver feeds each parser mutants of a
 // corpus kept in the repository (tests/fuzz/corpus/<target>/), a fixed number of inputs per
-// target with a time cap, the same mutants every run (the seed is fixed). Each parser must
+// target with a time cap, the same mutants every run (the seed is fixed; scripts/soak moves it
+// with SPILLWAY_TEST_SEED, tests/test_seed.hpp, for fresh ones). Each parser must
 // either accept an input and give a result that checks out, or refuse it with config_error;
 // any other exception, a crash or (under scripts/test's ASan+UBSan run) a memory error is a
 // failure that prints the input. Options after the GoogleTest ones:
@@ -28,6 +29,7 @@
 #include "offload/simulator.hpp"
 #include "offload/trace_json.hpp"
 #include "mutator.hpp"
+#include "../test_seed.hpp"
 #include "size_reference.hpp"
 
 namespace spillway::fuzz {
@@ -74,7 +76,7 @@ run_counts fuzz(const std::string& target, const std::function<bool(const std::s
   const auto corpus = load_corpus(target);
   EXPECT_FALSE(corpus.empty()) << "no corpus for " << target;
   if (corpus.empty()) return {};
-  mutator m(0x5eed0000u + target.size());
+  mutator m(spillway::test::test_seed(0x5eed0000u + target.size()));
   run_counts n;
   int failures = 0;
   const auto t0 = std::chrono::steady_clock::now();
