@@ -14,7 +14,8 @@ inline constexpr double least_op_seconds = 5e-6;
 /// Sets each op's measured_seconds to max(flops / F, bytes / hw's HBM rate, least_op_seconds),
 /// with F (returned, flop/s) found by bisection so that they add up to `step_ms`, to a relative
 /// 1e-9. The trace's own measured times are set aside. A step shorter than the ops take at the
-/// HBM rate alone is a config_error that names both.
+/// HBM rate alone is a config_error that names both; so is any step longer than that when no op
+/// counts flops (no rate then changes a time).
 double fit_op_times(trace& t, const offload::hw_profile& hw, double step_ms);
 
 }  // namespace spillway::bench

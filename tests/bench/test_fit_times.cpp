@@ -9,6 +9,7 @@
 
 #include "bench/fit_times.hpp"
 #include "device/error.hpp"
+#include "../test_seed.hpp"
 
 using namespace spillway;
 using namespace spillway::bench;
@@ -41,13 +42,18 @@ trace random_trace(std::mt19937_64& rng, std::size_t ops) {
 }  // namespace
 
 TEST(FitOpTimes, RandomTracesAddUpToTheStepAtTheRooflineOfTheFittedRate) {
-  std::mt19937_64 rng(7);
+  std::mt19937_64 rng(spillway::test::test_seed(7));
   const auto hw = profile();
   for (int round = 0; round < 200; ++round) {
     trace t = random_trace(rng, 1 + rng() % 300);
     double floor_s = 0;
     for (const auto& o : t.ops) floor_s += std::max(o.bytes / hw.hbm_bytes_per_s, least_op_seconds);
     const double step_ms = floor_s * 1e3 * (1.0 + std::uniform_real_distribution<double>(0.01, 20)(rng));
+    if (std::none_of(t.ops.begin(), t.ops.end(), [](const op_desc& o) { return o.flops > 0; })) {
+      // No rate stretches ops without flops past the memory floor (a short trace, now and then).
+      EXPECT_THROW((void)fit_op_times(t, hw, step_ms), config_error) << "round " << round;
+      continue;
+    }
     const double f = fit_op_times(t, hw, step_ms);
     double sum = 0;
     for (const auto& o : t.ops) {
@@ -79,6 +85,7 @@ TEST(FitOpTimes, AStepShorterThanTheMemoryRateAllowsIsRefused) {
   op_desc o;
   o.name = "copy-like";
   o.bytes = std::uint64_t{2} << 30;  // about 1.07 ms at 2 TB/s
+  o.flops = 1e6;                     // some compute, so that a longer step is reachable
   t.ops.push_back(o);
   try {
     (void)fit_op_times(t, profile(), 1.0);
@@ -90,4 +97,30 @@ TEST(FitOpTimes, AStepShorterThanTheMemoryRateAllowsIsRefused) {
   }
   EXPECT_THROW((void)fit_op_times(t, profile(), 0.0), config_error);
   EXPECT_NO_THROW((void)fit_op_times(t, profile(), 1.2));
+}
+
+// A trace recorded without flop counts (Session::op's flops left at 0) has no time a compute
+// rate can stretch: a step above its memory floor is refused, not met with times that add up
+// to less (the fit had returned the floor's times for any longer step).
+TEST(FitOpTimes, AStepLongerThanOpsWithoutFlopsCanTakeIsRefused) {
+  trace t;
+  for (std::uint64_t b : {std::uint64_t{1} << 30, std::uint64_t{0}}) {
+    op_desc o;
+    o.name = "no-flops";
+    o.bytes = b;
+    t.ops.push_back(o);
+  }
+  const double floor_ms = ((std::uint64_t{1} << 30) / 2e12 + least_op_seconds) * 1e3;
+  try {
+    (void)fit_op_times(t, profile(), 2 * floor_ms);
+    FAIL() << "a step twice the memory floor was taken by ops without flops";
+  } catch (const config_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("no op of the trace counts any flops"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("flops argument of Session::op"), std::string::npos) << msg;
+  }
+  EXPECT_NO_THROW((void)fit_op_times(t, profile(), floor_ms));  // the floor itself is met exactly
+  double sum = 0;
+  for (const auto& o : t.ops) sum += *o.measured_seconds;
+  EXPECT_NEAR(sum * 1e3, floor_ms, 1e-9 * floor_ms);
 }

@@ -5,6 +5,7 @@
 
 #include "device/error.hpp"
 #include "device/units.hpp"
+#include "../test_seed.hpp"
 
 using namespace spillway;
 using namespace spillway::literals;
@@ -42,7 +43,7 @@ TEST(Units, ManyDecimalsStillParseExactly) {
 }
 
 TEST(Units, FormatThenParseRoundTripsWholeUnits) {
-  std::mt19937_64 rng(7);
+  std::mt19937_64 rng(spillway::test::test_seed(7));
   for (int i = 0; i < 1000; ++i) {
     const std::uint64_t mib = rng() % 100000 + 1;
     EXPECT_EQ(parse_size(std::to_string(mib) + "MiB"), mib << 20);
