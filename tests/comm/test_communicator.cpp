@@ -12,6 +12,7 @@
 #include "comm/communicator.hpp"
 #include "comm/fixed_order_sum.hpp"
 #include "comm/message_size.hpp"
+#include "../test_seed.hpp"
 
 namespace {
 
@@ -37,7 +38,7 @@ TEST(ShardRange, RejectsBadRanks) {
 // Property: the shards are consecutive, cover [0, n) exactly, and the first n % ranks are the
 // ones with one element more.
 TEST(ShardRange, PropertyConsecutiveBalancedCovering) {
-  std::mt19937_64 rng(19);
+  std::mt19937_64 rng(spillway::test::test_seed(19));
   for (int iter = 0; iter < 2000; ++iter) {
     const std::size_t n = iter % 10 == 0 ? (rng() >> 20) : rng() % 5000;
     const int ranks = 1 + static_cast<int>(rng() % 70);

@@ -18,6 +18,7 @@
 #include "device/device.hpp"
 #include "device/error.hpp"
 #include "kernels/context.hpp"
+#include "../test_seed.hpp"
 
 namespace spillway::kernels::testing {
 
@@ -91,7 +92,7 @@ class rig {
 };
 
 inline std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 gen(seed);
+  std::mt19937 gen(static_cast<std::uint32_t>(spillway::test::test_seed(seed)));
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> v(n);
   for (auto& x : v) x = dist(gen);
@@ -99,7 +100,7 @@ inline std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float
 }
 
 inline std::vector<std::int32_t> random_ids(std::size_t n, int limit, std::uint32_t seed) {
-  std::mt19937 gen(seed);
+  std::mt19937 gen(static_cast<std::uint32_t>(spillway::test::test_seed(seed)));
   std::uniform_int_distribution<int> dist(0, limit - 1);
   std::vector<std::int32_t> v(n);
   for (auto& x : v) x = dist(gen);
