@@ -17,6 +17,7 @@
 #include "device/device.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
+#include "../session/watchdog.hpp"
 
 using namespace spillway;
 using namespace spillway::literals;
@@ -243,6 +244,64 @@ TEST(StrictRules, PinnedRangesCountAsPinnedInside) {
   dev->deallocate_pinned(h, 2_MiB);
 }
 
+// Pinned counts only where the whole range is: a copy that runs past a pinned block's end, or a
+// host-to-host copy from pageable memory, is a pageable copy and waits.
+TEST(StrictRules, RangesPartlyPinnedAndPageableHostSourcesCountAsPageable) {
+  auto dev = strict_cpu();
+  auto& cpu = static_cast<cpu_device&>(*dev);
+  owned_stream s(*dev);
+  // 100 bytes short of 2 MiB: the mapping takes whole pages, so its last 100 bytes are mapped
+  // but not pinned.
+  auto* h = static_cast<unsigned char*>(dev->allocate_pinned(2_MiB - 100));
+  void* d = dev->allocate(1_MiB);
+  auto before = cpu.counters().synchronous_copies;
+  dev->copy_async(d, h + 1_MiB, 1_MiB, copy_kind::host_to_device, s);  // its last 100 bytes are not pinned
+  EXPECT_EQ(cpu.counters().synchronous_copies, before + 1);
+  dev->copy_async(d, h + 1_MiB - 4096, 1_MiB, copy_kind::host_to_device, s);  // wholly inside
+  EXPECT_EQ(cpu.counters().synchronous_copies, before + 1);
+  std::vector<unsigned char> pageable(4096, 5);
+  before = cpu.counters().synchronous_copies;
+  dev->copy_async(h, pageable.data(), pageable.size(), copy_kind::host_to_host, s);
+  EXPECT_EQ(cpu.counters().synchronous_copies, before + 1) << "a pageable source of a host-to-host copy";
+  EXPECT_EQ(h[4095], 5) << "a pageable copy is done when it returns";
+  dev->synchronize();
+  dev->deallocate(d, 1_MiB);
+  dev->deallocate_pinned(h, 2_MiB - 100);
+}
+
+TEST(StrictRules, NullPointersInCopiesAndMemsetsAreRefused) {
+  auto dev = strict_cpu();
+  owned_stream s(*dev);
+  void* d = dev->allocate(4096);
+  std::vector<unsigned char> host(4096);
+  EXPECT_THROW(dev->copy_async(d, nullptr, 4096, copy_kind::host_to_device, s), usage_error);
+  EXPECT_THROW(dev->copy_async(nullptr, d, 4096, copy_kind::device_to_host, s), usage_error);
+  EXPECT_THROW(dev->memset_async(nullptr, 0, 4096, s), usage_error);
+  dev->copy_async(host.data(), d, 4096, copy_kind::device_to_host, s);  // the stream still works
+  dev->synchronize_stream(s);
+  dev->deallocate(d, 4096);
+}
+
+// A record that could not be queued (no stream) leaves the event as it was: nothing waits for
+// a mark that will never run.
+TEST(StrictRules, ARecordThatFailsLeavesTheEventReached) {
+  auto dev = strict_cpu();
+  owned_event e(*dev);
+  EXPECT_THROW(dev->record_event(e, stream{}), usage_error);
+  spillway::testing::watchdog dog("ARecordThatFailsLeavesTheEventReached", std::chrono::seconds(30));
+  EXPECT_TRUE(dev->query_event(e));
+  dev->synchronize_event(e);
+}
+
+// Freeing device memory is a device call: from a kernel it is refused like any other.
+TEST(StrictRules, AKernelThatFreesDeviceMemoryFails) {
+  auto dev = strict_cpu();
+  owned_stream s(*dev);
+  void* d = dev->allocate(4096);
+  dev->launch_kernel(s, [&] { dev->deallocate(d, 4096); });
+  EXPECT_THROW(dev->synchronize_stream(s), usage_error);
+}
+
 TEST(StrictRules, FreesSynchronizeTheDevice) {
   auto dev = strict_cpu();
   const auto before = static_cast<cpu_device&>(*dev).counters().synchronizing_frees;
@@ -273,6 +332,26 @@ TEST(StrictRules, WorkAfterAStickyFailureIsRefused) {
   EXPECT_EQ(ran, 0);
   EXPECT_THROW(dev->launch_kernel(s, [] {}), io_error);
   EXPECT_THROW((void)dev->query_event(event{}), io_error);
+}
+
+// Event marks queued behind a failure still run, so waiting on them reports the failure instead
+// of hanging, on the host and on another stream.
+TEST(StrictRules, EventsRecordedBehindAFailureAreStillReached) {
+  auto dev = strict_cpu();
+  owned_stream s(*dev), other(*dev);
+  owned_event e(*dev);
+  std::atomic<bool> go{false};
+  dev->launch_kernel(s, [&] {
+    while (!go) std::this_thread::yield();  // holds the stream until the mark is queued
+  });
+  dev->launch_kernel(s, [] { throw io_error("injected failure", 5); });
+  dev->record_event(e, s);
+  dev->stream_wait_event(other, e);
+  spillway::testing::watchdog dog("EventsRecordedBehindAFailureAreStillReached", std::chrono::seconds(30));
+  go = true;
+  EXPECT_THROW(dev->synchronize_event(e), io_error);
+  EXPECT_THROW(dev->synchronize_stream(other), io_error);
+  EXPECT_THROW(dev->synchronize_stream(s), io_error);
 }
 
 // The hang CUDA would give (a host function waiting for one queued behind it on the one
