@@ -544,6 +544,11 @@ double cpu_device::elapsed_ms(event start, event end) {
 // to each deadline without spinning (a sleep's overshoot is made up by the next copy), and a
 // burst of copies moves at the link's rate. Only the last copy of a burst ends late, by one
 // sleep's overshoot.
+// A timed copy moves its bytes at the end of its time, not at the start: on a GPU the
+// destination fills while the copy runs and the source is read until it ends, so code that
+// reads the destination or overwrites the source before the copy is done must see it go wrong
+// here too. The engine sleeps until the deadline less the time its last memcpy took per byte,
+// then copies, so the copy still ends about when the link would have it end.
 void cpu_device::run_copy(void* dst, const void* src, std::size_t bytes, copy_kind kind) {
   using namespace std::chrono;
   copied_[static_cast<std::size_t>(kind)].fetch_add(bytes, std::memory_order_relaxed);
@@ -553,15 +558,28 @@ void cpu_device::run_copy(void* dst, const void* src, std::size_t bytes, copy_ki
   }
   auto& engine = engines_[kind == copy_kind::host_to_device ? 0 : 1];
   std::lock_guard busy(engine.busy);
-  const auto now = steady_clock::now();
-  std::memcpy(dst, src, bytes);
   const double bw = engine.bytes_per_second.load(std::memory_order_relaxed);
-  if (bw > 0) {
-    constexpr auto back_to_back = microseconds(200);  // more than a sleep overshoots
-    const auto start = now - engine.due < back_to_back ? engine.due : now;
-    engine.due = start + duration_cast<nanoseconds>(duration<double>(static_cast<double>(bytes) / bw));
+  if (bw <= 0) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  constexpr auto back_to_back = microseconds(200);  // more than a sleep overshoots
+  const auto now = steady_clock::now();
+  const auto start = now - engine.due < back_to_back ? engine.due : now;
+  const auto seconds = [&](double rate) {
+    return duration_cast<nanoseconds>(duration<double>(static_cast<double>(bytes) / rate));
+  };
+  engine.due = start + seconds(bw);
+  if (engine.memcpy_bytes_per_second > 0) {
+    std::this_thread::sleep_until(std::max(start, engine.due - seconds(engine.memcpy_bytes_per_second)));
+  } else {
     std::this_thread::sleep_until(engine.due);
   }
+  const auto copy_start = steady_clock::now();
+  std::memcpy(dst, src, bytes);
+  const double took = duration<double>(steady_clock::now() - copy_start).count();
+  if (bytes >= 64 * 1024 && took > 0) engine.memcpy_bytes_per_second = static_cast<double>(bytes) / took;
+  std::this_thread::sleep_until(engine.due);
 }
 
 void cpu_device::copy_async(void* dst, const void* src, std::size_t bytes, copy_kind kind, stream s) {

@@ -93,6 +93,7 @@ class cpu_device final : public Device {
     std::mutex busy;                 // one copy at a time per direction, as on a DMA engine
     std::atomic<double> bytes_per_second{0};
     std::chrono::steady_clock::time_point due{};  // when the last copy was due to end (under busy)
+    double memcpy_bytes_per_second = 0;           // the last timed copy's memcpy rate (under busy)
   };
   struct work_item {
     std::function<void()> fn;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include "device/cpu_device.hpp"
@@ -78,6 +79,32 @@ TEST(CpuDevice, LinkBandwidthHoldsACopyToSizeOverBandwidth) {
   dev.synchronize_stream(s);
   EXPECT_GE(clk::now() - t0, std::chrono::microseconds(41900));
   EXPECT_EQ(dev.copied_bytes(copy_kind::host_to_device), 4_MiB);
+  dev.deallocate(d, h.size());
+}
+
+// A timed copy moves its bytes at the end of its link time, as a GPU's destination is only
+// whole when the copy ends: code that reads the destination early, or changes the source before
+// the copy is done, sees it go wrong here rather than only on a GPU.
+TEST(CpuDevice, ATimedCopyLandsAtTheEndOfItsLinkTime) {
+  device_options o;
+  o.h2d_bytes_per_second = 50e6;  // 4 MiB at 50 MB/s: about 84 ms
+  cpu_device dev(o);
+  owned_stream s(dev);
+  pinned_bytes h(dev, 4_MiB, 1);
+  auto* d = static_cast<char*>(dev.allocate(h.size()));
+  dev.memset_async(d, 0, h.size(), s);
+  dev.synchronize_stream(s);
+  for (int round = 0; round < 2; ++round) {  // the second copy sleeps by the first's memcpy rate
+    dev.memset_async(d, 0, h.size(), s);
+    dev.copy_async(d, h.data(), h.size(), copy_kind::host_to_device, s);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    EXPECT_EQ(d[0], 0) << "round " << round << ": the destination changed a third of the way into the copy";
+    EXPECT_EQ(d[h.size() - 1], 0) << "round " << round;
+    std::fill(h.data(), h.data() + h.size(), static_cast<char>(2 + round));  // before the copy is done
+    dev.synchronize_stream(s);
+    EXPECT_EQ(d[0], 2 + round) << "round " << round << ": the copy read its source before its end";
+    EXPECT_EQ(d[h.size() - 1], 2 + round) << "round " << round;
+  }
   dev.deallocate(d, h.size());
 }
 

@@ -425,3 +425,32 @@ TEST(Executor, NewBudgetBetweenIterationsKeepsEveryValue) {
   r.exec->read(1, back.data());
   EXPECT_EQ(back[95_KiB], 0x3d);
 }
+
+// begin_iteration starts copying in the parameters the plan starts on the device; a host read
+// right after must wait for that copy, not read the device block while it is still landing.
+TEST(Executor, AReadRightAfterTheIterationsFirstPrefetchesWaitsForThem) {
+  constexpr std::uint64_t n = 4_MiB;
+  trace t;
+  const auto p = t.add_tensor("p", n, tensor_kind::parameter);
+  const auto y = t.add_tensor("y", n, tensor_kind::activation);
+  t.add_op("op0", {p}, {y});
+  t.validate();
+  plan starts_resident = plan::empty_for(t, "p starts on the device", 2 * n);
+  starts_resident.initial_tier = {tier::device, tier::device};
+
+  rig r(2 * n + 64_KiB, 50e6);  // 4 MiB take about 80 ms to land
+  r.exec->define(p, t.tensors[p]);
+  r.exec->define(y, t.tensors[y]);
+  std::vector<unsigned char> init(n, 0x5a), back(n, 0);
+  r.exec->upload(p, init.data());
+  r.exec->follow(&t, &starts_resident);
+  r.exec->begin_iteration();
+  ASSERT_GT(r.exec->device_bytes_in_use(), 0u) << "begin_iteration fetched nothing: the test checks nothing";
+  r.exec->read(p, back.data());
+  EXPECT_TRUE(holds(back.data(), n, 0x5a)) << "the read saw the device block before its copy landed";
+  auto bad_reads = std::make_shared<std::atomic<int>>(0);
+  run_op(r, t, 0, {{p, 0x5a}}, {{y, 1}}, bad_reads);
+  r.exec->release(y);
+  (void)r.exec->end_iteration();
+  EXPECT_EQ(bad_reads->load(), 0);
+}
