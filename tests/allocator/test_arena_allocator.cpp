@@ -332,3 +332,100 @@ TEST(ArenaAllocator, AllocateHighTakesTheTopOfTheHighestFreeBlockThatFits) {
   EXPECT_EQ(arena.stats().largest_free_bytes, 1_MiB);
   arena.forget_stream(s);
 }
+
+// A budget that is not a multiple of the granule reserves up to the next granule, and the whole
+// budget can be allocated as one block.
+TEST(ArenaAllocator, ABudgetOffTheGranuleIsRoundedUpAndServesItselfWhole) {
+  device_rig rig;
+  auto& [dev, up] = rig;
+  owned_stream s(dev);
+  arena_allocator arena(dev, up, device_budget(1_MiB + 100));
+  EXPECT_EQ(arena.capacity(), 1_MiB + arena_allocator::granule);
+  EXPECT_EQ(arena.stats().capacity_bytes, 1_MiB + arena_allocator::granule);
+  void* p = arena.allocate(1_MiB + 100, s);
+  EXPECT_EQ(arena.offset_of(p), 0u);
+  EXPECT_EQ(arena.stats().largest_free_bytes, 0u);
+  arena.deallocate(p, 1_MiB + 100, s);
+  arena.forget_stream(s);
+}
+
+TEST(ArenaAllocator, AllocateAtAnOffsetOffTheGranuleIsAUsageError) {
+  device_rig rig;
+  auto& [dev, up] = rig;
+  arena_allocator arena(dev, up, device_budget(1_MiB));
+  EXPECT_THROW((void)arena.try_allocate_at(100, 512, stream{}), usage_error);
+  EXPECT_THROW((void)arena.try_allocate_at(arena_allocator::granule + 1, 512, stream{}), usage_error);
+  EXPECT_EQ(arena.stats().allocated_bytes, 0u) << "a refused placement took bytes";
+  void* p = arena.try_allocate_at(arena_allocator::granule, 512, stream{});
+  ASSERT_NE(p, nullptr);
+  arena.deallocate(p, 512, stream{});
+}
+
+// largest_free_bytes is the largest of the free blocks, and the peak stays after frees.
+TEST(ArenaAllocator, StatisticsReportTheLargestFreeBlockAndKeepThePeak) {
+  device_rig rig;
+  auto& [dev, up] = rig;
+  arena_allocator arena(dev, up, device_budget(1_MiB));
+  void* a = arena.try_allocate_at(0, 256_KiB, stream{});
+  void* b = arena.try_allocate_at(256_KiB, 256_KiB, stream{});
+  void* c = arena.try_allocate_at(512_KiB, 512_KiB, stream{});
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(arena.stats().largest_free_bytes, 0u);
+  EXPECT_EQ(arena.stats().peak_allocated_bytes, 1_MiB);
+  arena.deallocate(a, 256_KiB, stream{});
+  arena.deallocate(c, 512_KiB, stream{});
+  // Free: [0, 256 KiB) and [512 KiB, 1 MiB), split by b.
+  auto st = arena.stats();
+  EXPECT_EQ(st.largest_free_bytes, 512_KiB);
+  EXPECT_EQ(st.allocated_bytes, 256_KiB);
+  EXPECT_EQ(st.peak_allocated_bytes, 1_MiB) << "a free lowered the peak";
+  void* d = arena.allocate(100_KiB, stream{});
+  st = arena.stats();
+  EXPECT_EQ(st.allocated_bytes, 356_KiB);
+  EXPECT_EQ(st.peak_allocated_bytes, 1_MiB) << "a smaller allocation lowered the peak";
+  EXPECT_EQ(st.largest_free_bytes, 512_KiB) << "best fit took the smaller free block";
+  arena.deallocate(b, 256_KiB, stream{});
+  arena.deallocate(d, 100_KiB, stream{});
+  EXPECT_EQ(arena.stats().largest_free_bytes, 1_MiB);
+  EXPECT_EQ(arena.stats().peak_allocated_bytes, 1_MiB);
+}
+
+// Of two free blocks of the same size, the one whose last user is done is handed out: the new
+// stream needs no wait. The busy one was freed first, so plain best fit would pick it.
+TEST(ArenaAllocator, AmongEqualFreeBlocksOneWithNoPendingUserIsPreferred) {
+  device_rig rig;
+  auto& [dev, up] = rig;
+  arena_allocator arena(dev, up, device_budget(1_MiB));
+  owned_stream busy(dev), idle(dev), third(dev);
+  std::atomic<bool> release{false};
+  // Lets the busy stream finish however the test ends, before the arena waits for its frees.
+  struct releaser {
+    std::atomic<bool>& flag;
+    Device& dev;
+    ~releaser() {
+      flag = true;
+      dev.synchronize();
+    }
+  } guard{release, dev};
+  void* a = arena.try_allocate_at(0, 256_KiB, busy);
+  void* x = arena.try_allocate_at(256_KiB, 256_KiB, idle);
+  void* b = arena.try_allocate_at(512_KiB, 256_KiB, idle);
+  void* y = arena.try_allocate_at(768_KiB, 256_KiB, idle);
+  ASSERT_TRUE(a && x && b && y);
+  dev.launch_kernel(busy, [&release] { while (!release.load()) std::this_thread::yield(); });
+  arena.deallocate(a, 256_KiB, busy);  // its event waits behind the kernel
+  arena.deallocate(b, 256_KiB, idle);
+  dev.synchronize_stream(idle);
+  const auto handoffs = arena.stats().stream_handoffs;
+  void* c = arena.allocate(256_KiB, third);
+  EXPECT_EQ(c, b) << "the block still in use by the busy stream was handed out";
+  EXPECT_EQ(arena.stats().stream_handoffs, handoffs) << "the new block waits for another stream";
+  release = true;
+  dev.synchronize();
+  arena.deallocate(c, 256_KiB, third);
+  arena.deallocate(x, 256_KiB, idle);
+  arena.deallocate(y, 256_KiB, idle);
+  for (auto* s : {&busy, &idle, &third}) arena.forget_stream(*s);
+}

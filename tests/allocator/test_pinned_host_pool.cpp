@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "allocator/pinned_host_pool.hpp"
+#include "device/cpu_device.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
 #include "../test_seed.hpp"
@@ -19,11 +20,13 @@ using namespace spillway::literals;
 
 namespace {
 
-std::unique_ptr<Device> cpu() {
+device_options cpu_options() {
   device_options o;
   o.cpu_device_memory = 64_MiB;
-  return make_device("cpu", o);
+  return o;
 }
+
+std::unique_ptr<Device> cpu() { return make_device("cpu", cpu_options()); }
 
 std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 
@@ -328,4 +331,106 @@ TEST(PinnedHostPool, ConcurrentAllocFreeKeepsBlocksDisjoint) {
   EXPECT_EQ(corrupted.load(), 0);
   pool.check_invariants();
   EXPECT_EQ(pool.stats().allocated_bytes, 0u);
+}
+
+// A region size that is not a whole number of pages is rounded up to the next page (or to the
+// alignment when that is larger), and the blocks carved from such regions still tile them.
+TEST(PinnedHostPool, ARegionSizeOffThePageIsRoundedUpToThePage) {
+  auto dev = cpu();
+  pinned_host_pool pool(*dev, {.capacity = 0, .region_size = 1_MiB + 1});
+  EXPECT_EQ(pool.options().region_size, 1_MiB + 4096);
+  std::vector<std::pair<void*, std::size_t>> live;
+  for (std::size_t n : {std::size_t{100}, std::size_t{200_KiB}, std::size_t{5000}, std::size_t{250_KiB}}) {
+    live.emplace_back(pool.allocate(n), n);
+    pool.check_invariants();
+  }
+  ASSERT_EQ(pool.regions().size(), 1u);
+  EXPECT_EQ(pool.regions()[0].bytes, 1_MiB + 4096);
+  pool.deallocate(live[1].first, live[1].second);
+  pool.check_invariants();
+  for (auto [p, n] : live)
+    if (p != live[1].first) pool.deallocate(p, n);
+  pool.check_invariants();
+  EXPECT_EQ(pool.largest_free_block(), 1_MiB + 4096);
+
+  pinned_host_pool small(*dev, {.capacity = 0, .region_size = 1_MiB + 1, .alignment = 256});
+  EXPECT_EQ(small.options().region_size, 1_MiB + 4096) << "rounded to the alignment, not to the page";
+}
+
+// With an alignment above the page size the region's mapping has room to align its base: a block
+// that fills the whole region lies inside pinned memory and every byte of it can be written.
+// Pinned spacers of 2 MiB between the regions put some mappings off a 4 MiB boundary.
+TEST(PinnedHostPool, ABlockFillingARegionOfLargeAlignmentLiesInsideItsMapping) {
+  cpu_device dev(cpu_options());
+  owned_stream s(dev);
+  void* d = dev.allocate(4_MiB);
+  char one = 1;
+  dev.copy_async(d, &one, 1, copy_kind::host_to_device, s);  // the stream's thread is up before the mappings
+  dev.synchronize_stream(s);
+  constexpr int regions = 8;
+  std::vector<void*> spacers;
+  {
+    pinned_host_pool pool(dev, {.capacity = 0, .region_size = 4_MiB, .alignment = 4_MiB});
+    std::vector<char*> ps;
+    for (int i = 0; i < regions; ++i) {
+      ps.push_back(static_cast<char*>(pool.allocate(4_MiB)));
+      spacers.push_back(dev.allocate_pinned(2_MiB));
+    }
+    for (int i = 0; i < regions; ++i) {
+      char* p = ps[i];
+      EXPECT_EQ(addr(p) % (4_MiB), 0u);
+      // The device copies from pinned memory asynchronously; from anything else it waits.
+      const auto before = dev.counters().synchronous_copies;
+      dev.copy_async(d, p, 4_MiB, copy_kind::host_to_device, s);
+      dev.synchronize_stream(s);
+      ASSERT_EQ(dev.counters().synchronous_copies, before) << "block " << i << " runs past its mapping";
+      std::memset(p, i + 1, 4_MiB);
+    }
+    EXPECT_EQ(pool.stats().regions, std::uint64_t{regions});
+    pool.check_invariants();
+    for (void* p : ps) pool.deallocate(p, 4_MiB);
+    EXPECT_EQ(pool.release_unused(), regions * 4_MiB);
+  }
+  for (void* sp : spacers) dev.deallocate_pinned(sp, 2_MiB);
+  dev.deallocate(d, 4_MiB);
+}
+
+TEST(PinnedHostPool, TheFirstByteAfterARegionIsInNoRegion) {
+  auto dev = cpu();
+  pinned_host_pool pool(*dev, {.capacity = 0, .region_size = 1_MiB});
+  void* p = pool.allocate(4096);
+  const auto rs = pool.regions();
+  ASSERT_EQ(rs.size(), 1u);
+  auto* base = static_cast<char*>(rs[0].base);
+  EXPECT_EQ(pool.region_index(base), 0);
+  EXPECT_EQ(pool.region_index(base + rs[0].bytes - 1), 0);
+  EXPECT_EQ(pool.region_index(base + rs[0].bytes), -1);
+  EXPECT_EQ(pool.region_index(base - 1), -1);
+  pool.deallocate(p, 4096);
+}
+
+// The peaks keep the highest value seen: a free, release_unused() and a smaller region later do
+// not lower them.
+TEST(PinnedHostPool, PeaksSurviveFreesAndReleasingRegions) {
+  auto dev = cpu();
+  pinned_host_pool pool(*dev, {.capacity = 0, .region_size = 1_MiB});
+  void* big = pool.allocate(3_MiB);  // a region of its own
+  void* small = pool.allocate(4096);  // and a 1 MiB region
+  EXPECT_EQ(pool.stats().peak_allocated_bytes, 3_MiB + 4096);
+  EXPECT_EQ(pool.stats().peak_reserved_bytes, 4_MiB);
+  pool.deallocate(big, 3_MiB);
+  pool.deallocate(small, 4096);
+  EXPECT_EQ(pool.release_unused(), 4_MiB);
+  auto s = pool.stats();
+  EXPECT_EQ(s.allocated_bytes, 0u);
+  EXPECT_EQ(s.reserved_bytes, 0u);
+  EXPECT_EQ(s.peak_allocated_bytes, 3_MiB + 4096);
+  EXPECT_EQ(s.peak_reserved_bytes, 4_MiB);
+  void* again = pool.allocate(8192);  // a new, smaller region
+  s = pool.stats();
+  EXPECT_EQ(s.reserved_bytes, 1_MiB);
+  EXPECT_EQ(s.peak_allocated_bytes, 3_MiB + 4096) << "a smaller allocation lowered the peak";
+  EXPECT_EQ(s.peak_reserved_bytes, 4_MiB) << "a smaller region lowered the peak";
+  pool.deallocate(again, 8192);
+  pool.check_invariants();
 }

@@ -511,6 +511,29 @@ TEST(TierBacking, MisuseIsAClearError) {
   f.dev.deallocate(dst, 100);
 }
 
+// A put with no bytes stores zeros, also when its block (a host-tier block, or the staging block
+// of an NVMe write) held another tensor's bytes a moment before.
+TEST(TierBacking, APutWithNoBytesReadsBackZerosInAReusedBlock) {
+  tiers_fixture f;
+  constexpr std::size_t n = 1_MiB + 5;
+  const std::vector<unsigned char> filled(n, 0xAB);
+  for (tier t : {tier::host, tier::nvme}) {
+    SCOPED_TRACE(to_string(t));
+    f.backing.put(0, "a", filled.data(), n, t);
+    ASSERT_EQ(f.get(0, "a", n), filled);
+    f.backing.discard(0);
+    f.backing.drain();
+    f.backing.put(1, "b", nullptr, n, t);
+    EXPECT_EQ(f.backing.where(1), t);
+    const auto got = f.get(1, "b", n);
+    EXPECT_EQ(static_cast<std::size_t>(std::count(got.begin(), got.end(), 0)), n)
+        << "the new tensor holds the old one's bytes";
+    f.backing.discard(1);
+    f.backing.drain();
+  }
+  f.expect_empty();
+}
+
 // A random sequence of saves, loads, puts, gets and discards over a few tensors of random sizes,
 // on both tiers, checked after every step against a reference model (id -> bytes and tier).
 TEST(TierBacking, RandomMovesMatchAReferenceModel) {

@@ -113,3 +113,67 @@ TEST(ExtentAllocator, GrowAddsBlocksAtTheEndMergedWithAFreeTail) {
   a.grow(0);
   EXPECT_EQ(a.total_blocks(), 16u);
 }
+
+TEST(ExtentAllocator, AnExactFitRunIsTakenWholeAfterAShorterRun) {
+  extent_allocator a(5);
+  std::vector<extent> one;
+  for (int i = 0; i < 5; ++i) one.push_back(a.allocate(1).at(0));
+  a.deallocate(one[0]);
+  a.deallocate(one[2]);
+  a.deallocate(one[3]);
+  // Free: [0,1) [2,4): the second run fits 2 blocks exactly.
+  ASSERT_EQ(a.free_extents(), 2u);
+  EXPECT_EQ(a.allocate(2), (std::vector<extent>{{2, 2}}));
+  EXPECT_EQ(a.free_blocks(), 1u);
+  EXPECT_EQ(a.largest_free_extent(), 1u);
+}
+
+// Freeing what is already free, or what this allocator never gave out, aborts.
+class ExtentAllocatorDeathTest : public ::testing::Test {
+ protected:
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+TEST_F(ExtentAllocatorDeathTest, FreeingAnExtentTwiceAborts) {
+  EXPECT_DEATH(
+      {
+        extent_allocator a(10);
+        const auto x = a.allocate(4);
+        a.deallocate(x[0]);
+        a.deallocate(x[0]);
+      },
+      "");
+}
+
+TEST_F(ExtentAllocatorDeathTest, FreeingAnExtentWhoseLastBlockIsFreeAborts) {
+  EXPECT_DEATH(
+      {
+        extent_allocator a(10);
+        (void)a.allocate(3);  // 0-2
+        (void)a.allocate(3);  // 3-5, and 6-9 stay free
+        a.deallocate({4, 3});  // block 6 is already free
+      },
+      "");
+}
+
+TEST_F(ExtentAllocatorDeathTest, FreeingAnExtentWhoseFirstBlockIsFreeAborts) {
+  EXPECT_DEATH(
+      {
+        extent_allocator a(10);
+        const auto x = a.allocate(3);  // 0-2
+        (void)a.allocate(3);           // 3-5
+        a.deallocate(x[0]);
+        a.deallocate({2, 2});  // block 2 is already free
+      },
+      "");
+}
+
+TEST_F(ExtentAllocatorDeathTest, FreeingPastTheLastBlockAborts) {
+  EXPECT_DEATH(
+      {
+        extent_allocator a(10);
+        (void)a.allocate(10);
+        a.deallocate({8, 3});
+      },
+      "");
+}

@@ -68,3 +68,19 @@ TEST(HostTier, PoolExhaustionIsReportedWithTheTensorName) {
   EXPECT_EQ(tier.stats().used_bytes, 2_MiB);
   tier.deallocate(a, 2_MiB);
 }
+
+TEST(HostTier, ThePeakStaysAfterAFreeAndASmallerAllocation) {
+  cpu_device dev;
+  pinned_host_pool pool(dev, {.capacity = 0, .region_size = 8_MiB, .alignment = 4096});
+  host_tier tier(pool, 4_MiB);
+  void* a = tier.allocate("a", 1_MiB);
+  void* b = tier.allocate("b", 4096);
+  EXPECT_EQ(tier.stats().peak_used_bytes, 1_MiB + 4096);
+  tier.deallocate(a, 1_MiB);
+  EXPECT_EQ(tier.stats().peak_used_bytes, 1_MiB + 4096) << "a free lowered the peak";
+  void* c = tier.allocate("c", 8192);
+  EXPECT_EQ(tier.stats().used_bytes, 3u * 4096);
+  EXPECT_EQ(tier.stats().peak_used_bytes, 1_MiB + 4096) << "a smaller allocation lowered the peak";
+  tier.deallocate(b, 4096);
+  tier.deallocate(c, 8192);
+}
