@@ -492,3 +492,21 @@ TEST(StrictRules, NoGpuIsNoProblemWhereNoDriverIsInstalled) {
     EXPECT_TRUE(cuda_problem().empty());
   }
 }
+
+// Without sticky errors (the rule off), a stream reports its first failure, not a later one.
+TEST(StrictRules, WithoutStickyErrorsAStreamReportsItsFirstFailure) {
+  auto dev = cpu_without([](auto& r) { r.sticky_errors = false; });
+  owned_stream s(*dev);
+  dev->launch_kernel(s, [] { throw io_error("first failure", 5); });
+  dev->launch_kernel(s, [] { throw usage_error("second failure"); });
+  try {
+    dev->synchronize_stream(s);
+    FAIL() << "the failures were not reported";
+  } catch (const io_error& e) {
+    EXPECT_NE(std::string(e.what()).find("first failure"), std::string::npos) << e.what();
+  } catch (const std::exception& e) {
+    FAIL() << "reported the later failure: " << e.what();
+  }
+  dev->launch_kernel(s, [] {});
+  dev->synchronize_stream(s);  // reported once, then the stream works on
+}

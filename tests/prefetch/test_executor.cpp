@@ -454,3 +454,38 @@ TEST(Executor, AReadRightAfterTheIterationsFirstPrefetchesWaitsForThem) {
   (void)r.exec->end_iteration();
   EXPECT_EQ(bad_reads->load(), 0);
 }
+
+// A tier copy goes stale when an op writes the tensor, and one of a transient when it is
+// released: both give their host-tier bytes back, or the host tier fills up over the iterations.
+TEST(Executor, StaleAndReleasedTierCopiesGiveTheirHostBytesBack) {
+  constexpr std::uint64_t n = 1_MiB;
+  trace t;
+  const auto m = t.add_tensor("m", n, tensor_kind::optimizer_state);
+  const auto y = t.add_tensor("y", n, tensor_kind::activation);
+  t.add_op("update", {m}, {m, y});
+  t.add_op("use", {y}, {});
+  t.validate();
+  plan resident = plan::empty_for(t, "m starts on the device", 2 * n);
+  resident.initial_tier = {tier::device, tier::device};
+  resident.steps[0].evictions.push_back({y, evict_action::evict_to_host});
+
+  rig r(4 * n, 0);
+  r.exec->define(m, t.tensors[m]);
+  r.exec->define(y, t.tensors[y]);
+  std::vector<unsigned char> init(n, 7);
+  r.exec->upload(m, init.data());
+  r.exec->follow(&t, &resident);
+  auto bad_reads = std::make_shared<std::atomic<int>>(0);
+  for (int it = 0; it < 3; ++it) {
+    r.exec->begin_iteration();
+    const auto v = static_cast<unsigned char>(7 + it);
+    run_op(r, t, 0, {{m, v}}, {{m, static_cast<unsigned char>(v + 1)}, {y, 40}}, bad_reads);
+    run_op(r, t, 1, {{y, 40}}, {}, bad_reads);
+    r.exec->release(y);
+    (void)r.exec->end_iteration();
+    r.stack->pool().release_unused();
+    EXPECT_EQ(r.stack->pool().stats().allocated_bytes, 0u)
+        << "iteration " << it << ": a stale or released tier copy still holds host memory";
+  }
+  EXPECT_EQ(bad_reads->load(), 0);
+}
