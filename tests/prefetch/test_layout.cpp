@@ -122,6 +122,35 @@ TEST(Layout, TensorsApartInTimeShareAnAddressAndAResidentParameterWraps) {
   EXPECT_FALSE(l.offset(w, layout_slot::place(0)).has_value());
 }
 
+// A program that releases a transient later than its last use (it departed from the trace, or
+// keeps it for a read of its own) holds its bytes until that release: b may no longer take them.
+TEST(Layout, ATransientReleasedAfterItsLastUseKeepsItsBytesUntilTheRelease) {
+  trace t;
+  const auto w = t.add_tensor("w", 3 * g, tensor_kind::parameter);
+  const auto a = t.add_tensor("a", 4 * g, tensor_kind::activation);
+  const auto b = t.add_tensor("b", 4 * g - 100, tensor_kind::activation);
+  const auto c = t.add_tensor("c", 2 * g, tensor_kind::activation);
+  t.add_op("op0", {w}, {a});
+  t.add_op("op1", {a}, {c});
+  t.add_op("op2", {c, w}, {b});
+  t.add_op("op3", {b}, {w});
+  t.validate();
+  plan p = plan::empty_for(t, "test", 16 * g);
+  const std::vector<std::int64_t> release_after = {-1, 2, -1, -1};  // a: after op2, not op1
+  const auto l = make_layout(t, p, release_after);
+  expect_disjoint(l);
+  const auto* block = [&]() -> const layout_block* {
+    for (const auto& bl : l.placed)
+      if (bl.id == a) return &bl;
+    return nullptr;
+  }();
+  ASSERT_NE(block, nullptr);
+  ASSERT_EQ(block->spans.size(), 1u);
+  EXPECT_EQ(block->spans[0].second, layout_slot::after(2));
+  EXPECT_NE(*l.offset(a, layout_slot::place(0)), *l.offset(b, layout_slot::place(2)));
+  EXPECT_EQ(l.extent, 13 * g) << "w (3) beside a (4) beside c (2) and b (4, as placed)";
+}
+
 // Timed, a block whose copy out is still running keeps its bytes from a prefetch that starts
 // meanwhile, though in the executor's order the one is freed before the other is allocated.
 TEST(Layout, TimedLayoutKeepsBytesBusyUntilTheirCopyOutEnds) {
