@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <algorithm>
 #include <map>
@@ -428,4 +429,49 @@ TEST(ArenaAllocator, AmongEqualFreeBlocksOneWithNoPendingUserIsPreferred) {
   arena.deallocate(x, 256_KiB, idle);
   arena.deallocate(y, 256_KiB, idle);
   for (auto* s : {&busy, &idle, &third}) arena.forget_stream(*s);
+}
+
+// When the device cannot give the new region (other allocations hold its memory), set_budget
+// reports it and the arena keeps its old budget and region, whole and usable.
+TEST(ArenaAllocator, ABudgetTheDeviceCannotGiveLeavesTheOldOneInPlace) {
+  device_rig rig;  // 16 MiB of device memory
+  auto& [dev, up] = rig;
+  owned_stream s(dev);
+  arena_allocator arena(dev, up, device_budget(2_MiB));
+  void* other = dev.allocate(10_MiB);  // held outside the arena
+  EXPECT_THROW(arena.set_budget(device_budget(8_MiB)), out_of_memory);
+  EXPECT_EQ(arena.budget().bytes(), 2_MiB);
+  EXPECT_EQ(arena.capacity(), 2_MiB);
+  auto* p = static_cast<char*>(arena.allocate(2_MiB, s));
+  dev.memset_async(p, 1, 2_MiB, s);
+  dev.synchronize_stream(s);
+  EXPECT_EQ(p[2_MiB - 1], 1);
+  arena.deallocate(p, 2_MiB, s);
+  arena.forget_stream(s);
+  dev.deallocate(other, 10_MiB);
+}
+
+// forget_stream (the stream is about to be destroyed) returns only when the work its freed
+// blocks wait for is done: after it, nothing is left to wait on that stream.
+TEST(ArenaAllocator, ForgettingAStreamWaitsForItsWork) {
+  device_rig rig;
+  auto& [dev, up] = rig;
+  arena_allocator arena(dev, up, device_budget(1_MiB));
+  owned_stream s(dev);
+  std::atomic<bool> go{false}, done{false};
+  void* p = arena.allocate(256_KiB, s);
+  dev.launch_kernel(s, [&] {
+    while (!go) std::this_thread::yield();
+    done = true;
+  });
+  arena.deallocate(p, 256_KiB, s);
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    go = true;
+  });
+  arena.forget_stream(s);
+  const bool finished = done.load();
+  release.join();
+  dev.synchronize_stream(s);
+  EXPECT_TRUE(finished) << "forget_stream returned while the stream's work was still running";
 }

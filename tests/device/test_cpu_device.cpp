@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -106,6 +108,27 @@ TEST(CpuDevice, ATimedCopyLandsAtTheEndOfItsLinkTime) {
     EXPECT_EQ(d[h.size() - 1], 2 + round) << "round " << round;
   }
   dev.deallocate(d, h.size());
+}
+
+// What stream work captures is destroyed on the stream's thread before the work counts as
+// done: once synchronize_stream returns, no capture outlives it (a buffer's owner may go).
+TEST(CpuDevice, StreamWorksCapturesAreGoneWhenTheStreamIsSynchronized) {
+  cpu_device dev;
+  owned_stream s(dev);
+  std::atomic<bool> destroyed{false};
+  struct slow_to_die {
+    std::atomic<bool>* flag;
+    ~slow_to_die() {
+      if (flag == nullptr) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      *flag = true;
+    }
+  };
+  auto capture = std::make_shared<slow_to_die>(&destroyed);
+  dev.launch_kernel(s, [capture] {});
+  capture.reset();
+  dev.synchronize_stream(s);
+  EXPECT_TRUE(destroyed.load()) << "synchronize_stream returned before the kernel's captures were destroyed";
 }
 
 TEST(CpuDevice, BurstOfCopiesIsNeverFasterThanTheLink) {
