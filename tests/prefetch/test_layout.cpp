@@ -96,9 +96,9 @@ op_desc host_step(std::vector<tensor_id> reads, std::vector<tensor_id> writes) {
   return step;
 }
 
-}  // namespace
-
-TEST(Layout, TensorsApartInTimeShareAnAddressAndAResidentParameterWraps) {
+// A parameter w and three activations over four ops; a is dead after op1, so b (read by op3)
+// can take its bytes.
+trace w_a_b_c() {
   trace t;
   const auto w = t.add_tensor("w", 3 * g, tensor_kind::parameter);
   const auto a = t.add_tensor("a", 4 * g, tensor_kind::activation);
@@ -106,9 +106,17 @@ TEST(Layout, TensorsApartInTimeShareAnAddressAndAResidentParameterWraps) {
   const auto c = t.add_tensor("c", 2 * g, tensor_kind::activation);
   t.add_op("op0", {w}, {a});
   t.add_op("op1", {a}, {c});
-  t.add_op("op2", {c, w}, {b});  // a is dead after op1: b can take its bytes
+  t.add_op("op2", {c, w}, {b});
   t.add_op("op3", {b}, {w});
   t.validate();
+  return t;
+}
+
+}  // namespace
+
+TEST(Layout, TensorsApartInTimeShareAnAddressAndAResidentParameterWraps) {
+  const trace t = w_a_b_c();
+  const tensor_id w = 0, a = 1, b = 2;
   plan p = plan::empty_for(t, "test", 16 * g);
   const auto l = make_layout(t, p, {});
   expect_disjoint(l);
@@ -125,16 +133,8 @@ TEST(Layout, TensorsApartInTimeShareAnAddressAndAResidentParameterWraps) {
 // A program that releases a transient later than its last use (it departed from the trace, or
 // keeps it for a read of its own) holds its bytes until that release: b may no longer take them.
 TEST(Layout, ATransientReleasedAfterItsLastUseKeepsItsBytesUntilTheRelease) {
-  trace t;
-  const auto w = t.add_tensor("w", 3 * g, tensor_kind::parameter);
-  const auto a = t.add_tensor("a", 4 * g, tensor_kind::activation);
-  const auto b = t.add_tensor("b", 4 * g - 100, tensor_kind::activation);
-  const auto c = t.add_tensor("c", 2 * g, tensor_kind::activation);
-  t.add_op("op0", {w}, {a});
-  t.add_op("op1", {a}, {c});
-  t.add_op("op2", {c, w}, {b});
-  t.add_op("op3", {b}, {w});
-  t.validate();
+  const trace t = w_a_b_c();
+  const tensor_id a = 1, b = 2;
   plan p = plan::empty_for(t, "test", 16 * g);
   const std::vector<std::int64_t> release_after = {-1, 2, -1, -1};  // a: after op2, not op1
   const auto l = make_layout(t, p, release_after);
