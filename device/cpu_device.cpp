@@ -570,11 +570,8 @@ void cpu_device::run_copy(void* dst, const void* src, std::size_t bytes, copy_ki
     return duration_cast<nanoseconds>(duration<double>(static_cast<double>(bytes) / rate));
   };
   engine.due = start + seconds(bw);
-  if (engine.memcpy_bytes_per_second > 0) {
-    std::this_thread::sleep_until(std::max(start, engine.due - seconds(engine.memcpy_bytes_per_second)));
-  } else {
-    std::this_thread::sleep_until(engine.due);
-  }
+  const auto lead = engine.memcpy_bytes_per_second > 0 ? seconds(engine.memcpy_bytes_per_second) : nanoseconds{0};
+  std::this_thread::sleep_until(std::max(start, engine.due - lead));
   const auto copy_start = steady_clock::now();
   std::memcpy(dst, src, bytes);
   const double took = duration<double>(steady_clock::now() - copy_start).count();
