@@ -15,7 +15,10 @@ arena_allocator::arena_allocator(Device& device, device_memory_resource& upstrea
 }
 
 arena_allocator::~arena_allocator() {
-  wait_for_frees();
+  try {
+    wait_for_frees();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the device failed; its stream work reported that error
+  }
   blocks_.clear();
   upstream_->deallocate(base_, capacity_, stream{});
 }
@@ -73,8 +76,16 @@ void arena_allocator::unindex_free(std::size_t offset, std::size_t size) {
   }
 }
 
-void arena_allocator::prune(std::vector<dependency>& deps) {
-  std::erase_if(deps, [&](const dependency& d) { return device_->query_event(event{*static_cast<void**>(d.done.get())}); });
+void arena_allocator::prune(std::vector<dependency>& deps) noexcept {
+  // An event the device cannot answer for (it failed: its errors are sticky) stays: the bytes
+  // are not known to be free of its work. Frees prune too, and a free must not throw.
+  std::erase_if(deps, [&](const dependency& d) {
+    try {
+      return device_->query_event(event{*static_cast<void**>(d.done.get())});
+    } catch (...) {
+      return false;
+    }
+  });
 }
 
 std::vector<arena_allocator::dependency> arena_allocator::within(const std::vector<dependency>& deps, std::size_t lo,
@@ -161,11 +172,16 @@ void* arena_allocator::take(std::map<std::size_t, block>::iterator it, std::size
   const std::size_t size = b.size;
   // Note [Arena handoff]: the new user waits for every earlier user that may not be done.
   prune(b.deps);
-  for (auto& d : b.deps) {
-    if (d.stream == s.handle) continue;  // same stream: stream order covers it
-    if (d.hi <= offset || offset + need <= d.lo) continue;  // other bytes of the merged free block
-    device_->stream_wait_event(s, event{*static_cast<void**>(d.done.get())});
-    ++stats_.stream_handoffs;
+  try {
+    for (auto& d : b.deps) {
+      if (d.stream == s.handle) continue;  // same stream: stream order covers it
+      if (d.hi <= offset || offset + need <= d.lo) continue;  // other bytes of the merged free block
+      device_->stream_wait_event(s, event{*static_cast<void**>(d.done.get())});
+      ++stats_.stream_handoffs;
+    }
+  } catch (...) {
+    merge_and_index(it);  // the device refused a wait: the block stays free, as it was
+    throw;
   }
   if (size > need) {  // split: the rest stays free with the same dependencies
     blocks_[offset + need] = block{size - need, true, within(b.deps, offset + need, offset + size)};
@@ -206,7 +222,13 @@ void arena_allocator::do_deallocate(void* ptr, std::size_t /*bytes*/, stream s) 
       }
     }
   }
-  // Merge with free neighbours; the merged block keeps every part's dependencies.
+  merge_and_index(it);
+}
+
+// Merges the free block at `it` (out of the size index) with its free neighbours and indexes the
+// result; the merged block keeps every part's dependencies.
+void arena_allocator::merge_and_index(std::map<std::size_t, block>::iterator it) {
+  block& b = it->second;
   auto next = std::next(it);
   if (next != blocks_.end() && next->second.free) {
     unindex_free(next->first, next->second.size);

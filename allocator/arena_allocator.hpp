@@ -93,7 +93,8 @@ class arena_allocator final : public device_memory_resource {
   void do_deallocate(void* ptr, std::size_t bytes, stream s) noexcept override;
   void index_free(std::size_t offset, std::size_t size);
   void unindex_free(std::size_t offset, std::size_t size);
-  void prune(std::vector<dependency>& deps);
+  void prune(std::vector<dependency>& deps) noexcept;
+  void merge_and_index(std::map<std::size_t, block>::iterator it);  // a free block joins its free neighbours
   static std::vector<dependency> within(const std::vector<dependency>& deps, std::size_t lo, std::size_t hi);
   void* take(std::map<std::size_t, block>::iterator it, std::size_t offset, std::size_t need, stream s);
   void* allocate_at_locked(std::size_t offset, std::size_t need, stream s);  // try_allocate_at, rounded
