@@ -140,6 +140,45 @@ void* tier_backing::allocate_host(const std::string& name, std::uint64_t bytes, 
   return host_.allocate(name, bytes);
 }
 
+// Enqueues a copy on `s` and records `mark` after it. When the device refuses the record, the
+// copy is waited for instead: it is then over, and the mark, unrecorded, asks nobody to wait.
+// When it refuses the copy, or the wait reports a failure, the mark is settled unrecorded and
+// the device's error thrown; `enqueued` says whether the copy was enqueued (and so whether the
+// device may still touch its memory).
+void tier_backing::copy_then_mark(void* dst, const void* src, std::uint64_t bytes, copy_kind kind, stream s,
+                                  detail::device_mark& mark, bool& enqueued) {
+  try {
+    device_.copy_async(dst, src, bytes, kind, s);
+    enqueued = true;
+  } catch (...) {
+    mark.abandon();
+    throw;
+  }
+  try {
+    mark.record(s);
+  } catch (...) {
+    device_.synchronize_stream(s);
+  }
+}
+
+// A save whose copy out of the device failed: the tensor keeps no tier copy (the old one was
+// stale: the device held a newer value), and the block it was to fill goes back, unless the
+// copy was enqueued: a failed device may still write it, so it is left, as a read that timed out
+// leaves its block (Note [Hung completions] in swap/io_ring.cpp).
+void tier_backing::forget_failed_save(tensor_id id, void* block, bool staging, bool enqueued) noexcept {
+  std::lock_guard lock(mutex_);
+  auto& c = slot(id);
+  if (c.host == block || (staging && c.where == tier::nvme)) {
+    c.host = nullptr;
+    c.nvme_name.clear();
+    c.where.reset();
+    c.staging = false;
+  }
+  if (enqueued) return;
+  if (staging) free_staging(block, c.bytes);
+  else host_.deallocate(block, c.bytes);
+}
+
 void tier_backing::settle(tensor_id id) {
   std::vector<move_handle> pending;
   {
@@ -174,8 +213,14 @@ move_handle tier_backing::save(tensor_id id, const std::string& name, const void
     move_handle handle(state, mark);
     c.in_flight.push_back(handle);
     lock.unlock();
-    device_.copy_async(block, src, bytes, copy_kind::device_to_host, s);
-    mark->record(s);
+    bool enqueued = false;
+    try {
+      copy_then_mark(block, src, bytes, copy_kind::device_to_host, s, *mark, enqueued);
+    } catch (...) {
+      forget_failed_save(id, block, false, enqueued);
+      state->finish(std::current_exception());
+      throw;
+    }
     state->finish(nullptr);  // the host part (enqueueing) is over; Note [Moves without host functions]
     return handle;
   }
@@ -190,8 +235,14 @@ move_handle tier_backing::save(tensor_id id, const std::string& name, const void
   move_handle handle(state);  // ends in file I/O: no device event to wait on
   c.in_flight.push_back(handle);
   lock.unlock();
-  device_.copy_async(staging, src, bytes, copy_kind::device_to_host, s);
-  mark->record(s);
+  bool enqueued = false;
+  try {
+    copy_then_mark(staging, src, bytes, copy_kind::device_to_host, s, *mark, enqueued);
+  } catch (...) {
+    forget_failed_save(id, staging, true, enqueued);
+    state->finish(std::current_exception());
+    throw;
+  }
   worker_.after(mark, [this, id, name, file_name, staging, bytes, state](std::exception_ptr device_error) {
     write_staged(id, name, file_name, staging, bytes, state, std::move(device_error));
   });
@@ -286,8 +337,13 @@ move_handle tier_backing::load(tensor_id id, const std::string& name, void* dst,
   if (*c.where == tier::host) {
     void* block = c.host;
     lock.unlock();
-    device_.copy_async(dst, block, bytes, copy_kind::host_to_device, s);
-    mark->record(s);
+    bool enqueued = false;
+    try {
+      copy_then_mark(dst, block, bytes, copy_kind::host_to_device, s, *mark, enqueued);
+    } catch (...) {
+      state->finish(std::current_exception());  // the host copy stays as it was
+      throw;
+    }
     state->finish(nullptr);
     return handle;
   }
@@ -321,22 +377,28 @@ void tier_backing::land(const std::string& name, void* dst, void* staging, std::
   // On the I/O thread that finished the read: an ordinary thread, which may call the Device.
   bool copying = false;
   if (!err) {
-    try {
-      copy_span span;
-      if (keep_spans_) {
+    // The copy's span is for the timeline only: a device that will not time it costs the span.
+    copy_span span;
+    if (keep_spans_) {
+      try {
         span = copy_span{name, std::make_shared<owned_event>(device_, true), std::make_shared<owned_event>(device_, true)};
         device_.record_event(*span.start, s);
+      } catch (...) {
+        span = copy_span{};
       }
-      device_.copy_async(dst, staging, bytes, copy_kind::host_to_device, s);
-      copying = true;
-      mark->record(s);
-      if (span.end) {
+    }
+    try {
+      copy_then_mark(dst, staging, bytes, copy_kind::host_to_device, s, *mark, copying);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    if (!err && span.end) {
+      try {
         device_.record_event(*span.end, s);
         std::lock_guard lock(spans_mutex_);
         copy_spans_.push_back(std::move(span));
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the span is dropped, the copy stands
       }
-    } catch (...) {
-      err = std::current_exception();
     }
   }
   if (err) {

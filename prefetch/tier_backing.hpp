@@ -57,6 +57,9 @@ class tier_backing final : public tensor_backing {
   void free_staging(void* p, std::uint64_t bytes) noexcept;
   void write_staged(tensor_id id, const std::string& name, const std::string& file_name, void* staging,
                     std::uint64_t bytes, const std::shared_ptr<detail::move_state>& state, std::exception_ptr device_error);
+  void copy_then_mark(void* dst, const void* src, std::uint64_t bytes, copy_kind kind, stream s,
+                      detail::device_mark& mark, bool& enqueued);
+  void forget_failed_save(tensor_id id, void* block, bool staging, bool enqueued) noexcept;
   void land(const std::string& name, void* dst, void* staging, std::uint64_t bytes, stream s, const std::shared_ptr<detail::device_mark>& mark,
             const std::shared_ptr<detail::move_state>& state, std::exception_ptr err);
   void note_io(bool write, const std::string& name, std::chrono::steady_clock::time_point start);

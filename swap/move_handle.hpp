@@ -55,9 +55,15 @@ struct device_mark {
   device_mark(const device_mark&) = delete;
   device_mark& operator=(const device_mark&) = delete;
 
-  /// Records the event on `s` after the work enqueued there so far (the copy).
+  /// Records the event on `s` after the work enqueued there so far (the copy). When the device
+  /// refuses, the mark is settled unrecorded (nobody waits on it for ever) and the error thrown.
   void record(stream s) {
-    device->record_event(ev, s);
+    try {
+      device->record_event(ev, s);
+    } catch (...) {
+      settle(false);
+      throw;
+    }
     settle(true);
   }
   /// The move failed before its copy was enqueued: there is nothing to wait for on the device.
