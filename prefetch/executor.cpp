@@ -61,7 +61,10 @@ executor::executor(Device& device, arena_allocator& arena, tensor_backing& backi
 executor::~executor() {
   try {
     device_->synchronize();
-    backing_->drain();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor reports nothing
+  }
+  try {
+    backing_->drain();  // even after a device failure: no move may still use what is freed below
   } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor reports nothing
   }
   for (auto& t : tensors_) {
@@ -727,6 +730,12 @@ void executor::retire(tensor_id id) {
 executor_stats executor::end_iteration() {
   SPILLWAY_EXPECTS_T(usage_error, in_iteration_, "executor: end_iteration without begin_iteration");
   SPILLWAY_EXPECTS_T(usage_error, !op_open_, "executor: end_iteration inside an op (end_op first)");
+  // The iteration ends here even when what follows throws (a device that failed): the owner
+  // reports the error and may begin another, which meets the same error at its first use.
+  struct ends_iteration {
+    bool& in;
+    ~ends_iteration() { in = false; }
+  } ends{in_iteration_};
   for (tensor_id id = 0; id < tensors_.size(); ++id) {
     auto& t = tensors_[id];
     if (t && !is_persistent(t->desc.kind) && !t->released && (t->dev != nullptr || t->tier_current)) release(id);
@@ -738,7 +747,6 @@ executor_stats executor::end_iteration() {
         evict(id, plan_->initial_tier[id], false);
     }
   }
-  in_iteration_ = false;
   synchronize_streams();
   backing_->drain();
   for (auto& t : tensors_)

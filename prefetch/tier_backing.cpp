@@ -83,8 +83,17 @@ void tier_backing::free_copy(copy& c) {
 
 namespace {
 /// Forgets the moves of `c` that are over, so that none is asked again; true when none is left.
+/// A move the device cannot answer for (it failed: its errors are sticky) is waited for, quietly:
+/// the failed device then runs no more of its work, and its error is the executor's to report.
 bool moves_over(std::vector<move_handle>& in_flight) {
-  std::erase_if(in_flight, [](const move_handle& h) { return h.ready(); });
+  std::erase_if(in_flight, [](const move_handle& h) {
+    try {
+      return h.ready();
+    } catch (...) {
+      wait_quietly(h);
+      return true;
+    }
+  });
   return in_flight.empty();
 }
 }  // namespace
@@ -179,13 +188,18 @@ void tier_backing::forget_failed_save(tensor_id id, void* block, bool staging, b
   else host_.deallocate(block, c.bytes);
 }
 
-void tier_backing::settle(tensor_id id) {
+std::exception_ptr tier_backing::settle(tensor_id id) {
   std::vector<move_handle> pending;
   {
     std::lock_guard lock(mutex_);
     pending.swap(slot(id).in_flight);
   }
-  for (auto& h : pending) wait_quietly(h);
+  std::exception_ptr first;
+  for (auto& h : pending) {
+    wait_quietly(h);
+    if (!first) first = h.error();
+  }
+  return first;
 }
 
 move_handle tier_backing::save(tensor_id id, const std::string& name, const void* src, std::uint64_t bytes, tier to,
@@ -323,10 +337,11 @@ move_handle tier_backing::load(tensor_id id, const std::string& name, void* dst,
     const auto& c = slot(id);
     host_copy = c.where.has_value() && *c.where == tier::host;
   }
-  if (!host_copy) settle(id);
+  const std::exception_ptr save_error = host_copy ? nullptr : settle(id);
   auto mark = detail::make_mark(marks_);  // recorded after the H2D copy
   std::unique_lock lock(mutex_);
   auto& c = slot(id);
+  if (!c.where.has_value() && save_error) std::rethrow_exception(save_error);  // the save that was to make it failed
   SPILLWAY_EXPECTS(c.where.has_value(), "tier backing: tensor \"" + name + "\" has no copy to load");
   SPILLWAY_EXPECTS(c.bytes == bytes, "tier backing: tensor \"" + name + "\" has a copy of " + std::to_string(c.bytes) +
                                           " bytes, asked for " + std::to_string(bytes));

@@ -45,7 +45,7 @@ class tier_backing final : public tensor_backing {
     std::vector<move_handle> in_flight;
   };
   copy& slot(tensor_id id);                    // under mutex_
-  void settle(tensor_id id);                   // waits for id's moves; not under mutex_
+  std::exception_ptr settle(tensor_id id);     // waits for id's moves (the first one's error); not under mutex_
   void free_copy(copy& c);                     // under mutex_
   void retire(copy& c);                        // under mutex_: frees c's copy, or keeps it until its moves end
   void free_settled();                         // under mutex_: frees the oldest retired copies no move uses now

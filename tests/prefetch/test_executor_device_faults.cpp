@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "../device/faulty_device.hpp"
+#include "../session/watchdog.hpp"
+#include "../swap/swap_test_support.hpp"
 #include "device/cpu_device.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
@@ -30,17 +32,25 @@ namespace {
 
 constexpr std::uint64_t n = 64_KiB;
 
-// Parameters x, y and w on the host; op0: a = x ^ 0x5a, op1: b = y + 1, op2: c = a + b, op3:
-// w += c. The plan prefetches x and y at op 0 and drops them after their ops, swaps a out to the
-// host after op 0 and prefetches it back at op 1 for op 2, prefetches w at op 2 and swaps it out
-// after op 3: copies both ways, each with its events and waits.
+// Parameters x, y and w in the tier `where` (host or NVMe); op0: a = x ^ 0x5a, op1: b = y + 1,
+// op2: c = a + b, op3: w += c. The plan prefetches x and y at op 0 and drops them after their
+// ops, swaps a out to the tier after op 0 and prefetches it back at op 1 for op 2, prefetches w
+// at op 2 and swaps it out after op 3: copies both ways, each with its events and waits (through
+// a staging block and the NVMe tier's I/O threads for NVMe).
 struct rig {
-  rig() {
+  explicit rig(tier where) {
     device_options o;  // the strict cpu backend: every rule on
     o.cpu_device_memory = 16_MiB;
     dev = std::make_unique<faulty_device>(std::make_unique<cpu_device>(o));
     executor_stack_options so;
     so.device_budget = 4 * n;
+    if (where == tier::nvme) {
+      so.host_budget = 4_KiB;  // holds none of them
+      nvme_options no;
+      no.directories = {dir.path()};
+      no.reserve = 8_MiB;
+      so.nvme = no;
+    }
     stack = std::make_unique<executor_stack>(*dev, so);
     exec = &stack->exec();
 
@@ -56,13 +66,14 @@ struct rig {
     t.add_op("op3", {w, c}, {w});
     t.validate();
     p = plan::empty_for(t, "swaps both ways", 4 * n);
-    p.initial_tier = {tier::host, tier::host, tier::device, tier::device, tier::device, tier::host};
-    p.steps[0].prefetches = {{x, tier::host, 0}, {y, tier::host, 1}};
-    p.steps[0].evictions = {{x, evict_action::drop}, {a, evict_action::evict_to_host}};
-    p.steps[1].prefetches = {{a, tier::host, 2}};
+    const evict_action out = where == tier::nvme ? evict_action::evict_to_nvme : evict_action::evict_to_host;
+    p.initial_tier = {where, where, tier::device, tier::device, tier::device, where};
+    p.steps[0].prefetches = {{x, where, 0}, {y, where, 1}};
+    p.steps[0].evictions = {{x, evict_action::drop}, {a, out}};
+    p.steps[1].prefetches = {{a, where, 2}};
     p.steps[1].evictions = {{y, evict_action::drop}};
-    p.steps[2].prefetches = {{w, tier::host, 3}};
-    p.steps[3].evictions = {{w, evict_action::evict_to_host}};
+    p.steps[2].prefetches = {{w, where, 3}};
+    p.steps[3].evictions = {{w, out}};
 
     for (tensor_id id = 0; id < t.tensors.size(); ++id) exec->define(id, t.tensors[id]);
     x_value.resize(n);
@@ -73,9 +84,9 @@ struct rig {
       y_value[i] = static_cast<unsigned char>(i * 13 + 1);
       w_value[i] = static_cast<unsigned char>(i * 5 + 11);
     }
-    exec->upload(x, x_value.data());
-    exec->upload(y, y_value.data());
-    exec->upload(w, w_value.data());
+    exec->upload(x, x_value.data(), where);
+    exec->upload(y, y_value.data(), where);
+    exec->upload(w, w_value.data(), where);
     exec->follow(&t, &p);
   }
 
@@ -96,7 +107,8 @@ struct rig {
       const auto* pa = static_cast<const unsigned char*>(exec->device_ptr(a));
       const auto* pb = static_cast<const unsigned char*>(exec->device_ptr(b));
       auto* pc = static_cast<unsigned char*>(exec->device_ptr(c));
-      dev->launch_kernel(exec->compute_stream(), [pa, pb, pc] {
+      dev->launch_kernel(exec->compute_stream(), [pa, pb, pc, fails = failing_op == 2] {
+        if (fails) throw io_error("op2's kernel failed (injected)", 0);
         for (std::size_t i = 0; i < n; ++i) pc[i] = static_cast<unsigned char>(pa[i] + pb[i]);
       });
       exec->end_op(2);
@@ -104,7 +116,8 @@ struct rig {
       exec->begin_op(3, rw, ww, "op3");
       auto* pw = static_cast<unsigned char*>(exec->device_ptr(w));
       const auto* pc2 = static_cast<const unsigned char*>(exec->device_ptr(c));
-      dev->launch_kernel(exec->compute_stream(), [pw, pc2] {
+      dev->launch_kernel(exec->compute_stream(), [pw, pc2, fails = failing_op == 3] {
+        if (fails) throw io_error("op3's kernel failed (injected)", 0);
         for (std::size_t i = 0; i < n; ++i) pw[i] = static_cast<unsigned char>(pw[i] + pc2[i]);
       });
       exec->end_op(3);
@@ -130,7 +143,10 @@ struct rig {
     exec->begin_op(k, reads, writes, "op" + std::to_string(k));
     const auto* in = static_cast<const unsigned char*>(exec->device_ptr(reads[0]));
     auto* o = static_cast<unsigned char*>(exec->device_ptr(out));
-    dev->launch_kernel(exec->compute_stream(), [in, o, f] { f(in, o); });
+    dev->launch_kernel(exec->compute_stream(), [in, o, f, k, fails = failing_op == static_cast<int>(k)] {
+      if (fails) throw io_error("op" + std::to_string(k) + "'s kernel failed (injected)", 0);
+      f(in, o);
+    });
     exec->end_op(k);
   }
 
@@ -154,6 +170,7 @@ struct rig {
     return out;
   }
 
+  test::temp_dir dir;
   std::unique_ptr<faulty_device> dev;
   std::unique_ptr<executor_stack> stack;
   executor* exec = nullptr;
@@ -162,13 +179,14 @@ struct rig {
   tensor_id x = 0, y = 0, a = 0, b = 0, c = 0, w = 0;
   std::vector<unsigned char> x_value, y_value, w_value;
   std::string error;
+  int failing_op = -1;  // the op whose kernel throws: a failure of stream work, sticky
 };
 
-void sweep(device_call call) {
+void sweep(device_call call, tier where) {
   int failed_iterations = 0;
   for (std::uint64_t k = 0;; ++k) {
     SCOPED_TRACE(std::string(test::to_string(call)) + " number " + std::to_string(k) + " of the iteration fails");
-    rig r;
+    rig r(where);
     r.dev->fail(call, fault_rule{.skip = k, .count = 1});
     const auto c = r.iteration();
     const bool hit = r.dev->failures(call) > 0;
@@ -202,10 +220,36 @@ void sweep(device_call call) {
 
 }  // namespace
 
-TEST(ExecutorDeviceFaults, EachCopyOfAnIterationFailingInTurn) { sweep(device_call::copy_async); }
-TEST(ExecutorDeviceFaults, EachEventRecordOfAnIterationFailingInTurn) { sweep(device_call::record_event); }
-TEST(ExecutorDeviceFaults, EachStreamWaitOfAnIterationFailingInTurn) { sweep(device_call::stream_wait_event); }
-TEST(ExecutorDeviceFaults, EachEventCreationOfAnIterationFailingInTurn) { sweep(device_call::create_event); }
+class ExecutorDeviceFaults : public ::testing::TestWithParam<tier> {};
+
+// The kernel of one op fails (on a GPU: an error that ends the context). The iteration reports
+// that error, nothing waits for ever (ending the iteration, a second one, tearing it all down),
+// and every later use of the device reports it again rather than going on with lost values.
+TEST_P(ExecutorDeviceFaults, AKernelThatFailsIsReportedAndNothingHangs) {
+  for (int k = 0; k < 4; ++k) {
+    SCOPED_TRACE("op" + std::to_string(k) + "'s kernel fails");
+    spillway::testing::watchdog dog("a failed kernel of op " + std::to_string(k), std::chrono::seconds(60));
+    auto r = std::make_unique<rig>(GetParam());
+    r->failing_op = k;
+    EXPECT_TRUE(r->iteration().empty()) << "an iteration whose kernel failed returned a value";
+    EXPECT_NE(r->error.find("kernel failed (injected)"), std::string::npos) << r->error;
+    r->failing_op = -1;
+    EXPECT_TRUE(r->iteration().empty()) << "the iteration after the failure ran on a failed device";
+    EXPECT_NE(r->error.find("kernel failed (injected)"), std::string::npos) << r->error;
+    r.reset();
+  }
+}
+
+TEST_P(ExecutorDeviceFaults, EachCopyOfAnIterationFailingInTurn) { sweep(device_call::copy_async, GetParam()); }
+TEST_P(ExecutorDeviceFaults, EachEventRecordOfAnIterationFailingInTurn) { sweep(device_call::record_event, GetParam()); }
+TEST_P(ExecutorDeviceFaults, EachStreamWaitOfAnIterationFailingInTurn) {
+  sweep(device_call::stream_wait_event, GetParam());
+}
+TEST_P(ExecutorDeviceFaults, EachEventCreationOfAnIterationFailingInTurn) {
+  sweep(device_call::create_event, GetParam());
+}
+INSTANTIATE_TEST_SUITE_P(Tiers, ExecutorDeviceFaults, ::testing::Values(tier::host, tier::nvme),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
 
 // The tier backing alone, over a faulty device: a host tier, one stream.
 struct backing_rig {
