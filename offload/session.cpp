@@ -182,9 +182,12 @@ tensor_handle Session::add_view(tensor_handle parent, std::uint64_t offset, std:
   return impl_->add_view(parent, offset, bytes, std::move(name));
 }
 
-void Session::release(tensor_handle t) {
+void Session::release(tensor_handle t) try {
   impl_->check_handle(t);
   impl_->exec->release(t.id);
+} catch (...) {
+  impl_->note_failure();
+  throw;
 }
 
 void Session::read(tensor_handle t, void* host, std::uint64_t bytes) {
@@ -252,7 +255,12 @@ void* Session::op_scope::raw_ptr(tensor_handle t) const {
 
 void* Session::op_scope::workspace(std::uint64_t bytes) const {
   SPILLWAY_EXPECTS_T(usage_error, s_ != nullptr, "workspace() of an op scope that was moved from");
-  return s_->exec->scratch(bytes);
+  try {
+    return s_->exec->scratch(bytes);
+  } catch (...) {
+    s_->note_failure();
+    throw;
+  }
 }
 
 const std::vector<iteration_report>& Session::history() const noexcept { return impl_->history; }

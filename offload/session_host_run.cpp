@@ -68,7 +68,12 @@ void session_impl::run_on_host(const std::function<void(const Session::op_scope:
 void Session::op_scope::run(const std::function<void(const host_access&)>& f) const {
   SPILLWAY_EXPECTS_T(usage_error, s_ != nullptr, "run() of an op scope that was moved from");
   host_access access(this);
-  s_->run_on_host(f, access, access.ptrs_);
+  try {
+    s_->run_on_host(f, access, access.ptrs_);
+  } catch (...) {
+    s_->note_failure();
+    throw;
+  }
 }
 
 void* Session::op_scope::host_access::raw_ptr(tensor_handle t) const {

@@ -180,7 +180,43 @@ class session_impl {
     SPILLWAY_EXPECTS_T(usage_error, t.id < tensors.size(), "unknown tensor handle " + std::to_string(t.id));
   }
 
+  // Note [Failed iterations]
+  // A loop that catches an error from a step (a kernel that failed, a drive that did not answer,
+  // memory the device would not give) and goes on to the next step does not call end_iteration
+  // for the failed one. Each call that reaches the device inside an iteration notes an error
+  // leaving it (note_failure): the iteration has failed. begin_iteration then ends a failed
+  // iteration first, quietly, and plans nothing from it; so does end_iteration when the loop
+  // calls it. A device that failed for good reports its error again at the next step's first use
+  // of it; one that failed once runs the next step. A usage_error is a mistake in the loop, not a
+  // failed step: it leaves the iteration as it was, and an iteration not ended is reported.
+
+  /// Inside a catch handler of a call that reaches the device: an error other than a usage_error
+  /// marks the iteration failed (Note [Failed iterations]).
+  void note_failure() noexcept {
+    try {
+      throw;
+    } catch (const usage_error&) {  // NOLINT(bugprone-empty-catch): the loop's mistake, not a failed step
+    } catch (...) {
+      if (in_iteration) iteration_failed = true;
+    }
+  }
+
+  /// Ends a failed iteration (Note [Failed iterations]) without a report.
+  void end_failed_iteration() noexcept {
+    in_iteration = false;
+    iteration_failed = false;
+    op_open = false;
+    open_on_host = false;
+    bodies.clear();
+    following = false;
+    try {
+      (void)exec->end_iteration();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the failure was reported when it happened
+    }
+  }
+
   void begin_iteration(std::string_view tag) {
+    if (in_iteration && iteration_failed) end_failed_iteration();
     SPILLWAY_EXPECTS_T(usage_error, !in_iteration, "begin_iteration() called twice without end_iteration()");
     finalize_views();
     auto it = phases.find(tag);
@@ -302,10 +338,12 @@ class session_impl {
 
   iteration_report end_iteration() {
     SPILLWAY_EXPECTS_T(usage_error, in_iteration, "end_iteration() without begin_iteration()");
+    const bool failed = std::exchange(iteration_failed, false);
+    if (failed) op_open = false;  // an op whose scope an exception left (Note [Failed iterations])
     SPILLWAY_EXPECTS_T(usage_error, !op_open, "end_iteration() inside an op's scope");
     in_iteration = false;
     bodies.clear();  // they may capture this iteration's references
-    if (following && ops.size() != active->recorded.ops.size()) following = false;
+    if (following && (failed || ops.size() != active->recorded.ops.size())) following = false;
     const bool followed = following;
     iteration_report r;
     r.iteration = history.size() + 1;
@@ -323,7 +361,7 @@ class session_impl {
     static_cast<iteration_counters&>(r) = st;  // every counter, as the executor counted it
     for (auto& [name, ms] : st.stalls) r.stalls.push_back(stall_record{name, ms});
     history.push_back(r);
-    if (!followed && !io_failure) {
+    if (!followed && !io_failure && !failed) {
       replan(st);
       if (cfg.device_budget_ratio > 0 && !ratio_applied) apply_budget_ratio();
     } else if (followed) {
@@ -523,6 +561,7 @@ class session_impl {
   phase_state* active = nullptr;  // the phase of the current or last iteration (map nodes stay put)
   bool following = false;
   bool in_iteration = false;
+  bool iteration_failed = false;  // a device, tier or memory error left one of its calls (Note [Failed iterations])
   bool op_open = false;
   bool open_on_host = false;      // the open op runs on the host (begin_host_op)
   std::vector<void*> host_ptrs;   // its host pointers: its trace reads, then its trace writes

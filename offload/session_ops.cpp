@@ -26,7 +26,7 @@ void add_once(std::vector<tensor_id>& list, tensor_id id) {
 std::uint32_t session_impl::open_op(std::string_view name, std::span<const tensor_handle> reads,
                                     std::span<const tensor_handle> writes,
                                     std::span<const tensor_handle> accumulates, double flops, op_phase phase,
-                                    bool recomputable, double host_bytes) {
+                                    bool recomputable, double host_bytes) try {
   const std::string op_name(name);
   SPILLWAY_EXPECTS_T(usage_error, in_iteration, "op \"" + op_name + "\" outside begin_iteration()/end_iteration()");
   SPILLWAY_EXPECTS_T(usage_error, !op_open, "op \"" + op_name + "\" started inside another op's scope");
@@ -123,9 +123,12 @@ std::uint32_t session_impl::open_op(std::string_view name, std::span<const tenso
                       copy_kind::device_to_device, s);
   }
   return k;
+} catch (...) {
+  note_failure();
+  throw;
 }
 
-void session_impl::end_op(std::uint32_t k) {
+void session_impl::end_op(std::uint32_t k) try {
   op_open = false;
   if (open_on_host) {
     open_on_host = false;
@@ -149,6 +152,9 @@ void session_impl::end_op(std::uint32_t k) {
   open_named.clear();
   exec->end_op(k);
   if (failure) std::rethrow_exception(failure);
+} catch (...) {
+  note_failure();
+  throw;
 }
 
 void* session_impl::op_ptr(tensor_handle t) const {
@@ -161,7 +167,7 @@ void* session_impl::op_ptr(tensor_handle t) const {
   return it->gather != nullptr ? it->gather : exec->device_ptr(t.id);
 }
 
-void session_impl::read(tensor_handle t, void* host) {
+void session_impl::read(tensor_handle t, void* host) try {
   check_handle(t);
   finalize_views();
   const auto ids = pieces_of(t.id);
@@ -187,6 +193,9 @@ void session_impl::read(tensor_handle t, void* host) {
     throw;
   }
   end_op(k);
+} catch (...) {
+  note_failure();
+  throw;
 }
 
 // Note [Recomputable ops]

@@ -57,7 +57,8 @@ model add_layers(Session& s) {
 // One iteration: each layer reads its weight into a small activation (forward), then back; with
 // `update`, the backward op also names the weight as written (an in-place step that leaves the
 // bytes as they are), so every swap-out of it is a write to NVMe.
-iteration_report iterate(Session& s, const model& m, bool update = false) {
+// `failing`: the op (in run order, 0 to 2 * layers - 1) whose kernel throws, or -1.
+iteration_report iterate(Session& s, const model& m, bool update = false, int failing = -1) {
   s.begin_iteration();
   for (int pass = 0; pass < 2; ++pass) {
     for (int k = 0; k < layers; ++k) {
@@ -69,7 +70,10 @@ iteration_report iterate(Session& s, const model& m, bool update = false) {
         const std::vector<tensor_handle> reads{m.w[i]};
         auto op = s.op("layer" + std::to_string(i) + (pass == 0 ? ".fwd" : ".bwd"), std::span<const tensor_handle>(reads),
                        std::span<const tensor_handle>(writes));
-        op.device().launch_kernel(op.stream(), [p = op.ptr<unsigned char>(out)] { p[0] = 1; });
+        op.device().launch_kernel(op.stream(), [p = op.ptr<unsigned char>(out), fails = pass * layers + k == failing] {
+          if (fails) throw io_error("a kernel failed (injected)", 0);
+          p[0] = 1;
+        });
       }
       s.release(out);
     }
@@ -165,7 +169,114 @@ TEST_P(SessionFaults, WritesFailingFromIterationThreeKeepTheValues) {
   EXPECT_TRUE(dir.empty()) << "the Session left a swap file behind";
 }
 
+// A kernel of a planned iteration fails (on a GPU, an error that ends the context), with swaps
+// to and from NVMe in flight: the Session reports that error, the next iteration reports it
+// again, nothing hangs, and the Session, torn down, leaves no swap file behind.
+TEST_P(SessionFaults, AFailedKernelIsReportedAndTheSessionEndsCleanly) {
+  spillway::testing::watchdog dog("AFailedKernelIsReportedAndTheSessionEndsCleanly", std::chrono::seconds(60));
+  for (const int failing : {1, layers + 1}) {  // a forward op, then a backward op
+    SCOPED_TRACE("op " + std::to_string(failing) + " of the iteration fails");
+    test::temp_dir dir;
+    {
+      Session s(nvme_config(dir.path(), GetParam()));
+      auto m = add_layers(s);
+      iterate(s, m, true);
+      ASSERT_TRUE(iterate(s, m, true).planned);
+      for (int attempt = 0; attempt < 2; ++attempt) {
+        std::optional<std::string> error;
+        try {
+          iterate(s, m, true, attempt == 0 ? failing : -1);
+        } catch (const spillway::error& e) {
+          error = e.what();
+        }
+        ASSERT_TRUE(error.has_value()) << "iteration " << attempt << " after the failure ran on a failed device";
+        EXPECT_NE(error->find("a kernel failed (injected)"), std::string::npos) << *error;
+      }
+    }
+    EXPECT_TRUE(dir.empty()) << "the Session left a swap file behind";
+  }
+}
+
+// A loop that catches a failed step and goes on to the next without end_iteration (Note [Failed
+// iterations] in offload/session_impl.hpp): one read from the drive fails; the next step runs,
+// values intact, and a few steps on the Session follows its plan again.
+TEST_P(SessionFaults, ALoopThatSkipsAFailedStepRunsTheNextOne) {
+  spillway::testing::watchdog dog("ALoopThatSkipsAFailedStepRunsTheNextOne", std::chrono::seconds(60));
+  test::temp_dir dir;
+  auto faults = std::make_shared<test::fault_plan>();
+  session_hooks hooks;
+  hooks.make_io_queue = test::faulty(faults);
+  Session s(nvme_config(dir.path(), GetParam()), hooks);
+  auto m = add_layers(s);
+  iterate(s, m);
+  ASSERT_TRUE(iterate(s, m).planned);
+  faults->kind = io_kind::read;
+  faults->error = EIO;
+  faults->first = 1;
+  faults->count = 1;
+  faults->what = action::fail;
+  int failed = 0;
+  iteration_report last;
+  for (int step = 0; step < 4; ++step) {
+    try {
+      last = iterate(s, m);
+    } catch (const io_error&) {
+      ++failed;  // and on to the next step, as a loop that skips a bad batch does
+    }
+  }
+  EXPECT_EQ(failed, 1) << "one read failed, so one step should have";
+  EXPECT_TRUE(last.planned) << "the Session did not go back to its plan after the failed step";
+  for (int i = 0; i < layers; ++i) {
+    std::vector<unsigned char> back(layer_bytes);
+    s.read(m.w[i], back.data(), back.size());
+    EXPECT_EQ(back, m.init[i]) << "layer" << i << ".weight lost its value";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, SessionFaults, ::testing::Values("auto", "lms"));
+
+// A step whose op asks for more workspace than the budget holds fails with out_of_memory: the loop
+// may end it, or the next begin_iteration does; the Session plans only from steps that ran whole.
+// A usage error, by contrast, is the loop's mistake and leaves the iteration open.
+TEST(SessionFailedIterations, AStepThatRanOutOfMemoryIsEndedByTheLoopOrTheNextBegin) {
+  session_config c;
+  c.backend = "cpu";
+  c.cpu_device_memory = 1_MiB;
+  c.device_budget = 256_KiB;
+  c.link_gbps = 0;
+  Session s(c);
+  auto w = s.add_persistent("w", 4_KiB, tensor_kind::parameter);
+  auto step = [&](bool too_much) {
+    s.begin_iteration();
+    auto a = s.add_transient("a", 4_KiB);
+    {
+      auto op = s.op("fwd", {w}, {a});
+      if (too_much) (void)op.workspace(1_MiB);
+    }
+    { auto op = s.op("bwd", {a}, {w}); }
+    s.release(a);
+    return s.end_iteration();
+  };
+  // The first step fails and the loop ends it itself: nothing is planned from half a step.
+  try {
+    step(true);
+    ADD_FAILURE() << "1 MiB of workspace in a 256 KiB budget";
+  } catch (const out_of_memory&) {
+    (void)s.end_iteration();
+  }
+  EXPECT_EQ(s.current_plan(), nullptr) << "a plan was made from a step that failed halfway";
+  step(false);
+  EXPECT_THROW(step(true), out_of_memory);
+  const auto r = step(false);  // begins by ending the failed step
+  EXPECT_EQ(s.history().size(), 3u) << "the failed step the loop did not end was reported as if it ran";
+  EXPECT_EQ(s.recorded_trace().ops.size(), 2u);
+  EXPECT_TRUE(r.planned) << "the step after the failed one should follow the plan made from the whole one";
+  // A usage error inside a step leaves it open: beginning another is still reported.
+  s.begin_iteration();
+  EXPECT_THROW((void)s.op("stray", {tensor_handle{99}}, {}), usage_error);
+  EXPECT_THROW(s.begin_iteration(), usage_error);
+  (void)s.end_iteration();
+}
 
 // ---- the budget hint of an op that does not fit ------------------------------------------------
 
