@@ -32,18 +32,26 @@ namespace {
 
 constexpr std::uint64_t n = 64_KiB;
 
+// Where the parameters live, and whether the plan recomputes a instead of swapping it.
+struct variant {
+  tier where = tier::host;
+  bool recompute = false;
+};
+
 // Parameters x, y and w in the tier `where` (host or NVMe); op0: a = x ^ 0x5a, op1: b = y + 1,
 // op2: c = a + b, op3: w += c. The plan prefetches x and y at op 0 and drops them after their
 // ops, swaps a out to the tier after op 0 and prefetches it back at op 1 for op 2, prefetches w
 // at op 2 and swaps it out after op 3: copies both ways, each with its events and waits (through
-// a staging block and the NVMe tier's I/O threads for NVMe).
+// a staging block and the NVMe tier's I/O threads for NVMe). With `recompute`, a is dropped after
+// op 0 and op 0 runs again before op 2, x prefetched back for it.
 struct rig {
-  explicit rig(tier where) {
+  explicit rig(variant v) {
+    const tier where = v.where;
     device_options o;  // the strict cpu backend: every rule on
     o.cpu_device_memory = 16_MiB;
     dev = std::make_unique<faulty_device>(std::make_unique<cpu_device>(o));
     executor_stack_options so;
-    so.device_budget = 4 * n;
+    so.device_budget = (v.recompute ? 5 : 4) * n;
     if (where == tier::nvme) {
       so.host_budget = 4_KiB;  // holds none of them
       nvme_options no;
@@ -64,8 +72,9 @@ struct rig {
     t.add_op("op1", {y}, {b});
     t.add_op("op2", {a, b}, {c});
     t.add_op("op3", {w, c}, {w});
+    t.ops[0].recomputable = v.recompute;
     t.validate();
-    p = plan::empty_for(t, "swaps both ways", 4 * n);
+    p = plan::empty_for(t, "swaps both ways", so.device_budget);
     const evict_action out = where == tier::nvme ? evict_action::evict_to_nvme : evict_action::evict_to_host;
     p.initial_tier = {where, where, tier::device, tier::device, tier::device, where};
     p.steps[0].prefetches = {{x, where, 0}, {y, where, 1}};
@@ -74,6 +83,17 @@ struct rig {
     p.steps[1].evictions = {{y, evict_action::drop}};
     p.steps[2].prefetches = {{w, where, 3}};
     p.steps[3].evictions = {{w, out}};
+    if (v.recompute) {
+      p.steps[0].evictions = {{x, evict_action::drop}, {a, evict_action::drop}};
+      p.steps[1].prefetches = {{x, where, 2}};
+      p.steps[2].recomputes = {0};
+      p.steps[2].evictions = {{x, evict_action::drop}};
+      exec->set_rerun([this](op_index o) {
+        EXPECT_EQ(o, 0u);
+        ++reruns;
+        launch_op0();
+      });
+    }
 
     for (tensor_id id = 0; id < t.tensors.size(); ++id) exec->define(id, t.tensors[id]);
     x_value.resize(n);
@@ -96,9 +116,10 @@ struct rig {
     std::vector<unsigned char> out(n);
     try {
       exec->begin_iteration();
-      op(0, {x}, a, [](const unsigned char* in, unsigned char* o) {
-        for (std::size_t i = 0; i < n; ++i) o[i] = in[i] ^ 0x5a;
-      });
+      const std::vector<tensor_id> r0{x}, w0{a};
+      exec->begin_op(0, r0, w0, "op0");
+      launch_op0();
+      exec->end_op(0);
       op(1, {y}, b, [](const unsigned char* in, unsigned char* o) {
         for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<unsigned char>(in[i] + 1);
       });
@@ -135,6 +156,16 @@ struct rig {
     } catch (const spillway::error&) {  // NOLINT(bugprone-empty-catch): the iteration's error, reported again
     }
     return {};
+  }
+
+  // Op 0's work, for its run and its reruns.
+  void launch_op0() {
+    const auto* in = static_cast<const unsigned char*>(exec->device_ptr(x));
+    auto* o = static_cast<unsigned char*>(exec->device_ptr(a));
+    dev->launch_kernel(exec->compute_stream(), [in, o, fails = failing_op == 0] {
+      if (fails) throw io_error("op0's kernel failed (injected)", 0);
+      for (std::size_t i = 0; i < n; ++i) o[i] = in[i] ^ 0x5a;
+    });
   }
 
   template <class F>
@@ -180,9 +211,10 @@ struct rig {
   std::vector<unsigned char> x_value, y_value, w_value;
   std::string error;
   int failing_op = -1;  // the op whose kernel throws: a failure of stream work, sticky
+  int reruns = 0;
 };
 
-void sweep(device_call call, tier where) {
+void sweep(device_call call, variant where) {
   int failed_iterations = 0;
   for (std::uint64_t k = 0;; ++k) {
     SCOPED_TRACE(std::string(test::to_string(call)) + " number " + std::to_string(k) + " of the iteration fails");
@@ -195,6 +227,7 @@ void sweep(device_call call, tier where) {
       // Past the last such call of the iteration: it ran clean, and there was at least one.
       EXPECT_EQ(c, r.expected_c()) << r.error;
       EXPECT_EQ(r.value_of(r.w), r.updated(r.w_value)) << r.error;
+      if (where.recompute) EXPECT_EQ(r.reruns, 1) << "the plan's rerun of op 0 did not run";
       ::testing::Test::RecordProperty(std::string(test::to_string(call)) + "_calls", static_cast<int>(k));
       EXPECT_GT(k, 0u) << "the iteration makes no " << test::to_string(call) << " call: the sweep tests nothing";
       break;
@@ -220,7 +253,7 @@ void sweep(device_call call, tier where) {
 
 }  // namespace
 
-class ExecutorDeviceFaults : public ::testing::TestWithParam<tier> {};
+class ExecutorDeviceFaults : public ::testing::TestWithParam<variant> {};
 
 // The kernel of one op fails (on a GPU: an error that ends the context). The iteration reports
 // that error, nothing waits for ever (ending the iteration, a second one, tearing it all down),
@@ -248,8 +281,12 @@ TEST_P(ExecutorDeviceFaults, EachStreamWaitOfAnIterationFailingInTurn) {
 TEST_P(ExecutorDeviceFaults, EachEventCreationOfAnIterationFailingInTurn) {
   sweep(device_call::create_event, GetParam());
 }
-INSTANTIATE_TEST_SUITE_P(Tiers, ExecutorDeviceFaults, ::testing::Values(tier::host, tier::nvme),
-                         [](const auto& info) { return std::string(to_string(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Plans, ExecutorDeviceFaults,
+                         ::testing::Values(variant{tier::host, false}, variant{tier::nvme, false},
+                                           variant{tier::host, true}, variant{tier::nvme, true}),
+                         [](const auto& info) {
+                           return std::string(to_string(info.param.where)) + (info.param.recompute ? "_recompute" : "_swap");
+                         });
 
 // The tier backing alone, over a faulty device: a host tier, one stream.
 struct backing_rig {
