@@ -27,7 +27,19 @@ void arena_allocator::reserve(device_budget budget) {
   budget.check_fits(*device_);
   const std::size_t total = device_->properties().total_memory;
   capacity_ = std::min<std::size_t>(round_up(budget.bytes(), granule), total / granule * granule);
-  base_ = static_cast<std::byte*>(upstream_->allocate(capacity_, stream{}));
+  try {
+    base_ = static_cast<std::byte*>(upstream_->allocate(capacity_, stream{}));
+  } catch (const out_of_memory& e) {
+    // Another process, or memory this one holds outside the arena, took what the budget needs.
+    std::string free_now = "unknown";
+    try {
+      free_now = format_bytes(device_->free_memory());
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the message goes without the figure
+    }
+    throw out_of_memory("arena allocator: the device would not give the " + format_bytes(capacity_) +
+                        " region of a device budget of " + format_bytes(budget.bytes()) + " (free now: " + free_now +
+                        "): " + e.what() + "; give a smaller device budget, or free device memory held elsewhere");
+  }
   budget_ = budget;
   blocks_.clear();
   by_size_.clear();

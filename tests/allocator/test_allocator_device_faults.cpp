@@ -153,6 +153,35 @@ TEST(ArenaDeviceFaults, FreesAfterTheDeviceFailedKeepTheArenaConsistent) {
   EXPECT_EQ(st.largest_free_bytes, 4_MiB) << "the frees after the failure did not merge back into one region";
 }
 
+// The device will not give the budget's region (another process took the memory): a clear
+// out_of_memory that names the budget and says what to do; set_budget keeps the old region.
+TEST(ArenaDeviceFaults, ARegionTheDeviceWillNotGiveIsAClearError) {
+  device_options o;
+  o.cpu_device_memory = 16_MiB;
+  faulty_device dev(std::make_unique<cpu_device>(o));
+  device_resource up(dev);
+  dev.fail(device_call::allocate);
+  try {
+    arena_allocator arena(dev, up, device_budget(4_MiB));
+    ADD_FAILURE() << "the arena was made without its region";
+  } catch (const out_of_memory& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("device budget of 4.00 MiB"), std::string::npos) << what;
+    EXPECT_NE(what.find("give a smaller device budget"), std::string::npos) << what;
+    EXPECT_NE(what.find("refused (injected)"), std::string::npos) << "the device's own error is lost: " << what;
+  }
+  dev.heal(device_call::allocate);
+  arena_allocator arena(dev, up, device_budget(4_MiB));
+  dev.fail(device_call::allocate, {.count = 1});  // the larger region; the old size again is given
+  EXPECT_THROW(arena.set_budget(device_budget(8_MiB)), out_of_memory);
+  dev.heal(device_call::allocate);
+  EXPECT_EQ(arena.capacity(), 4_MiB) << "a refused set_budget should leave the old region";
+  owned_stream s(dev);
+  void* p = arena.allocate(4_MiB, s);
+  arena.deallocate(p, 4_MiB, s);
+  arena.forget_stream(s);
+}
+
 // The system refuses to pin a whole region: the pool pins just the request instead.
 TEST(PinnedPoolDeviceFaults, ARefusedRegionIsRetriedAtTheRequestsSize) {
   faulty_device dev(std::make_unique<cpu_device>());
