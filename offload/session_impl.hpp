@@ -232,7 +232,12 @@ class session_impl {
     in_iteration = true;
     following = active->have_plan;
     exec->set_timing(!active->have_plan || active->retime);
-    exec->begin_iteration();
+    try {
+      exec->begin_iteration();
+    } catch (...) {
+      note_failure();  // the device refused the iteration's first marks: a failed step
+      throw;
+    }
     ops.clear();
     bodies.clear();
     touched.clear();

@@ -4,7 +4,6 @@
 #include "prefetch/executor_state.hpp"
 
 #include <algorithm>
-#include <limits>
 #include <unordered_set>
 
 #include "device/error.hpp"
@@ -171,59 +170,6 @@ void executor::note_memory() {
   if (options_.timeline) memory_samples_.push_back(memory_sample{now_us(), in_use_});
 }
 
-std::uint64_t executor::next_use(tensor_id id) const {
-  constexpr auto never = std::numeric_limits<std::uint64_t>::max();
-  const auto& st = *tensors_[id];
-  if (st.released) {
-    // A rerun temp a later step's rerun reads (Note [Rerun temps across steps]) is used there.
-    if (!st.rerun_temp) return never;
-    const op_index at = reruns_.next_rerun_read(id, current_op_);
-    return at == std::numeric_limits<op_index>::max() ? never : at;
-  }
-  if (plan_ == nullptr || trace_ == nullptr || id >= uses_.size() || uses_[id].empty()) {
-    // Recording: least recently used goes first (smaller clock = farther "next use").
-    return never / 2 - st.last_used;
-  }
-  const auto& u = uses_[id];
-  auto it = std::upper_bound(u.begin(), u.end(), current_op_);
-  if (it != u.end()) return *it;
-  if (is_persistent(st.desc.kind)) return trace_->ops.size() + u.front();  // next iteration
-  return never;  // a transient past its last use
-}
-
-bool executor::value_dead_before_first_use(tensor_id id) const {
-  if (trace_ == nullptr || id >= uses_.size() || uses_[id].empty()) return false;
-  const auto& op = trace_->ops[uses_[id].front()];
-  return std::find(op.writes.begin(), op.writes.end(), id) != op.writes.end() &&
-         std::find(op.reads.begin(), op.reads.end(), id) == op.reads.end();
-}
-
-bool executor::value_dead_after(tensor_id id, op_index k) const {
-  // Per the trace the plan follows: the next op touching the tensor overwrites it without
-  // reading, or nothing touches it again (see the boundary rule below). Parameters and optimizer
-  // state are never dead: an iteration that departs from the trace may read one before the op
-  // that the trace says overwrites it, so a drop the plan makes of one is a copy out instead.
-  if (trace_ == nullptr || id >= uses_.size() || uses_[id].empty()) return false;
-  const tensor_kind kind = tensors_[id]->desc.kind;
-  if (is_persistent(kind) && kind != tensor_kind::gradient) return false;
-  const auto& u = uses_[id];
-  auto it = std::upper_bound(u.begin(), u.end(), k);
-  op_index next = 0;
-  if (it != u.end()) {
-    next = *it;
-  } else if (kind == tensor_kind::gradient) {
-    // Across the iteration boundary only a gradient's value may die: the program may read
-    // parameters and optimizer state between iterations (checkpoints, evaluation).
-    next = u.front();
-  } else {
-    return !is_persistent(kind);  // a transient past its last use is dead; persistent values live on
-  }
-  const auto& op = trace_->ops[next];
-  const bool reads = std::find(op.reads.begin(), op.reads.end(), id) != op.reads.end();
-  const bool writes = std::find(op.writes.begin(), op.writes.end(), id) != op.writes.end();
-  return writes && !reads;
-}
-
 bool executor::evict_one(std::uint64_t /*needed*/) {
   tensor_id victim = 0;
   std::uint64_t best = 0;
@@ -328,19 +274,28 @@ bool executor::fetch(tensor_id id, bool on_demand) {
                          "the trace; keep a value that must outlive the step in an optimizer_state tensor)");
   void* dev = allocate_for(id, h2d_, /*may_evict=*/on_demand);
   if (dev == nullptr) return false;  // a prefetch that does not fit now; fetched on demand later
-  // The load reads the tier copy a save may still be writing: a device-side wait for a save to
-  // the host tier, a wait here for one that ends in file I/O (move_handle::stream_wait).
-  if (st.pending_save.valid() && !st.pending_save.ready()) st.pending_save.stream_wait(*device_, h2d_);
   const auto where = backing_->where(id);
   const bool from_nvme = where.has_value() && *where == tier::nvme;
-  // A load from NVMe enqueues its H2D copy when the read completes, so stamps around load()
-  // would not bracket it: the backing times that copy itself (take_copy_spans).
-  timeline_item* item =
-      options_.timeline && !from_nvme ? stamp_start(h2d_, timeline_item::track::h2d, st.desc.name) : nullptr;
-  st.pending_load = backing_->load(id, st.desc.name, dev, st.desc.bytes, h2d_);
-  stamp_end(h2d_, item);
-  // A handle without a device event: its copy was enqueued on h2d by load() itself.
-  if (!st.pending_load.has_device_event()) device_->record_event(*st.ready, h2d_);
+  try {
+    // The load reads the tier copy a save may still be writing: a device-side wait for a save to
+    // the host tier, a wait here for one that ends in file I/O (move_handle::stream_wait).
+    if (st.pending_save.valid() && !st.pending_save.ready()) st.pending_save.stream_wait(*device_, h2d_);
+    // A load from NVMe enqueues its H2D copy when the read completes, so stamps around load()
+    // would not bracket it: the backing times that copy itself (take_copy_spans).
+    timeline_item* item =
+        options_.timeline && !from_nvme ? stamp_start(h2d_, timeline_item::track::h2d, st.desc.name) : nullptr;
+    st.pending_load = backing_->load(id, st.desc.name, dev, st.desc.bytes, h2d_);
+    stamp_end(h2d_, item);
+    // A handle without a device event: its copy was enqueued on h2d by load() itself.
+    if (!st.pending_load.has_device_event()) device_->record_event(*st.ready, h2d_);
+  } catch (...) {
+    // The device refused part of the load: the memory goes back (in h2d's order, after any copy
+    // into it that was enqueued); the tier copy stays the tensor's value.
+    st.pending_load = move_handle{};
+    st.dev = dev;
+    free_device(st, h2d_);
+    throw;
+  }
   st.ready_pending = true;
   st.dev = dev;
   st.dev_valid = true;
@@ -646,11 +601,18 @@ void executor::defragment() {
 }
 
 void executor::end_op(op_index k) {
-  stamp_end(compute_, open_op_);
-  if (open_op_ != nullptr) op_items_.emplace_back(k, open_op_);
-  open_op_ = nullptr;
+  timeline_item* const item = std::exchange(open_op_, nullptr);
   op_done_current_ = false;  // the op's work is enqueued: op_done_ no longer covers it
   op_open_ = false;
+  // The op ends whatever the device says to its end stamp: its work is enqueued, and what it
+  // wrote is the tensors' value. A stamp the device refuses is reported once the op has ended.
+  std::exception_ptr stamp_failure;
+  try {
+    stamp_end(compute_, item);
+    if (item != nullptr) op_items_.emplace_back(k, item);
+  } catch (...) {
+    stamp_failure = std::current_exception();
+  }
   free_scratch();
   // What the op wrote is now only on the device: its tier copy, if any, is stale.
   for (auto id : writes_) {
@@ -666,6 +628,7 @@ void executor::end_op(op_index k) {
   free_rerun_temps(k);
   pinned_.clear();
   writes_.clear();
+  if (stamp_failure) std::rethrow_exception(stamp_failure);
 }
 
 void executor::apply_evictions(op_index k) {

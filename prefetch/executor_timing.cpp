@@ -42,9 +42,10 @@ event executor::mark_time(stream s) {
 }
 
 timeline_item* executor::stamp_start(stream s, timeline_item::track track, const std::string& name) {
+  const event at = mark_time(s);  // first: a time the device refuses leaves no item behind
   timeline_.push_back(timeline_item{track, name, -1, -1});
   timeline_item* item = &timeline_.back();  // deque: the address stays valid as items are added
-  stamps_.push_back(stamp{item, mark_time(s), origin_of(s), true});
+  stamps_.push_back(stamp{item, at, origin_of(s), true});
   return item;
 }
 

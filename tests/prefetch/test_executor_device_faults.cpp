@@ -227,7 +227,9 @@ void sweep(device_call call, variant where) {
       // Past the last such call of the iteration: it ran clean, and there was at least one.
       EXPECT_EQ(c, r.expected_c()) << r.error;
       EXPECT_EQ(r.value_of(r.w), r.updated(r.w_value)) << r.error;
-      if (where.recompute) EXPECT_EQ(r.reruns, 1) << "the plan's rerun of op 0 did not run";
+      if (where.recompute) {
+        EXPECT_EQ(r.reruns, 1) << "the plan's rerun of op 0 did not run";
+      }
       ::testing::Test::RecordProperty(std::string(test::to_string(call)) + "_calls", static_cast<int>(k));
       EXPECT_GT(k, 0u) << "the iteration makes no " << test::to_string(call) << " call: the sweep tests nothing";
       break;
