@@ -533,12 +533,17 @@ void executor::wait_pinned() {
     probes_.push_back(probe{std::move(waiting), mark_time(compute_), {}});
     p = &probes_.back();
   }
-  for (auto id : to_wait) {
-    auto& st = state(id);
-    wait_landed(compute_, st);
-    st.ready_pending = false;
+  try {
+    for (auto id : to_wait) {
+      auto& st = state(id);
+      wait_landed(compute_, st);
+      st.ready_pending = false;
+    }
+    if (p != nullptr) p->end = mark_time(compute_);
+  } catch (...) {
+    if (p != nullptr) probes_.pop_back();  // a probe without its end measures nothing
+    throw;
   }
-  if (p != nullptr) p->end = mark_time(compute_);
 }
 
 void* executor::scratch(std::uint64_t bytes) {
