@@ -145,7 +145,8 @@ TEST(ArenaDeviceFaults, FreesAfterTheDeviceFailedKeepTheArenaConsistent) {
   for (int i = 0; i < 8; ++i) r.arena->deallocate(blocks[static_cast<std::size_t>(i)], 256_KiB, held);
   r.dev->launch_kernel(broken, [] { throw io_error("injected kernel failure", 5); });
   EXPECT_THROW(r.dev->synchronize_stream(broken), io_error);
-  EXPECT_THROW((void)r.dev->query_event(r.dev->create_event()), io_error) << "the failure is not sticky";
+  owned_event probe(*r.dev);
+  EXPECT_THROW((void)r.dev->query_event(probe.get()), io_error) << "the failure is not sticky";
   for (int i = 8; i < 16; ++i) r.arena->deallocate(blocks[static_cast<std::size_t>(i)], 256_KiB, held);
   release = true;
   auto st = r.arena->stats();
