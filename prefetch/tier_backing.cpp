@@ -127,9 +127,15 @@ void tier_backing::free_all_settled() {
   });
 }
 
-out_of_memory tier_backing::no_room(const out_of_memory& e, const std::string& name, const char* what) {
-  return out_of_memory(std::string(e.what()) + "; tensor \"" + name + "\" " + what +
-                       ": give a larger host budget or an NVMe swap directory");
+out_of_memory tier_backing::no_room(const out_of_memory& e, const std::string& name, std::uint64_t bytes,
+                                    const char* what) const {
+  // The tier's own capacity, or the system refusing to pin more below it: each has its remedy.
+  const auto st = host_.stats();
+  const bool tier_full = st.capacity_bytes != 0 && st.used_bytes + capacity_of(bytes) > st.capacity_bytes;
+  return out_of_memory(std::string(e.what()) + "; tensor \"" + name + "\" " + what + ": " +
+                       (tier_full ? "give a larger host budget or an NVMe swap directory"
+                                  : "the system would not pin more host memory; free host memory, or give an NVMe "
+                                    "swap directory"));
 }
 
 void* tier_backing::allocate_host(const std::string& name, std::uint64_t bytes, std::unique_lock<std::mutex>& lock) {
@@ -215,7 +221,7 @@ move_handle tier_backing::save(tensor_id id, const std::string& name, const void
     try {
       block = allocate_host(name, bytes, lock);
     } catch (const out_of_memory& e) {
-      if (nvme_ == nullptr) throw no_room(e, name, "cannot leave the device");
+      if (nvme_ == nullptr) throw no_room(e, name, bytes, "cannot leave the device");
     }
   }
   auto& c = slot(id);  // after allocate_host, which may have let go of the lock
@@ -447,7 +453,7 @@ void tier_backing::put(tensor_id id, const std::string& name, const void* src, s
     try {
       block = host_.allocate(name, bytes);
     } catch (const out_of_memory& e) {
-      if (nvme_ == nullptr) throw no_room(e, name, "has nowhere to be stored");
+      if (nvme_ == nullptr) throw no_room(e, name, bytes, "has nowhere to be stored");
     }
   }
   if (block != nullptr) {

@@ -52,7 +52,7 @@ class tier_backing final : public tensor_backing {
   void free_all_settled();                     // under mutex_: frees every retired copy no move uses now
   void* allocate_host(const std::string& name, std::uint64_t bytes, std::unique_lock<std::mutex>& lock);
   /// `e` (the host tier is full, and there is no NVMe tier) with what `name` cannot do and what to change.
-  static out_of_memory no_room(const out_of_memory& e, const std::string& name, const char* what);
+  out_of_memory no_room(const out_of_memory& e, const std::string& name, std::uint64_t bytes, const char* what) const;
   void* staging_block(std::uint64_t bytes);
   void free_staging(void* p, std::uint64_t bytes) noexcept;
   void write_staged(tensor_id id, const std::string& name, const std::string& file_name, void* staging,

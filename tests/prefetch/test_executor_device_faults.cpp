@@ -356,3 +356,20 @@ TEST(TierBackingDeviceFaults, MovesWhoseEventIsRefusedWaitForTheirCopy) {
   EXPECT_EQ(there, r.value);
   r.dev.deallocate(other, n);
 }
+
+// The system will not pin more host memory, far below the host tier's capacity: the error says
+// so, not that the host budget is too small.
+TEST(TierBackingDeviceFaults, ARefusalToPinIsNotCalledAFullHostTier) {
+  backing_rig r;
+  r.dev.fail(device_call::allocate_pinned);
+  try {
+    (void)r.backing.save(0, "x", r.d, n, tier::host, r.s.get());
+    ADD_FAILURE() << "the save found host memory the system refused";
+  } catch (const out_of_memory& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("would not pin more host memory"), std::string::npos) << what;
+    EXPECT_EQ(what.find("larger host budget"), std::string::npos) << what;
+  }
+  r.dev.heal(device_call::allocate_pinned);
+  r.backing.drain();
+}
