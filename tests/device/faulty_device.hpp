@@ -40,13 +40,14 @@ class faulty_device final : public Device {
   void fail(device_call c, fault_rule r = {}) {
     std::lock_guard lock(m_);
     slot(c) = state{true, r, 0};
+    failures_[static_cast<std::size_t>(c)] = 0;
   }
   /// Calls of kind `c` pass again.
   void heal(device_call c) {
     std::lock_guard lock(m_);
     slot(c).armed = false;
   }
-  /// Calls of kind `c` that failed so far.
+  /// Calls of kind `c` that failed since its rule was last set.
   [[nodiscard]] std::uint64_t failures(device_call c) const {
     std::lock_guard lock(m_);
     return failures_[static_cast<std::size_t>(c)];

@@ -6,6 +6,7 @@
 // again and every weight ends updated once per step that ran whole.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
@@ -99,23 +100,25 @@ struct loop {
     return s->end_iteration();
   }
 
+  // Whether weight i holds its value after m updates.
+  bool holds(int i, int m) {
+    std::vector<unsigned char> got(weight_bytes);
+    s->read(w[static_cast<std::size_t>(i)], got.data(), got.size());
+    const auto& v0 = init[static_cast<std::size_t>(i)];
+    for (std::uint64_t j = 0; j < weight_bytes; ++j)
+      if (got[j] != static_cast<unsigned char>(v0[j] + m)) return false;
+    return true;
+  }
+
   // Each weight holds its value after `updates[i]` or `updates[i] + 1` updates; the count moves to
   // the one it holds. A value that is neither fails the test.
   void check_weights(const std::string& when) {
     for (int i = 0; i < layers; ++i) {
-      std::vector<unsigned char> got(weight_bytes);
-      s->read(w[static_cast<std::size_t>(i)], got.data(), got.size());
-      const auto& v0 = init[static_cast<std::size_t>(i)];
       int& n = updates[static_cast<std::size_t>(i)];
-      auto is = [&](int m) {
-        for (std::uint64_t j = 0; j < weight_bytes; ++j)
-          if (got[j] != static_cast<unsigned char>(v0[j] + m)) return false;
-        return true;
-      };
-      if (is(n + 1)) {
+      if (holds(i, n + 1)) {
         ++n;
       } else {
-        EXPECT_TRUE(is(n)) << "layer" << i << ".weight lost its value " << when;
+        EXPECT_TRUE(holds(i, n)) << "layer" << i << ".weight lost its value " << when;
       }
     }
   }
@@ -175,3 +178,63 @@ INSTANTIATE_TEST_SUITE_P(Plans, SessionDeviceFaults,
                          [](const auto& info) {
                            return std::string(info.param.policy) + (info.param.nvme ? "_nvme" : "_host");
                          });
+
+// A checkpoint whose copies the device refuses, one at a time: a save either fails with the
+// device's error and leaves the checkpoint before it whole (a fresh Session loads it), or, where
+// the library could do without the copy, writes one that holds the current values; no temporary
+// file is left either way, and once the device answers the next save works.
+TEST(SessionDeviceFaults, ASaveTheDeviceInterruptsLeavesAWholeCheckpoint) {
+  spillway::testing::watchdog dog("ASaveTheDeviceInterruptsLeavesAWholeCheckpoint", std::chrono::seconds(120));
+  test::temp_dir swap_dir, ckpt_dir;
+  loop l(params{"auto", false}, swap_dir.path());
+  l.step();
+  l.check_weights("after the first step");
+  std::string on_disk = "save 0";
+  l.s->save(ckpt_dir.path(), on_disk);
+  auto on_disk_values = l.updates;
+  int refused = 0;
+  for (std::uint64_t k = 0; k < 64; ++k) {
+    l.step();
+    l.check_weights("before save " + std::to_string(k + 1));
+    l.dev->fail(device_call::copy_async, fault_rule{.skip = k, .count = 1});
+    const std::string meta = "save " + std::to_string(k + 1);
+    bool threw = false;
+    try {
+      l.s->save(ckpt_dir.path(), meta);
+    } catch (const spillway::error&) {
+      threw = true;
+    }
+    const bool hit = l.dev->failures(device_call::copy_async) > 0;
+    l.dev->heal(device_call::copy_async);
+    if (!hit) {  // past the save's last copy
+      ::testing::Test::RecordProperty("copies_a_save_makes", static_cast<int>(k));
+      break;
+    }
+    refused += threw ? 1 : 0;
+    if (!threw) {
+      on_disk = meta;
+      on_disk_values = l.updates;
+    }
+    std::size_t files = 0;
+    for (const auto& e : std::filesystem::directory_iterator(ckpt_dir.path())) {
+      ++files;
+      EXPECT_EQ(e.path().filename(), "checkpoint.spw") << "left behind: " << e.path();
+    }
+    EXPECT_EQ(files, 1u);
+    test::temp_dir other_swap;
+    loop fresh(params{"auto", false}, other_swap.path());
+    EXPECT_EQ(fresh.s->load(ckpt_dir.path()), on_disk) << "copy " << k << " of the save failed";
+    for (int i = 0; i < layers; ++i)
+      EXPECT_TRUE(fresh.holds(i, on_disk_values[static_cast<std::size_t>(i)]))
+          << "layer" << i << " in the checkpoint on disk after copy " << k << " of a save failed";
+    l.check_weights("after a save whose copy " + std::to_string(k) + " failed");
+    if (::testing::Test::HasFailure()) return;
+  }
+  ::testing::Test::RecordProperty("saves_that_failed", refused);
+  EXPECT_GT(refused, 0) << "no refused copy made a save fail: the test tests nothing";
+  l.s->save(ckpt_dir.path(), "last");
+  test::temp_dir other_swap;
+  loop fresh(params{"auto", false}, other_swap.path());
+  EXPECT_EQ(fresh.s->load(ckpt_dir.path()), "last");
+  for (int i = 0; i < layers; ++i) EXPECT_TRUE(fresh.holds(i, l.updates[static_cast<std::size_t>(i)])) << "layer" << i;
+}
