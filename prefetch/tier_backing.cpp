@@ -194,6 +194,21 @@ void tier_backing::forget_failed_save(tensor_id id, void* block, bool staging, b
   else host_.deallocate(block, c.bytes);
 }
 
+// A save's copy off the device into `dst` (a host block, or a staging block on the way to
+// NVMe), with its mark. When the device refuses, the save is forgotten and its move ends with
+// the device's error, which is thrown.
+void tier_backing::copy_out(tensor_id id, void* dst, bool staging, const void* src, std::uint64_t bytes, stream s,
+                            detail::device_mark& mark, detail::move_state& state) {
+  bool enqueued = false;
+  try {
+    copy_then_mark(dst, src, bytes, copy_kind::device_to_host, s, mark, enqueued);
+  } catch (...) {
+    forget_failed_save(id, dst, staging, enqueued);
+    state.finish(std::current_exception());
+    throw;
+  }
+}
+
 std::exception_ptr tier_backing::settle(tensor_id id) {
   std::vector<move_handle> pending;
   {
@@ -233,14 +248,7 @@ move_handle tier_backing::save(tensor_id id, const std::string& name, const void
     move_handle handle(state, mark);
     c.in_flight.push_back(handle);
     lock.unlock();
-    bool enqueued = false;
-    try {
-      copy_then_mark(block, src, bytes, copy_kind::device_to_host, s, *mark, enqueued);
-    } catch (...) {
-      forget_failed_save(id, block, false, enqueued);
-      state->finish(std::current_exception());
-      throw;
-    }
+    copy_out(id, block, false, src, bytes, s, *mark, *state);
     state->finish(nullptr);  // the host part (enqueueing) is over; Note [Moves without host functions]
     return handle;
   }
@@ -255,14 +263,7 @@ move_handle tier_backing::save(tensor_id id, const std::string& name, const void
   move_handle handle(state);  // ends in file I/O: no device event to wait on
   c.in_flight.push_back(handle);
   lock.unlock();
-  bool enqueued = false;
-  try {
-    copy_then_mark(staging, src, bytes, copy_kind::device_to_host, s, *mark, enqueued);
-  } catch (...) {
-    forget_failed_save(id, staging, true, enqueued);
-    state->finish(std::current_exception());
-    throw;
-  }
+  copy_out(id, staging, true, src, bytes, s, *mark, *state);
   worker_.after(mark, [this, id, name, file_name, staging, bytes, state](std::exception_ptr device_error) {
     write_staged(id, name, file_name, staging, bytes, state, std::move(device_error));
   });

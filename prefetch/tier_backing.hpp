@@ -60,6 +60,8 @@ class tier_backing final : public tensor_backing {
   void copy_then_mark(void* dst, const void* src, std::uint64_t bytes, copy_kind kind, stream s,
                       detail::device_mark& mark, bool& enqueued);
   void forget_failed_save(tensor_id id, void* block, bool staging, bool enqueued) noexcept;
+  void copy_out(tensor_id id, void* dst, bool staging, const void* src, std::uint64_t bytes, stream s,
+                detail::device_mark& mark, detail::move_state& state);
   void land(const std::string& name, void* dst, void* staging, std::uint64_t bytes, stream s, const std::shared_ptr<detail::device_mark>& mark,
             const std::shared_ptr<detail::move_state>& state, std::exception_ptr err);
   void note_io(bool write, const std::string& name, std::chrono::steady_clock::time_point start);

@@ -81,6 +81,24 @@ iteration_report iterate(Session& s, const model& m, bool update = false, int fa
   return s.end_iteration();
 }
 
+// From now on, `count` operations of `kind` (0: all) fail with `error`.
+void fail_io(test::fault_plan& f, io_kind kind, int error, std::uint64_t count) {
+  f.kind = kind;
+  f.error = error;
+  f.first = 1;
+  f.count = count;
+  f.what = action::fail;
+}
+
+// Every weight still holds its first value.
+void expect_initial_values(Session& s, const model& m) {
+  for (int i = 0; i < layers; ++i) {
+    std::vector<unsigned char> back(layer_bytes);
+    s.read(m.w[i], back.data(), back.size());
+    EXPECT_EQ(back, m.init[i]) << "layer" << i << ".weight lost its value";
+  }
+}
+
 bool names_a_layer(const std::string& m) {
   for (int i = 0; i < layers; ++i)
     if (m.find("layer" + std::to_string(i) + ".weight") != std::string::npos) return true;
@@ -106,11 +124,7 @@ TEST_P(SessionFaults, ReadsFailingFromIterationThreeWithPrefetchesInFlight) {
     ASSERT_TRUE(r2.planned);
     ASSERT_GT(r2.nvme_read_bytes, 0u) << "the plan moves nothing through NVMe: the test tests nothing";
     // From iteration 3 on, every read from the swap files fails, prefetches included.
-    faults->kind = io_kind::read;
-    faults->error = EIO;
-    faults->first = 1;
-    faults->count = 0;
-    faults->what = action::fail;
+    fail_io(*faults, io_kind::read, EIO, 0);
     try {
       iterate(s, m);
     } catch (const io_error& e) {
@@ -122,11 +136,7 @@ TEST_P(SessionFaults, ReadsFailingFromIterationThreeWithPrefetchesInFlight) {
     EXPECT_GT(faults->hits, 0u);
     // The values are still there once the drive answers again.
     faults->disarm();
-    for (int i = 0; i < layers; ++i) {
-      std::vector<unsigned char> back(layer_bytes);
-      s.read(m.w[i], back.data(), back.size());
-      EXPECT_EQ(back, m.init[i]) << "layer" << i << ".weight lost its value";
-    }
+    expect_initial_values(s, m);
   }
   EXPECT_TRUE(dir.empty()) << "the Session left a swap file behind";
 }
@@ -144,11 +154,7 @@ TEST_P(SessionFaults, WritesFailingFromIterationThreeKeepTheValues) {
     const auto r2 = iterate(s, m, true);
     ASSERT_TRUE(r2.planned);
     ASSERT_GT(r2.nvme_write_bytes, 0u) << "the plan writes nothing to NVMe: the test tests nothing";
-    faults->kind = io_kind::write;
-    faults->error = ENOSPC;
-    faults->first = 1;
-    faults->count = 0;
-    faults->what = action::fail;
+    fail_io(*faults, io_kind::write, ENOSPC, 0);
     std::optional<std::string> error;
     try {
       iterate(s, m, true);
@@ -160,11 +166,7 @@ TEST_P(SessionFaults, WritesFailingFromIterationThreeKeepTheValues) {
     EXPECT_TRUE(names_a_layer(*error)) << *error;
     EXPECT_NE(error->find("No space left on device"), std::string::npos) << *error;
     faults->disarm();
-    for (int i = 0; i < layers; ++i) {
-      std::vector<unsigned char> back(layer_bytes);
-      s.read(m.w[i], back.data(), back.size());
-      EXPECT_EQ(back, m.init[i]) << "layer" << i << ".weight lost its value";
-    }
+    expect_initial_values(s, m);
   }
   EXPECT_TRUE(dir.empty()) << "the Session left a swap file behind";
 }
@@ -210,11 +212,7 @@ TEST_P(SessionFaults, ALoopThatSkipsAFailedStepRunsTheNextOne) {
   auto m = add_layers(s);
   iterate(s, m);
   ASSERT_TRUE(iterate(s, m).planned);
-  faults->kind = io_kind::read;
-  faults->error = EIO;
-  faults->first = 1;
-  faults->count = 1;
-  faults->what = action::fail;
+  fail_io(*faults, io_kind::read, EIO, 1);
   int failed = 0;
   iteration_report last;
   for (int step = 0; step < 4; ++step) {
@@ -226,11 +224,7 @@ TEST_P(SessionFaults, ALoopThatSkipsAFailedStepRunsTheNextOne) {
   }
   EXPECT_EQ(failed, 1) << "one read failed, so one step should have";
   EXPECT_TRUE(last.planned) << "the Session did not go back to its plan after the failed step";
-  for (int i = 0; i < layers; ++i) {
-    std::vector<unsigned char> back(layer_bytes);
-    s.read(m.w[i], back.data(), back.size());
-    EXPECT_EQ(back, m.init[i]) << "layer" << i << ".weight lost its value";
-  }
+  expect_initial_values(s, m);
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, SessionFaults, ::testing::Values("auto", "lms"));
