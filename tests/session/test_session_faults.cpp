@@ -227,6 +227,36 @@ TEST_P(SessionFaults, ALoopThatSkipsAFailedStepRunsTheNextOne) {
   expect_initial_values(s, m);
 }
 
+// The loop's own code throws halfway through a planned step (inside an op's scope or between
+// ops), with NVMe moves in flight, and the exception takes the Session with it: nothing hangs,
+// and no swap file is left behind.
+TEST_P(SessionFaults, ASessionDestroyedHalfwayThroughAStepEndsCleanly) {
+  spillway::testing::watchdog dog("ASessionDestroyedHalfwayThroughAStepEndsCleanly", std::chrono::seconds(60));
+  test::temp_dir dir;
+  struct loop_error {};
+  for (int stop_at = 1; stop_at < 2 * layers; stop_at += 3) {
+    try {
+      Session s(nvme_config(dir.path(), GetParam()));
+      auto m = add_layers(s);
+      iterate(s, m, true);
+      ASSERT_TRUE(iterate(s, m, true).planned);
+      s.begin_iteration();
+      for (int k = 0; k < 2 * layers; ++k) {
+        const int i = k < layers ? k : 2 * layers - 1 - k;
+        auto out = s.add_transient("act" + std::to_string(k), 4_KiB);
+        {
+          auto op = s.op("step" + std::to_string(k), {m.w[i]}, {out});
+          if (k == stop_at && stop_at % 2 == 0) throw loop_error{};  // with the op's scope open
+        }
+        if (k == stop_at) throw loop_error{};
+      }
+      FAIL() << "the loop did not stop";
+    } catch (const loop_error&) {  // NOLINT(bugprone-empty-catch): the loop's own failure, as planned
+    }
+    EXPECT_TRUE(dir.empty()) << "a Session destroyed after op " << stop_at << " left a swap file behind";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, SessionFaults, ::testing::Values("auto", "lms"));
 
 // A step whose op asks for more workspace than the budget holds fails with out_of_memory: the loop
