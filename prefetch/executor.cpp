@@ -290,7 +290,14 @@ bool executor::fetch(tensor_id id, bool on_demand) {
     if (!st.pending_load.has_device_event()) device_->record_event(*st.ready, h2d_);
   } catch (...) {
     // The device refused part of the load: the memory goes back (in h2d's order, after any copy
-    // into it that was enqueued); the tier copy stays the tensor's value.
+    // into it that was enqueued); the tier copy stays the tensor's value. A load already issued
+    // (a refusal after it) may land later, from an I/O thread: it ends before its memory goes.
+    if (st.pending_load.valid()) {
+      try {
+        st.pending_load.wait();
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the refusal is the error reported
+      }
+    }
     st.pending_load = move_handle{};
     st.dev = dev;
     free_device(st, h2d_);
