@@ -210,6 +210,10 @@ class session_impl {
     bodies.clear();
     following = false;
     try {
+      exec->abandon_op();  // an op whose scope the error left, if any (Note [Abandoned ops])
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the failure was reported when it happened
+    }
+    try {
       (void)exec->end_iteration();
     } catch (...) {  // NOLINT(bugprone-empty-catch): the failure was reported when it happened
     }
@@ -344,7 +348,15 @@ class session_impl {
   iteration_report end_iteration() {
     SPILLWAY_EXPECTS_T(usage_error, in_iteration, "end_iteration() without begin_iteration()");
     const bool failed = std::exchange(iteration_failed, false);
-    if (failed) op_open = false;  // an op whose scope an exception left (Note [Failed iterations])
+    if (failed && op_open) {  // an op whose scope an exception left (Note [Failed iterations])
+      op_open = false;
+      open_on_host = false;
+      open_named.clear();
+      try {
+        exec->abandon_op();
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the op is closed; ending the iteration reports the device
+      }
+    }
     SPILLWAY_EXPECTS_T(usage_error, !op_open, "end_iteration() inside an op's scope");
     in_iteration = false;
     bodies.clear();  // they may capture this iteration's references

@@ -111,16 +111,28 @@ std::uint32_t session_impl::open_op(std::string_view name, std::span<const tenso
   exec->begin_op(k, d.reads, d.writes, d.name);
   op_open = true;
   open_named = std::move(named);
-  const stream s = exec->compute_stream();
-  for (auto id : zero) dev->memset_async(exec->device_ptr(id), 0, tensors[id].bytes, s);
-  // Note [Views]: a named parent is gathered into one buffer; pieces the op only writes need no copy.
-  for (auto& n : open_named) {
-    if (!is_split(n.id)) continue;
-    n.gather = exec->scratch(tensors[n.id].bytes);
-    if (!n.read) continue;
-    for (const auto& pc : splits.at(n.id).pieces)
-      dev->copy_async(static_cast<std::byte*>(n.gather) + pc.offset, exec->device_ptr(pc.id), tensors[pc.id].bytes,
-                      copy_kind::device_to_device, s);
+  try {
+    const stream s = exec->compute_stream();
+    for (auto id : zero) dev->memset_async(exec->device_ptr(id), 0, tensors[id].bytes, s);
+    // Note [Views]: a named parent is gathered into one buffer; pieces the op only writes need no copy.
+    for (auto& n : open_named) {
+      if (!is_split(n.id)) continue;
+      n.gather = exec->scratch(tensors[n.id].bytes);
+      if (!n.read) continue;
+      for (const auto& pc : splits.at(n.id).pieces)
+        dev->copy_async(static_cast<std::byte*>(n.gather) + pc.offset, exec->device_ptr(pc.id),
+                        tensors[pc.id].bytes, copy_kind::device_to_device, s);
+    }
+  } catch (...) {
+    // No op_scope will end the op: the executor's goes now (Note [Abandoned ops] in
+    // prefetch/executor_failures.cpp), and the step has failed (Note [Failed iterations]).
+    op_open = false;
+    open_named.clear();
+    try {
+      exec->abandon_op();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is the one reported
+    }
+    throw;
   }
   return k;
 } catch (...) {

@@ -117,6 +117,11 @@ class executor {
   /// After op k's host code: what it wrote is current in its host-tier copy (only there), then
   /// the plan's evictions after k.
   void end_host_op(op_index k);
+  /// Closes the open op, if any, that the owner cannot end because an exception left its code
+  /// (Note [Abandoned ops] in executor_failures.cpp), so that end_iteration may follow. Also
+  /// after a begin_op or begin_host_op that threw. Throws the device's error if giving memory
+  /// back fails; the op is closed all the same.
+  void abandon_op();
   /// A transient tensor's life ends; its device memory and tier copy go back.
   void release(tensor_id id);
   /// A tensor's device memory and tier copy go back and it holds no value from now on, whatever

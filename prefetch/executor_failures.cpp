@@ -1,7 +1,8 @@
 // The executor's failed moves (Note [Failed loads]): loads from NVMe checked before an op reads
-// them, the device copies of failed loads given up for the tier copies, and the errors of an
-// iteration's moves reported when it ends.
+// them, the device copies of failed loads given up for the tier copies, the errors of an
+// iteration's moves reported when it ends, and ops that an exception left (Note [Abandoned ops]).
 #include <exception>
+#include <utility>
 
 #include "prefetch/executor.hpp"
 #include "prefetch/executor_state.hpp"
@@ -58,6 +59,38 @@ void executor::check_loads(std::span<const tensor_id> ids) {
     }
     st.loaded_from_nvme = false;
   }
+}
+
+// Note [Abandoned ops]
+// An owner whose code throws between begin_op and end_op (a kernel launch the device refused, a
+// workspace that did not fit, its own error) cannot end the op as though it ran: it calls
+// abandon_op. The op's work may be enqueued, whole or in part, or not at all, so what it writes
+// holds no value anyone can name. Where a tensor it writes has a current tier copy, that copy,
+// the value from before the op, stays the tensor's value and the device copy goes (freed on
+// compute, after whatever the op enqueued). Where the device copy is the only one, it stays; a
+// failed step can do no better for it. The op's scratch goes back on compute too. The plan is
+// left for the rest of the iteration, which has failed: the plan's evictions after the op are
+// not made, and the recomputation temporaries go (no later step reruns anything).
+
+void executor::abandon_op() {
+  const bool host = host_op_open_;
+  const bool open = std::exchange(op_open_, false);
+  host_op_open_ = false;
+  open_op_ = nullptr;  // its start stamp has no end: the timeline shows it as not run
+  op_done_current_ = false;
+  pinned_.clear();
+  const auto writes = std::exchange(writes_, {});
+  abandon_plan();
+  if (!open) return;
+  free_scratch();
+  if (!host) {  // a host op's writes have only their host-tier copies
+    for (auto id : writes) {
+      auto& st = state(id);
+      ++st.version;
+      if (st.tier_current) drop_device(id);
+    }
+  }
+  free_rerun_temps(current_op_);
 }
 
 void executor::rethrow_move_errors() {

@@ -120,6 +120,7 @@ struct rig {
       const std::vector<tensor_id> r0{x}, w0{a};
       exec->begin_op(0, r0, w0, "op0");
       launch_op0();
+      owner_code(0);
       exec->end_op(0);
       op(1, {y}, b, [](const unsigned char* in, unsigned char* o) {
         for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<unsigned char>(in[i] + 1);
@@ -133,6 +134,7 @@ struct rig {
         if (fails) throw io_error("op2's kernel failed (injected)", 0);
         for (std::size_t i = 0; i < n; ++i) pc[i] = static_cast<unsigned char>(pa[i] + pb[i]);
       });
+      owner_code(2);
       exec->end_op(2);
       const std::vector<tensor_id> rw{w, c}, ww{w};
       exec->begin_op(3, rw, ww, "op3");
@@ -142,6 +144,7 @@ struct rig {
         if (fails) throw io_error("op3's kernel failed (injected)", 0);
         for (std::size_t i = 0; i < n; ++i) pw[i] = static_cast<unsigned char>(pw[i] + pc2[i]);
       });
+      owner_code(3);
       exec->end_op(3);
       exec->read(c, out.data());
       exec->release(a);
@@ -153,6 +156,11 @@ struct rig {
       error = e.what();
     }
     try {
+      exec->abandon_op();  // where the error left an op's code: a launch the failed device refused
+    } catch (const spillway::error& e) {
+      EXPECT_EQ(dynamic_cast<const usage_error*>(&e), nullptr) << "abandoning the failed op: " << e.what();
+    }
+    try {
       (void)exec->end_iteration();
     } catch (const spillway::error& e) {
       // The iteration's error, or the device's again; never a complaint about the executor's use
@@ -160,6 +168,11 @@ struct rig {
       EXPECT_EQ(dynamic_cast<const usage_error*>(&e), nullptr) << "ending the failed iteration: " << e.what();
     }
     return {};
+  }
+
+  // The owner's own code after op k's launch, inside the op: throws where `throwing_op` says.
+  void owner_code(int k) const {
+    if (k == throwing_op) throw io_error("the owner's code in op" + std::to_string(k) + " failed (injected)", 0);
   }
 
   // Op 0's work, for its run and its reruns.
@@ -182,6 +195,7 @@ struct rig {
       if (fails) throw io_error("op" + std::to_string(k) + "'s kernel failed (injected)", 0);
       f(in, o);
     });
+    owner_code(static_cast<int>(k));
     exec->end_op(k);
   }
 
@@ -214,7 +228,8 @@ struct rig {
   tensor_id x = 0, y = 0, a = 0, b = 0, c = 0, w = 0;
   std::vector<unsigned char> x_value, y_value, w_value;
   std::string error;
-  int failing_op = -1;  // the op whose kernel throws: a failure of stream work, sticky
+  int failing_op = -1;   // the op whose kernel throws: a failure of stream work, sticky
+  int throwing_op = -1;  // the op whose owner code throws once its kernel is enqueued: the device is fine
   int reruns = 0;
 };
 
@@ -276,6 +291,27 @@ TEST_P(ExecutorDeviceFaults, AKernelThatFailsIsReportedAndNothingHangs) {
     EXPECT_TRUE(r->iteration().empty()) << "the iteration after the failure ran on a failed device";
     EXPECT_NE(r->error.find("kernel failed (injected)"), std::string::npos) << r->error;
     r.reset();
+  }
+}
+
+// The owner's code throws inside op k, its kernel enqueued, the device fine (Note [Abandoned ops]
+// in prefetch/executor_failures.cpp): the owner abandons the op and ends the iteration, and the
+// next iteration runs. No parameter lost its value: w, which op 3 writes, keeps the value from
+// before the failed iteration, since its tier copy was current.
+TEST_P(ExecutorDeviceFaults, AnOpThatTheOwnersCodeLeftIsAbandonedAndTheNextIterationRuns) {
+  for (int k = 0; k < 4; ++k) {
+    SCOPED_TRACE("the owner's code in op" + std::to_string(k) + " throws");
+    spillway::testing::watchdog dog("an abandoned op " + std::to_string(k), std::chrono::seconds(60));
+    rig r(GetParam());
+    r.throwing_op = k;
+    EXPECT_TRUE(r.iteration().empty()) << "an iteration whose owner threw returned a value";
+    EXPECT_NE(r.error.find("failed (injected)"), std::string::npos) << r.error;
+    EXPECT_EQ(r.value_of(r.x), r.x_value) << "x lost its value";
+    EXPECT_EQ(r.value_of(r.y), r.y_value) << "y lost its value";
+    EXPECT_EQ(r.value_of(r.w), r.w_value) << "w no longer holds its value from before the failed iteration";
+    r.throwing_op = -1;
+    EXPECT_EQ(r.iteration(), r.expected_c()) << "the iteration after the abandoned op: " << r.error;
+    EXPECT_EQ(r.value_of(r.w), r.updated(r.w_value)) << r.error;
   }
 }
 

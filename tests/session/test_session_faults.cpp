@@ -302,6 +302,53 @@ TEST(SessionFailedIterations, AStepThatRanOutOfMemoryIsEndedByTheLoopOrTheNextBe
   (void)s.end_iteration();
 }
 
+// An op over a parent split into views needs a gather buffer beside the pieces; where the budget
+// holds the pieces but not the buffer too, the op fails with out_of_memory after the executor
+// has opened it. The loop skips the step; the next, with per-view ops, runs, and so does the one
+// after (the step that failed left the executor's op and iteration ended, not open).
+TEST(SessionFailedIterations, AStepWhoseGatherBufferDidNotFitIsSkippedAndTheNextRuns) {
+  spillway::testing::watchdog dog("AStepWhoseGatherBufferDidNotFitIsSkippedAndTheNextRuns", std::chrono::seconds(60));
+  session_config c;
+  c.backend = "cpu";
+  c.cpu_device_memory = 1_MiB;
+  c.device_budget = 96_KiB;  // both views, or one view and its update's output, not the parent twice
+  c.policy = "lms";
+  c.link_gbps = 0;
+  Session s(c);
+  std::vector<unsigned char> init(64_KiB);
+  for (std::size_t i = 0; i < init.size(); ++i) init[i] = static_cast<unsigned char>(i * 31 + 5);
+  auto flat = s.add_persistent("flat", 64_KiB, tensor_kind::parameter, init.data());
+  auto lo = s.add_view(flat, 0, 32_KiB);
+  auto hi = s.add_view(flat, 32_KiB, 32_KiB);
+  int steps_run = 0;
+  auto step = [&](bool whole) {
+    s.begin_iteration();
+    const auto bump = [](const auto& h, tensor_handle t, std::size_t n) {
+      auto* p = h.template ptr<unsigned char>(t);
+      for (std::size_t i = 0; i < n; ++i) ++p[i];
+    };
+    if (whole) {
+      auto op = s.op("update.flat", {flat}, {flat});
+      op.run([&](const auto& h) { bump(h, flat, 64_KiB); });
+    } else {
+      for (auto v : {lo, hi}) {
+        auto op = s.op("update.view", {v}, {v});
+        op.run([&](const auto& h) { bump(h, v, 32_KiB); });
+      }
+    }
+    (void)s.end_iteration();
+    ++steps_run;
+  };
+  EXPECT_THROW(step(true), out_of_memory) << "the parent twice in a budget of 1.5 times it";
+  for (int i = 0; i < 3; ++i) EXPECT_NO_THROW(step(false)) << "step " << i << " after the failed one";
+  EXPECT_EQ(steps_run, 3);
+  std::vector<unsigned char> got(64_KiB);
+  s.read(flat, got.data(), got.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i], static_cast<unsigned char>(init[i] + 3)) << "byte " << i << " of the flat buffer";
+  }
+}
+
 // ---- the budget hint of an op that does not fit ------------------------------------------------
 
 namespace {
