@@ -137,6 +137,12 @@ spw_status spw_read(spw_session* s, spw_tensor t, void* host, uint64_t bytes);
 spw_status spw_begin_iteration(spw_session* s, const char* tag);
 /** Ends the iteration and fills `report` when it is not NULL. */
 spw_status spw_end_iteration(spw_session* s, spw_iteration_report* report);
+/** Gives up the current iteration, if any, as a failed one, for a loop that skips a step its own
+ *  code could not finish (end its open op first): nothing is planned or reported from it, and
+ *  each tensor holds its value from before the step or what the step's ops made of it. A call
+ *  that failed inside the iteration already marked it failed: the next spw_begin_iteration ends
+ *  it the same way. */
+spw_status spw_abandon_iteration(spw_session* s);
 
 /* ---- ops ---------------------------------------------------------------------------------- */
 

@@ -244,6 +244,11 @@ spw_status spw_end_iteration(spw_session* s, spw_iteration_report* report) {
   });
 }
 
+spw_status spw_abandon_iteration(spw_session* s) {
+  if (s == nullptr) return null_argument("spw_abandon_iteration", "the session");
+  return guarded([&] { s->session.abandon_iteration(); });
+}
+
 spw_status spw_op_begin(spw_session* s, const char* name, const spw_tensor* reads, size_t n_reads,
                         const spw_tensor* writes, size_t n_writes, const spw_tensor* accumulates,
                         size_t n_accumulates, spw_op** out) {

@@ -202,6 +202,9 @@ void Session::read(tensor_handle t, void* host, std::uint64_t bytes) {
 
 void Session::begin_iteration(std::string_view tag) { impl_->begin_iteration(tag); }
 iteration_report Session::end_iteration() { return impl_->end_iteration(); }
+void Session::abandon_iteration() noexcept {
+  if (impl_->in_iteration) impl_->end_failed_iteration();
+}
 
 Session::op_scope Session::op(std::string_view name, std::initializer_list<tensor_handle> reads,
                               std::initializer_list<tensor_handle> writes, double flops) {
@@ -232,6 +235,8 @@ Session::op_scope Session::op(std::string_view name, std::span<const tensor_hand
 Session::op_scope::~op_scope() noexcept(false) {
   if (s_ == nullptr || rerun_) return;
   if (std::uncaught_exceptions() > 0) {
+    // An exception leaves the op's scope: the step has failed (Note [Failed iterations]).
+    if (s_->in_iteration) s_->iteration_failed = true;
     try {
       s_->end_op(index_);
     } catch (...) {  // NOLINT(bugprone-empty-catch): the exception already unwinding wins

@@ -82,6 +82,7 @@ void Session::host_capable_op(std::string_view name, std::span<const tensor_hand
   try {
     impl_->run_host_body(k, host_body);
   } catch (...) {
+    impl_->note_failure();  // the step has failed (Note [Failed iterations])
     try {
       impl_->end_op(k);
     } catch (...) {  // NOLINT(bugprone-empty-catch): the body's exception wins

@@ -182,13 +182,17 @@ class session_impl {
 
   // Note [Failed iterations]
   // A loop that catches an error from a step (a kernel that failed, a drive that did not answer,
-  // memory the device would not give) and goes on to the next step does not call end_iteration
-  // for the failed one. Each call that reaches the device inside an iteration notes an error
-  // leaving it (note_failure): the iteration has failed. begin_iteration then ends a failed
-  // iteration first, quietly, and plans nothing from it; so does end_iteration when the loop
-  // calls it. A device that failed for good reports its error again at the next step's first use
-  // of it; one that failed once runs the next step. A usage_error is a mistake in the loop, not a
-  // failed step: it leaves the iteration as it was, and an iteration not ended is reported.
+  // memory the device would not give, its own code's exception) and goes on to the next step
+  // does not call end_iteration for the failed one. Each call that reaches the device inside an
+  // iteration notes an error leaving it (note_failure), and so does an op's scope that an
+  // exception leaves: the iteration has failed. begin_iteration then ends a failed iteration
+  // first, quietly, and plans nothing from it; so does end_iteration when the loop calls it. The
+  // executor's op, if the error left one open, is abandoned (Note [Abandoned ops] in
+  // prefetch/executor_failures.cpp). A device that failed for good reports its error again at
+  // the next step's first use of it; one that failed once runs the next step. An exception of
+  // the loop's own between ops passes no Session code: a loop that skips such a step calls
+  // abandon_iteration. A usage_error is a mistake in the loop, not a failed step: it leaves the
+  // iteration as it was, and an iteration not ended is reported.
 
   /// Inside a catch handler of a call that reaches the device: an error other than a usage_error
   /// marks the iteration failed (Note [Failed iterations]).
@@ -221,7 +225,9 @@ class session_impl {
 
   void begin_iteration(std::string_view tag) {
     if (in_iteration && iteration_failed) end_failed_iteration();
-    SPILLWAY_EXPECTS_T(usage_error, !in_iteration, "begin_iteration() called twice without end_iteration()");
+    SPILLWAY_EXPECTS_T(usage_error, !in_iteration,
+                       "begin_iteration() called twice without end_iteration(); a loop that gives up a step part "
+                       "way, on an exception of its own, ends it with abandon_iteration()");
     finalize_views();
     auto it = phases.find(tag);
     if (it == phases.end()) it = phases.emplace(std::string(tag), phase_state{}).first;

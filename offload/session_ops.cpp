@@ -108,16 +108,21 @@ std::uint32_t session_impl::open_op(std::string_view name, std::span<const tenso
     open_named = std::move(named);
     return k;
   }
-  exec->begin_op(k, d.reads, d.writes, d.name);
+  // Note [Views]: a named parent is gathered into one buffer, placed with the op's tensors.
+  std::vector<std::uint64_t> gathers;
+  for (const auto& n : named)
+    if (is_split(n.id)) gathers.push_back(tensors[n.id].bytes);
+  const auto buffers = exec->begin_op(k, d.reads, d.writes, d.name, gathers);
   op_open = true;
   open_named = std::move(named);
   try {
     const stream s = exec->compute_stream();
     for (auto id : zero) dev->memset_async(exec->device_ptr(id), 0, tensors[id].bytes, s);
-    // Note [Views]: a named parent is gathered into one buffer; pieces the op only writes need no copy.
+    // Pieces the op only writes need no copy into the buffer.
+    std::size_t next_buffer = 0;
     for (auto& n : open_named) {
       if (!is_split(n.id)) continue;
-      n.gather = exec->scratch(tensors[n.id].bytes);
+      n.gather = buffers.at(next_buffer++);
       if (!n.read) continue;
       for (const auto& pc : splits.at(n.id).pieces)
         dev->copy_async(static_cast<std::byte*>(n.gather) + pc.offset, exec->device_ptr(pc.id),
@@ -141,6 +146,7 @@ std::uint32_t session_impl::open_op(std::string_view name, std::span<const tenso
 }
 
 void session_impl::end_op(std::uint32_t k) try {
+  if (!op_open) return;  // the iteration was given up with the op's scope alive (abandon_iteration)
   op_open = false;
   if (open_on_host) {
     open_on_host = false;

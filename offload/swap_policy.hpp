@@ -147,6 +147,12 @@ class Session {
   void begin_iteration(std::string_view tag = "train");
   /// Waits for the iteration's work, plans after a recording iteration, and reports.
   iteration_report end_iteration();
+  /// Gives up the current iteration, if any, as a failed one: a loop whose own code threw
+  /// between ops and that skips the step (Note [Failed iterations] in offload/session_impl.hpp).
+  /// Its work is waited for; nothing is planned or reported from it; each tensor holds its value
+  /// from before the step or what the step's ops made of it. An error that left a Session call
+  /// or an op's scope needs no such call: the next begin_iteration ends that step the same way.
+  void abandon_iteration() noexcept;
 
   /// One op: inside the scope the tensors it names are resident, their device pointers valid,
   /// and stream() is the stream to launch on. Ops run one after another, in program order.

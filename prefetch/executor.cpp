@@ -170,90 +170,6 @@ void executor::note_memory() {
   if (options_.timeline) memory_samples_.push_back(memory_sample{now_us(), in_use_});
 }
 
-bool executor::evict_one(std::uint64_t /*needed*/) {
-  tensor_id victim = 0;
-  std::uint64_t best = 0;
-  bool found = false;
-  for (tensor_id id = 0; id < tensors_.size(); ++id) {
-    const auto& t = tensors_[id];
-    if (!t || t->dev == nullptr) continue;
-    if (std::find(pinned_.begin(), pinned_.end(), id) != pinned_.end()) continue;
-    const std::uint64_t nu = next_use(id);
-    if (!found || nu > best) {
-      best = nu;
-      victim = id;
-      found = true;
-    }
-  }
-  if (!found) return false;
-  evict(victim, options_.spill_tier, /*on_demand=*/true);
-  return true;
-}
-
-void* executor::allocate_for(tensor_id id, stream s, bool may_evict) {
-  auto& st = state(id);
-  const std::uint64_t bytes = st.desc.bytes;
-  if (layout_ && budget().admits(in_use_, bytes)) {
-    const auto at = layout_->offset(id, alloc_slot_);
-    if (void* p = at ? arena_->try_allocate_at(*at, bytes, s) : nullptr) {
-      in_use_ += bytes;
-      note_memory();
-      return p;
-    }
-    ++stats_.layout_misses;  // no address planned here, or it is taken: the run left the plan
-  }
-  return allocate_bytes(bytes, s, may_evict, &st);
-}
-
-// Best fit within the budget for tensor `for_tensor` (one of the op's own) or, when null, for the
-// op's scratch; with `may_evict`, evicts (farthest next use first) and waits for the copy streams
-// until it fits, and throws out_of_memory only when the op's own tensors and scratch fill it.
-void* executor::allocate_bytes(std::uint64_t bytes, stream s, bool may_evict, const tensor_state* for_tensor) {
-  auto from_arena = [&]() -> void* {
-    // Scratch from the top of the arena, away from the addresses a layout plans (the bottom).
-    if (for_tensor == nullptr) return arena_->try_allocate_high(bytes, s);
-    try {
-      return arena_->allocate(bytes, s);
-    } catch (const out_of_memory&) {
-      return nullptr;
-    }
-  };
-  bool waited = false;
-  for (;;) {
-    if (budget().admits(in_use_, bytes)) {
-      if (void* p = from_arena()) {
-        in_use_ += bytes;
-        note_memory();
-        return p;
-      }
-      ++stats_.fragmented_allocations;  // no free run long enough: fragments
-    }
-    if (!may_evict) return nullptr;
-    if (evict_one(bytes)) continue;
-    if (!waited) {
-      const auto t0 = std::chrono::steady_clock::now();
-      synchronize_streams();
-      host_stall_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      waited = true;
-      continue;
-    }
-    std::vector<tensor_id> own = pinned_;
-    std::sort(own.begin(), own.end());
-    own.erase(std::unique(own.begin(), own.end()), own.end());
-    std::uint64_t pinned_bytes = 0;
-    // Each as placed (rounded to the granule), so the hinted budget is one that fits them.
-    for (auto t : own) pinned_bytes += device_budget::placed(tensors_[t]->desc.bytes);
-    for (const auto& sc : scratch_) pinned_bytes += device_budget::placed(sc.second);
-    if (for_tensor == nullptr) pinned_bytes += device_budget::placed(bytes);  // a tensor of the op is among pinned_ already
-    const std::string what = for_tensor != nullptr ? "tensor \"" + for_tensor->desc.name + "\"" : std::string("scratch");
-    throw out_of_memory("executor: op " + std::to_string(current_op_) + " needs " + what + " (" + format_bytes(bytes) +
-                        ") but " + format_bytes(in_use_) + " of the " + format_bytes(budget().bytes()) +
-                        " budget is held by this op's own tensors and scratch (" + format_bytes(pinned_bytes) +
-                        " in all, this one included) or cannot be reused; raise the device budget to at least " +
-                        format_bytes(pinned_bytes));
-  }
-}
-
 void executor::synchronize_streams() {
   device_->synchronize_stream(d2h_);
   device_->synchronize_stream(compute_);
@@ -472,6 +388,13 @@ void executor::adopt_layout() {
 
 void executor::begin_op(op_index k, std::span<const tensor_id> reads, std::span<const tensor_id> writes,
                         const std::string& name) {
+  (void)begin_op(k, reads, writes, name, {});
+}
+
+std::vector<void*> executor::begin_op(op_index k, std::span<const tensor_id> reads, std::span<const tensor_id> writes,
+                                      const std::string& name, std::span<const std::uint64_t> scratch) {
+  for (auto b : scratch)
+    if (b == 0) throw config_error("executor: op \"" + name + "\" asks for scratch of 0 bytes; ask for at least 1");
   SPILLWAY_EXPECTS_T(usage_error, in_iteration_, "executor: an op outside begin_iteration/end_iteration");
   SPILLWAY_EXPECTS_T(usage_error, !op_open_, "executor: begin_op inside another op (end_op first)");
   current_op_ = k;
@@ -498,12 +421,21 @@ void executor::begin_op(op_index k, std::span<const tensor_id> reads, std::span<
   wait_if_synchronous(k);
 
   alloc_slot_ = layout_slot::place(k);
-  place_op_tensors(reads, writes);
-  check_loads(reads);
-  note_op_inputs(k, reads);
-  wait_pinned();
-  open_op_ = (options_.timeline || timing_) ? stamp_start(compute_, timeline_item::track::compute, name) : nullptr;
+  const std::size_t first_scratch = scratch_.size();
+  try {
+    place_op_tensors(reads, writes, scratch);
+    check_loads(reads);
+    note_op_inputs(k, reads);
+    wait_pinned();
+    open_op_ = (options_.timeline || timing_) ? stamp_start(compute_, timeline_item::track::compute, name) : nullptr;
+  } catch (...) {
+    free_scratch();  // the op never opened: its scratch goes back now
+    throw;
+  }
   op_open_ = true;
+  std::vector<void*> out;
+  for (std::size_t i = first_scratch; i < scratch_.size(); ++i) out.push_back(scratch_[i].first);
+  return out;
 }
 
 void executor::issue_prefetches(op_index k) {
@@ -575,41 +507,6 @@ void executor::leave_device() {
   rethrow_move_errors();
   for (auto& t : tensors_)
     if (t) t->ready_pending = false;
-}
-
-// An op's or a rerun's tensors, on the device. Where everything else has left and they still do
-// not fit together, the free memory is in pieces: everything goes, the pinned tensors too (a
-// rerun's values made earlier in its step come back when read), the cache is handed back, and
-// they are placed again into whole, fresh memory.
-void executor::place_op_tensors(std::span<const tensor_id> reads, std::span<const tensor_id> writes) {
-  auto place = [&] {
-    for (auto id : reads) fetch(id, true);  // no-op when resident
-    for (auto id : writes) {
-      auto& st = state(id);
-      if (st.dev == nullptr) {
-        st.dev = allocate_for(id, compute_, /*may_evict=*/true);
-        st.dev_valid = false;
-      }
-    }
-  };
-  try {
-    place();
-  } catch (const out_of_memory&) {
-    defragment();
-    place();
-  }
-}
-
-void executor::defragment() {
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto keep = pinned_;
-  pinned_.clear();
-  for (tensor_id id = 0; id < tensors_.size(); ++id)
-    if (tensors_[id] && tensors_[id]->dev != nullptr) evict(id, options_.spill_tier, /*on_demand=*/true);
-  synchronize_streams();
-  backing_->drain();
-  pinned_ = keep;
-  host_stall_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void executor::end_op(op_index k) {

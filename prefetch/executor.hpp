@@ -100,6 +100,13 @@ class executor {
   /// these tensors.
   void begin_op(op_index k, std::span<const tensor_id> reads, std::span<const tensor_id> writes,
                 const std::string& name);
+  /// The same, with scratch the op needs from its start (`scratch`: the size of each buffer),
+  /// placed with its tensors, so that free memory in pieces is made whole first, as for them
+  /// (scratch() asked for later cannot move the op's tensors, whose pointers the owner may hold).
+  /// Returns the buffers, freed like scratch() when the op ends.
+  [[nodiscard]] std::vector<void*> begin_op(op_index k, std::span<const tensor_id> reads,
+                                            std::span<const tensor_id> writes, const std::string& name,
+                                            std::span<const std::uint64_t> scratch);
   /// Records the op's completion, marks what it wrote, and issues the plan's evictions after k.
   void end_op(op_index k);
   /// Whether the plan this iteration follows places op k on the host (Note [Host ops] in
@@ -162,7 +169,9 @@ class executor {
   void* allocate_bytes(std::uint64_t bytes, stream s, bool may_evict, const tensor_state* for_tensor);
   void free_device(tensor_state& st, stream s);  // gives st's device memory back, freed on s
   void synchronize_streams();                    // waits for compute, h2d and d2h
-  void place_op_tensors(std::span<const tensor_id> reads, std::span<const tensor_id> writes);  // defragments if need be
+  // Defragments if need be; `scratch`: buffers placed with the tensors (appended to scratch_).
+  void place_op_tensors(std::span<const tensor_id> reads, std::span<const tensor_id> writes,
+                        std::span<const std::uint64_t> scratch = {});
   void wait_pinned();                            // compute waits for the loads of pinned_ tensors
   void free_scratch();                           // the open op's scratch, freed on compute
   void issue_prefetches(op_index k);             // the plan's prefetches at step k
@@ -239,6 +248,7 @@ class executor {
   std::optional<device_layout> next_layout_; // given with next_plan_
   bool follow_pending_ = false;              // follow() since the last begin_iteration
   std::uint32_t alloc_slot_ = 0;             // layout_slot of the allocations being made now
+  bool best_fit_only_ = false;               // place_op_tensors after defragmenting: no layout
   std::vector<std::int64_t> released_after_; // per transient: op after which release() came (last iteration)
   rerun_fn rerun_;                           // set_rerun
   rerun_index reruns_;                       // for plan_ (Note [Drops for recomputation])

@@ -64,13 +64,16 @@ void executor::check_loads(std::span<const tensor_id> ids) {
 // Note [Abandoned ops]
 // An owner whose code throws between begin_op and end_op (a kernel launch the device refused, a
 // workspace that did not fit, its own error) cannot end the op as though it ran: it calls
-// abandon_op. The op's work may be enqueued, whole or in part, or not at all, so what it writes
-// holds no value anyone can name. Where a tensor it writes has a current tier copy, that copy,
-// the value from before the op, stays the tensor's value and the device copy goes (freed on
-// compute, after whatever the op enqueued). Where the device copy is the only one, it stays; a
-// failed step can do no better for it. The op's scratch goes back on compute too. The plan is
-// left for the rest of the iteration, which has failed: the plan's evictions after the op are
-// not made, and the recomputation temporaries go (no later step reruns anything).
+// abandon_op. The op got as far as the owner's code took it: what it enqueued runs, what it did
+// not does not. So a tensor it writes whose device copy held a value keeps that copy as its value,
+// the one from before the op or what the op made of it, as after end_op: its tier copy, stale
+// now, goes. The tensors of one in-place update (a weight and its optimizer state) so stay of one
+// step. A tensor whose device copy held nothing (an output not yet written) keeps its tier copy,
+// if any, and the device copy goes (freed on compute, after whatever the op enqueued). A host
+// op's writes are in their host-tier copies only, which keep what its code made of them. The
+// op's scratch goes back on compute too. The iteration has failed, so the plan is left for the
+// rest of it: the plan's evictions after the op are not made, and the recomputation temporaries
+// go (no later step reruns anything).
 
 void executor::abandon_op() {
   const bool host = host_op_open_;
@@ -83,11 +86,17 @@ void executor::abandon_op() {
   abandon_plan();
   if (!open) return;
   free_scratch();
-  if (!host) {  // a host op's writes have only their host-tier copies
+  if (!host) {
     for (auto id : writes) {
       auto& st = state(id);
       ++st.version;
-      if (st.tier_current) drop_device(id);
+      st.awaiting_rerun = false;
+      if (st.dev != nullptr && st.dev_valid) {
+        if (st.tier_current) backing_->discard(id);
+        st.tier_current = false;
+      } else if (st.tier_current) {
+        drop_device(id);
+      }
     }
   }
   free_rerun_temps(current_op_);

@@ -277,6 +277,63 @@ static void op_pointers_stream_workspace(void) {
   spw_session_destroy(s);
 }
 
+/* g += x (g accumulates). */
+struct add_args {
+  spw_tensor x, g;
+};
+static void add_into(const spw_host* h, void* user) {
+  const struct add_args* a = user;
+  const float* x = spw_host_ptr(h, a->x);
+  float* g = spw_host_ptr(h, a->g);
+  for (int i = 0; i < N; ++i) g[i] += x[i];
+}
+
+/* A step the loop gives up between ops, on an error of its own: beginning the next step without
+ * ending it is a usage error that names spw_abandon_iteration, which ends it. The weight holds its
+ * value from before the step, or the step's update when the loop gave up after it; the next step
+ * runs on the plan of the whole ones. */
+static void a_step_the_loop_gives_up_is_abandoned(void) {
+  spw_session* s;
+  OK(spw_session_from_json_text(small_device, &s));
+  float init[N], got[N];
+  for (int i = 0; i < N; ++i) init[i] = (float)i;
+  spw_tensor w, g;
+  OK(spw_add_persistent(s, "w", sizeof init, SPW_PARAMETER, init, &w));
+  OK(spw_add_persistent(s, "w.grad", sizeof init, SPW_GRADIENT, NULL, &g));
+  int updates = 0;
+  for (int it = 0; it < 5; ++it) {
+    if (it == 3) FAILS(spw_begin_iteration(s, "train"), SPW_ERR_USAGE, "abandon_iteration");
+    if (it == 3) OK(spw_abandon_iteration(s));
+    OK(spw_begin_iteration(s, "train"));
+    spw_tensor x;
+    OK(spw_add_transient(s, "x", sizeof init, SPW_ACTIVATION, &x));
+    struct fill_args fx = {x, 1.0f}; /* x[i] = 1 + i */
+    OK(run_op(s, "x.forward", NULL, 0, &x, 1, NULL, 0, fill, &fx));
+    struct add_args ga = {x, g};
+    OK(run_op(s, "w.backward", &x, 1, NULL, 0, &g, 1, add_into, &ga));
+    if (it == 2) continue; /* gives up before the update; the next begin says so */
+    struct axpy_args sa = {w, x, x, g};
+    spw_tensor rw[] = {w, g};
+    OK(run_op(s, "w.step", rw, 2, &w, 1, NULL, 0, step, &sa)); /* w -= 0.5 g */
+    ++updates;
+    if (it == 3) { /* gives up after the update */
+      OK(spw_abandon_iteration(s));
+      OK(spw_abandon_iteration(s)); /* none open: nothing to do */
+      continue;
+    }
+    OK(spw_release(s, x));
+    spw_iteration_report r;
+    OK(spw_end_iteration(s, &r));
+    if (it == 4) CHECK(r.planned == 1);
+  }
+  CHECK(updates == 4);
+  OK(spw_read(s, w, got, sizeof got));
+  int wrong = 0;
+  for (int i = 0; i < N; ++i) wrong += got[i] != (float)i - 0.5f * (float)updates * (float)(1 + i);
+  CHECK(wrong == 0);
+  spw_session_destroy(s);
+}
+
 /* A checkpoint written from C and read back into a session, with the loop's meta. */
 static void checkpoint_round_trip(void) {
   char dir[] = "/tmp/spw-capi-XXXXXX";
@@ -321,6 +378,7 @@ static const struct {
     {"views_of_a_flat_buffer", views_of_a_flat_buffer},
     {"op_pointers_stream_workspace", op_pointers_stream_workspace},
     {"checkpoint_round_trip", checkpoint_round_trip},
+    {"a_step_the_loop_gives_up_is_abandoned", a_step_the_loop_gives_up_is_abandoned},
 };
 
 int main(int argc, char** argv) {

@@ -15,6 +15,7 @@
 #include "device/units.hpp"
 #include "prefetch/executor.hpp"
 #include "prefetch/executor_stack.hpp"
+#include "prefetch/layout.hpp"
 #include "../swap/swap_test_support.hpp"
 
 using namespace spillway;
@@ -389,6 +390,64 @@ TEST(Executor, ScratchCountsInTheBudgetUntilTheOpEnds) {
   const auto st = r.exec->end_iteration();
   EXPECT_LE(st.peak_device_bytes, 256_KiB);
   EXPECT_EQ(st.on_demand_evictions, 1u);
+}
+
+// A layout that puts an op's four tensors 40 KiB apart in a 160 KiB budget leaves no free run of
+// 64 KiB. Scratch asked for with the op (begin_op's scratch) is placed with its tensors: the free
+// memory is made whole and they go in best fit. Asked for after the op began, when the owner may
+// hold the tensors' pointers, it cannot be: the error says the budget has room, but in pieces,
+// and what to do.
+TEST(Executor, ScratchAskedForWithTheOpIsPlacedWhereTheLayoutSplitTheMemory) {
+  trace t;
+  std::vector<tensor_id> parts;
+  for (int i = 0; i < 4; ++i) parts.push_back(t.add_tensor("p" + std::to_string(i), 16_KiB, tensor_kind::parameter));
+  t.add_op("gather", parts, {});
+  t.validate();
+  plan p = plan::empty_for(t, "spread", 160_KiB);
+  p.initial_tier.assign(4, tier::host);
+  device_layout spread;
+  for (tensor_id id = 0; id < 4; ++id)
+    spread.offsets[static_cast<std::uint64_t>(id) << 32 | layout_slot::place(0)] = id * 40_KiB;
+  spread.extent = 136_KiB;
+  for (bool with_op : {true, false}) {
+    SCOPED_TRACE(with_op ? "scratch asked for with the op" : "scratch asked for inside the op");
+    rig r(160_KiB, 0);
+    for (tensor_id id = 0; id < 4; ++id) {
+      r.exec->define(id, t.tensors[id]);
+      std::vector<unsigned char> v(16_KiB, static_cast<unsigned char>(id + 1));
+      r.exec->upload(id, v.data());
+    }
+    r.exec->follow(&t, &p, &spread);
+    r.exec->begin_iteration();
+    const std::vector<std::uint64_t> want = {64_KiB};
+    if (with_op) {
+      const auto got = r.exec->begin_op(0, parts, {}, "gather", want);
+      ASSERT_EQ(got.size(), 1u);
+      auto* out = static_cast<unsigned char*>(got[0]);
+      std::vector<const unsigned char*> in;
+      for (auto id : parts) in.push_back(static_cast<const unsigned char*>(r.exec->device_ptr(id)));
+      r.dev->launch_kernel(r.exec->compute_stream(), [out, in] {
+        for (std::size_t i = 0; i < 4; ++i) std::memcpy(out + i * 16_KiB, in[i], 16_KiB);
+      });
+      std::vector<unsigned char> back(64_KiB);
+      r.dev->synchronize_stream(r.exec->compute_stream());
+      std::memcpy(back.data(), out, back.size());
+      for (std::size_t i = 0; i < back.size(); ++i) ASSERT_EQ(back[i], i / 16_KiB + 1) << "byte " << i;
+      EXPECT_EQ(r.exec->device_bytes_in_use(), 128_KiB);
+    } else {
+      r.exec->begin_op(0, parts, {}, "gather");
+      try {
+        (void)r.exec->scratch(64_KiB);
+        FAIL() << "scratch was placed although the layout left no run of 64 KiB";
+      } catch (const out_of_memory& e) {
+        EXPECT_NE(std::string(e.what()).find("not in one piece"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("when the op begins"), std::string::npos) << e.what();
+      }
+    }
+    r.exec->end_op(0);
+    EXPECT_EQ(r.exec->device_bytes_in_use(), 64_KiB) << "the scratch outlived its op";
+    (void)r.exec->end_iteration();
+  }
 }
 
 // leave_device and a new budget through the stack: every tensor leaves for its tier with its
