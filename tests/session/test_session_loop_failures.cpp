@@ -4,7 +4,7 @@
 // move ops to the host, fails at random points and goes on (Note [Failed iterations] in
 // offload/session_impl.hpp). A failure is the loop's own code throwing (inside an op's scope
 // after its launch, inside a recomputation, inside a host body, between ops), or a device call
-// refused (a copy, an event record or creation, a stream wait).
+// refused (a copy, an event record or creation, a stream wait, pinned host memory).
 //
 // After each step, failed or not, each layer's weight and optimizer moment hold, together, either
 // their values from before the step or the ones the step computes from them (a reference loop on
@@ -272,7 +272,7 @@ TEST_P(SessionLoopFailures, EachLayerHoldsItsValuesFromBeforeOrAfterTheStep) {
   spillway::testing::watchdog dog("EachLayerHoldsItsValuesFromBeforeOrAfterTheStep", std::chrono::seconds(240));
   const auto [p, kind] = GetParam();
   constexpr device_call calls[] = {device_call::copy_async, device_call::record_event, device_call::create_event,
-                                   device_call::stream_wait_event};
+                                   device_call::stream_wait_event, device_call::allocate_pinned};
   std::mt19937_64 rng(spillway::test::test_seed(400 + (p.nvme ? 10 : 0) + (kind == failure::device_refuses ? 1 : 0)));
   int failed_steps = 0, step = 0, points_per_step = 0;
   iteration_counters seen;  // what the whole planned steps did
