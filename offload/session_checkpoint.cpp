@@ -32,6 +32,7 @@ bool holds_value(executor& exec, tensor_id id) {
 
 void Session::save(const std::string& dir, std::string_view meta) {
   auto& s = *impl_;
+  s.end_failed_step();  // a loop that saves after a failed step saves the values it left
   SPILLWAY_EXPECTS_T(usage_error, !s.in_iteration,
                      "save(\"" + dir + "\") inside an iteration; call it after end_iteration()");
   if (dir.empty()) throw config_error("save: the checkpoint folder is an empty string; give a folder");
@@ -62,6 +63,7 @@ void Session::save(const std::string& dir, std::string_view meta) {
 
 std::string Session::load(const std::string& dir) {
   auto& s = *impl_;
+  s.end_failed_step();
   SPILLWAY_EXPECTS_T(usage_error, !s.in_iteration,
                      "load(\"" + dir + "\") inside an iteration; call it after end_iteration()");
   if (dir.empty()) throw config_error("load: the checkpoint folder is an empty string; give a folder");

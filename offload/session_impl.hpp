@@ -186,7 +186,8 @@ class session_impl {
   // does not call end_iteration for the failed one. Each call that reaches the device inside an
   // iteration notes an error leaving it (note_failure), and so does an op's scope that an
   // exception leaves: the iteration has failed. begin_iteration then ends a failed iteration
-  // first, quietly, and plans nothing from it; so does end_iteration when the loop calls it. The
+  // first, quietly, and plans nothing from it; so does end_iteration when the loop calls it, and
+  // each call made between iterations (save, load, set_device_budget). The
   // executor's op, if the error left one open, is abandoned (Note [Abandoned ops] in
   // prefetch/executor_failures.cpp). A device that failed for good reports its error again at
   // the next step's first use of it; one that failed once runs the next step. An exception of
@@ -223,8 +224,13 @@ class session_impl {
     }
   }
 
-  void begin_iteration(std::string_view tag) {
+  /// A call made between iterations ends a failed one first (Note [Failed iterations]).
+  void end_failed_step() noexcept {
     if (in_iteration && iteration_failed) end_failed_iteration();
+  }
+
+  void begin_iteration(std::string_view tag) {
+    end_failed_step();
     SPILLWAY_EXPECTS_T(usage_error, !in_iteration,
                        "begin_iteration() called twice without end_iteration(); a loop that gives up a step part "
                        "way, on an exception of its own, ends it with abandon_iteration()");
@@ -305,6 +311,7 @@ class session_impl {
 
   /// Session::set_device_budget: checked first, so a refused budget changes nothing.
   void set_device_budget(std::uint64_t bytes) {
+    end_failed_step();
     SPILLWAY_EXPECTS_T(usage_error, !in_iteration,
                        "set_device_budget(" + format_bytes(bytes) + ") inside an iteration; call it after end_iteration()");
     const device_budget budget(bytes);

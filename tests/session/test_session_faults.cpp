@@ -349,6 +349,53 @@ TEST(SessionFailedIterations, AStepWhoseGatherBufferDidNotFitIsSkippedAndTheNext
   }
 }
 
+// A loop that saves a checkpoint or changes the budget right after a failed step
+// (one it did not end) gets that call done: the failed step ends first, and the checkpoint holds
+// the values the step left, the ones from before it here (the step failed in its first op).
+TEST(SessionFailedIterations, CallsBetweenStepsAfterAFailedOneEndItFirst) {
+  test::temp_dir dir;
+  session_config c;
+  c.backend = "cpu";
+  c.cpu_device_memory = 1_MiB;
+  c.device_budget = 256_KiB;
+  c.link_gbps = 0;
+  Session s(c);
+  std::vector<unsigned char> init(4_KiB, 7);
+  auto w = s.add_persistent("w", 4_KiB, tensor_kind::parameter, init.data());
+  auto step = [&](bool too_much) {
+    s.begin_iteration();
+    auto a = s.add_transient("a", 4_KiB);
+    {
+      auto op = s.op("fwd", {w}, {a});
+      if (too_much) (void)op.workspace(1_MiB);
+    }
+    {
+      auto op = s.op("bwd", {a, w}, {w});
+      op.run([&](const auto& h) {
+        for (std::size_t i = 0; i < 4_KiB; ++i) ++h.template ptr<unsigned char>(w)[i];
+      });
+    }
+    s.release(a);
+    return s.end_iteration();
+  };
+  (void)step(false);  // w: 8
+  EXPECT_THROW((void)step(true), out_of_memory);
+  EXPECT_NO_THROW(s.save(dir.path(), "after the failed step")) << "save right after a failed step";
+  EXPECT_THROW((void)step(true), out_of_memory);
+  EXPECT_NO_THROW(s.set_device_budget(192_KiB)) << "a new budget right after a failed step";
+  (void)step(false);  // w: 9
+  std::vector<unsigned char> got(4_KiB);
+  s.read(w, got.data(), got.size());
+  EXPECT_EQ(got, std::vector<unsigned char>(4_KiB, 9));
+  Session fresh(c);
+  std::vector<unsigned char> zero(4_KiB, 0);
+  auto w2 = fresh.add_persistent("w", 4_KiB, tensor_kind::parameter, zero.data());
+  EXPECT_EQ(fresh.load(dir.path()), "after the failed step");
+  fresh.read(w2, got.data(), got.size());
+  EXPECT_EQ(got, std::vector<unsigned char>(4_KiB, 8)) << "the checkpoint does not hold the values the failed step left";
+  EXPECT_EQ(s.history().size(), 2u) << "a failed step was reported";
+}
+
 // ---- the budget hint of an op that does not fit ------------------------------------------------
 
 namespace {
