@@ -198,9 +198,11 @@ class Session {
     /// `bytes` of device scratch for this op (a library's workspace, a kernel's temporary), valid
     /// on stream() until the scope ends, when it is freed in stream order. It counts in the device
     /// budget like a tensor: room is made by evicting tensors this op does not name, and when the
-    /// op's own tensors and scratch exceed the budget it is an out_of_memory. The plan does not
-    /// foresee it; scratch an op needs every iteration is better a transient tensor of kind
-    /// workspace, which the planner counts.
+    /// op's own tensors and scratch exceed the budget it is an out_of_memory. The op's tensors,
+    /// whose pointers the loop may hold, do not move for it, so free memory they leave in pieces
+    /// is an out_of_memory too, one that says so. The plan does not foresee it; scratch an op
+    /// needs every iteration is better a transient tensor of kind workspace, which the planner
+    /// counts and which is placed with the op's tensors.
     [[nodiscard]] void* workspace(std::uint64_t bytes) const;
 
    private:
