@@ -12,12 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "../device/faulty_device.hpp"
+#include "faulty_session.hpp"
 #include "../swap/swap_test_support.hpp"
 #include "../test_seed.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
-#include "offload/session_hooks.hpp"
 #include "offload/swap_policy.hpp"
 #include "watchdog.hpp"
 
@@ -52,13 +51,7 @@ struct loop {
       c.nvme.reserve = 16_MiB;
       c.nvme.block_size = 64_KiB;
     }
-    session_hooks hooks;
-    hooks.wrap_device = [this](std::unique_ptr<Device> d) {
-      auto f = std::make_unique<faulty_device>(std::move(d));
-      dev = f.get();
-      return std::unique_ptr<Device>(std::move(f));
-    };
-    s = std::make_unique<Session>(c, hooks);
+    s = test::session_over_faulty_device(c, dev);
     for (int i = 0; i < layers; ++i) {
       init.push_back(test::random_bytes(weight_bytes, 300 + static_cast<std::uint64_t>(i)));
       w.push_back(s->add_persistent("layer" + std::to_string(i) + ".weight", weight_bytes, tensor_kind::parameter,

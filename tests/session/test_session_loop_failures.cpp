@@ -19,12 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "../device/faulty_device.hpp"
+#include "faulty_session.hpp"
 #include "../swap/swap_test_support.hpp"
 #include "../test_seed.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
-#include "offload/session_hooks.hpp"
 #include "offload/swap_policy.hpp"
 #include "watchdog.hpp"
 
@@ -123,13 +122,7 @@ struct loop {
       c.nvme.reserve = 16_MiB;
       c.nvme.block_size = 16_KiB;
     }
-    session_hooks hooks;
-    hooks.wrap_device = [this](std::unique_ptr<Device> d) {
-      auto f = std::make_unique<faulty_device>(std::move(d));
-      dev = f.get();
-      return std::unique_ptr<Device>(std::move(f));
-    };
-    s = std::make_unique<Session>(c, hooks);
+    s = test::session_over_faulty_device(c, dev);
     vec flat;
     for (int l = 0; l < layers; ++l) {
       vec w(words);
