@@ -193,7 +193,8 @@ class session_impl {
   // the next step's first use of it; one that failed once runs the next step. An exception of
   // the loop's own between ops passes no Session code: a loop that skips such a step calls
   // abandon_iteration. A usage_error is a mistake in the loop, not a failed step: it leaves the
-  // iteration as it was, and an iteration not ended is reported.
+  // iteration as it was, and an iteration not ended is reported; but one that leaves an op's
+  // scope fails the step, as any exception does there (the scope cannot tell them apart).
 
   /// Inside a catch handler of a call that reaches the device: an error other than a usage_error
   /// marks the iteration failed (Note [Failed iterations]).
