@@ -32,7 +32,9 @@ namespace spillway {
 // iteration: its block wraps around the timeline. The executor asks the layout for the address of each allocation it makes
 // while following the plan and falls back to best fit when the address is taken (the run
 // departed from the plan). An op's scratch (executor::scratch) is not in the plan; it is taken
-// from the top of the arena, where the layout, packed from address 0 up, plans least. An op the
+// from the top of the arena, where the layout, packed from address 0 up, plans least. Where the
+// layout's blocks leave no free run long enough, scratch asked for with the op (begin_op's) is
+// placed best fit with the op's tensors once everything has left the device. An op the
 // plan places on the host allocates nothing on the device (Note [Host ops in the executor]): its
 // tensors get no block for it, and the device copy of what it writes ends at its step.
 
