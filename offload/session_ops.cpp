@@ -86,9 +86,14 @@ std::uint32_t session_impl::open_op(std::string_view name, std::span<const tenso
     d.host_flops = flops;
     d.host_bytes = host_bytes > 0 ? static_cast<std::uint64_t>(host_bytes) : d.bytes;
   }
+  // Note [Views]: a named parent is gathered into one buffer, placed with the op's tensors.
+  std::vector<std::uint64_t> gathers;
   std::uint64_t gather_bytes = 0;
-  for (const auto& n : named)
-    if (is_split(n.id)) gather_bytes += device_budget::placed(tensors[n.id].bytes);
+  for (const auto& n : named) {
+    if (!is_split(n.id)) continue;
+    gathers.push_back(tensors[n.id].bytes);
+    gather_bytes += device_budget::placed(tensors[n.id].bytes);
+  }
 
   const auto k = static_cast<op_index>(ops.size());
   if (following && !matches(k, d)) {
@@ -108,10 +113,6 @@ std::uint32_t session_impl::open_op(std::string_view name, std::span<const tenso
     open_named = std::move(named);
     return k;
   }
-  // Note [Views]: a named parent is gathered into one buffer, placed with the op's tensors.
-  std::vector<std::uint64_t> gathers;
-  for (const auto& n : named)
-    if (is_split(n.id)) gathers.push_back(tensors[n.id].bytes);
   const auto buffers = exec->begin_op(k, d.reads, d.writes, d.name, gathers);
   op_open = true;
   open_named = std::move(named);
