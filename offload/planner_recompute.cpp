@@ -82,6 +82,30 @@ namespace spillway::offload::detail {
 //   too (a GPT-2 trace of about 10,000 ops at 1/4 of its peak: the same step, about a third less
 //   planning time). The device view of a host placement (Note [Host placement]) is searched
 //   without the swap-only baselines; the device plan it is weighed against holds them.
+// Tried and not kept, all on h200 (`plan --model zoo --hw h200 --budget-ratio 0.25 0.125`), for
+// ResNet-50 at 1/8 of its peak (61.3 ms, 4.4x the ideal step): its forward pass waits on copies
+// out (95% busy) and its backward pass on copies in (87%). The first stage's three 189 MiB block
+// outputs can neither stay nor be remade beside that stage's backward ops, which hold 567 MiB of
+// the 689, so they cross the link.
+//   - More search: 3,000 stage-4 candidates and 30 stage-3 rounds: 61.29 -> 61.28 ms.
+//   - Sweeps whose victims are sized to the bytes missing (each one's score scaled by missing /
+//     bytes, eight looked at per heap): 60.0 ms, but other rows up to 0.3% slower and the
+//     10,022-op trace planned in 0.71 s instead of 0.52.
+//   - A victim's lateness counted against every copy out queued before it, not only model state:
+//     gpt2-small at 1/4 22.35 -> 24.40 ms.
+//   - The pinned search open to values that may be remade: no row changes (a 189 MiB block output
+//     kept for the whole step leaves no plan).
+//   - Those block outputs remade early, in the backward pass of the last stages (where an op
+//     holds under 100 MiB), and copied out there, where that direction idles. Spread by depth
+//     (Note [Rerun schedules]), a block's batch norms, add and ReLU land on one op and hold at
+//     least 756 MiB there, so no such plan kept the budget. Placed consumers first, each rerun
+//     as late as its readers and the room of the ops allow, the forward pass went from 25.8 to
+//     17.9 ms but the backward pass from 35.5 to 61.5 (each chain waits for the copy out of what
+//     the chain before made, and every block output still comes back in): 79.4 ms.
+//   Copied out in the forward pass, those three outputs alone hold the link 11.9 ms (h200's 50
+//   GB/s) beside 6.2 ms of forward compute, and come back in over a backward pass of 7.7 ms of
+//   compute whose first-stage ops leave no room for them early; the zoo's geometric-mean target
+//   asks 19 ms of that row with the other rows as they are.
 
 namespace {
 
