@@ -115,11 +115,12 @@ namespace spillway::offload::detail {
 //   GB/s) beside 6.2 ms of forward compute, and come back in over a backward pass of 7.7 ms of
 //   compute whose first-stage ops leave no room for them early; the zoo's geometric-mean target
 //   asks 19 ms of that row with the other rows as they are. No plan reaches that: layer1.2's
-//   input (layer1.1's output, 189 MiB) cannot be on the device at layer1.2.bn3.bwd (567 MiB,
-//   op 303), nor be made between there and layer1.2.conv1.bwd (op 310), which reads it: its
-//   add needs 567 MiB beside the 189 MiB gradient the block hands on. So at least 189 MiB cross
-//   the link between those ops (it comes in, or the gradient goes out), 3.97 ms beside 0.31 ms
-//   of compute; layer1.1 likewise. Every plan takes at least the ideal 13.9 ms plus 7.3 ms.
+//   input (layer1.1's output, 189 MiB) cannot be on the device at layer1.2.relu3.bwd or
+//   layer1.2.bn3.bwd (567 MiB each, ops 302-303), nor be made again before layer1.2.conv1.bwd
+//   (op 310) reads it while the 189 MiB gradient op 302 writes (read up to op 310) is there:
+//   its add needs 567 MiB beside it. So after op 302 at least 189 MiB cross the link before op
+//   310 starts (the input comes in, or that gradient goes out), 3.97 ms beside 0.46 ms of
+//   compute; layer1.1 likewise. Every plan takes at least the ideal 13.9 ms plus 7.0 ms.
 
 namespace {
 
