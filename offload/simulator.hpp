@@ -120,11 +120,12 @@ sim_result simulate(const trace& t, const lifetime_report& r, const plan& p, con
                     const sim_options& opt = {});
 
 /// Reference times a plan cannot beat, recomputing or not: compute alone (ideal), the model
-/// state's transfers (state bound) and the largest of the volume and order bounds; the proof is
-/// Note [Lower bound] in simulator_bounds.cpp.
+/// state's transfers (state bound) and the largest of the volume, order and memory-window
+/// bounds; the proofs are Note [Lower bound] in simulator_bounds.cpp and Note [Memory windows]
+/// in bound_window.cpp.
 struct bounds {
   double ideal_seconds = 0;
-  double lower_bound_seconds = 0;  ///< largest of ideal, state, volume and order bounds
+  double lower_bound_seconds = 0;  ///< largest of ideal, state, volume, order and window bounds
   /// The least step the model state alone allows: the per-use transfer bound with every
   /// transient value free to drop and make again (only parameters, gradients and optimizer
   /// state that do not fit cost link time), at least ideal_seconds.
@@ -138,6 +139,8 @@ struct bounds {
   double volume_bound_seconds = 0;  ///< family (1): those bytes at the link's and NVMe's speeds
   double order_bound_seconds = 0;   ///< family (2)
   op_index order_bound_op = 0;      ///< the op j that gives family (2)
+  double window_bound_seconds = 0;  ///< family (3): Note [Memory windows] in bound_window.cpp
+  op_index window_bound_op = 0;     ///< the op that ends its longest window (0: none)
 };
 bounds compute_bounds(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget);
 

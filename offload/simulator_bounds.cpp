@@ -9,13 +9,14 @@
 #include <vector>
 
 #include "offload/bound_transfer.hpp"
+#include "offload/bound_window.hpp"
 #include "offload/planner_host.hpp"
 
 namespace spillway::offload {
 
 // Note [Lower bound]
 // Let B be the budget and, for op j, N_j the needed bytes (Note [Live and needed bytes]).
-// lower_bound is the largest of compute time and two families of bounds; each holds for every
+// lower_bound is the largest of compute time and three families of bounds; each holds for every
 // plan that keeps the budget, whether or not it reruns ops (Note [Recomputation]). Reruns only
 // add compute, so every "compute still to run" below stays a lower bound with them; what they
 // change is which values owe a copy. A value last written by a recomputable op w is
@@ -115,7 +116,11 @@ namespace spillway::offload {
 //     needed bytes, half spread evenly among the ops with N_j > B. The largest over any set of
 //     ops is still a bound; what is given up is the ops left out (so the figure can fall short
 //     of the all-ops one on a large trace, never pass a plan).
-// Both ignore latency and every other dependency, so no plan beats them. ideal is compute
+// (3) Memory windows: Note [Memory windows] (bound_window.cpp). (1) and (2) take a value that
+//     may be made again as free of copies wherever its writer can still run; (3) looks at the
+//     memory the rerun itself needs beside the values that must stay, and charges the copies
+//     in or out a stretch of ops then owes beside its compute.
+// All three ignore latency and every other dependency, so no plan beats them. ideal is compute
 // alone (unlimited memory).
 
 namespace {
@@ -620,7 +625,11 @@ bounds device_bounds(const trace& t, const lifetime_report& r, const hw_profile&
   state_only.persistent_only = true;
   b.state_bound_seconds = std::max(b.ideal_seconds, volume(least_transfers(t, r, budget, hw.host_bytes, state_only)));
   std::tie(b.order_bound_seconds, b.order_bound_op) = order_bound(t, r, hw, budget).run();
-  b.lower_bound_seconds = std::max({b.ideal_seconds, b.volume_bound_seconds, b.order_bound_seconds, b.state_bound_seconds});
+  const auto windows = detail::memory_window_bound(t, r, hw, budget);
+  b.window_bound_seconds = windows.seconds;
+  b.window_bound_op = windows.op;
+  b.lower_bound_seconds = std::max(
+      {b.ideal_seconds, b.volume_bound_seconds, b.order_bound_seconds, b.state_bound_seconds, b.window_bound_seconds});
   return b;
 }
 }  // namespace
@@ -650,6 +659,8 @@ bounds compute_bounds(const trace& t, const lifetime_report& r, const hw_profile
     b.volume_bound_seconds = std::min(b.volume_bound_seconds, h.volume_bound_seconds);
     b.order_bound_seconds = h.order_bound_seconds;
     b.order_bound_op = h.order_bound_op;
+    b.window_bound_seconds = h.window_bound_seconds;
+    b.window_bound_op = h.window_bound_op;
     b.h2d_min_bytes = std::min(b.h2d_min_bytes, h.h2d_min_bytes);
     b.d2h_min_bytes = std::min(b.d2h_min_bytes, h.d2h_min_bytes);
     b.nvme_read_min_bytes = std::min(b.nvme_read_min_bytes, h.nvme_read_min_bytes);
