@@ -27,10 +27,10 @@ namespace spillway::offload::detail {
 // device before the rerun: a drop needs a valid copy, an eviction frees its memory when its
 // copy out ends, and either way copies out of them began after op s_g and ended before op j:
 // at least D / d2h seconds, or, where the values of G under D bytes hold less than D together,
-// the least one of at least D bytes / d2h. The rerun also needs w's reads, each with the value w read: one on the
-// device at op k, or with |S_k| + |y| <= B (it may have stayed there), costs nothing; another
-// comes back after op k like x, by a copy or by a rerun of its writer, and so on up the chain (8
-// steps; beyond, free). A rerun of w is possible only before the first op after w that writes
+// the least one of at least D bytes / d2h. The rerun also needs w's reads, each with the value
+// w read: one on the device at op k, or with |S_k| + |y| <= B (it may have stayed there), costs
+// nothing; another comes back after op k like x, by a copy or by a rerun of its writer, and so
+// on up the chain (8 steps; beyond, free). A rerun of w is possible only before the first op after w that writes
 // one of its reads (remake_until), so where that is op k or earlier only the copy is left. So
 // with s = min(k, s_g over G), the stretch from the end of op s to the start of op j holds at
 // least T seconds of copies, T the least over these ways (a way's copies in and copies out are
@@ -212,7 +212,9 @@ class windows {
     std::vector<op_index> ends(ws.size());
     for (std::size_t i = 0; i < ws.size(); ++i) ends[i] = ws[i].j;
     for (std::size_t i = 0; i < ws.size(); ++i) {
-      const auto p = static_cast<std::size_t>(std::upper_bound(ends.begin(), ends.begin() + static_cast<std::ptrdiff_t>(i), ws[i].s) - ends.begin());
+      // Windows before i that end at or before this one's start: the first p of them.
+      const auto first = ends.begin();
+      const auto p = static_cast<std::size_t>(std::upper_bound(first, first + static_cast<std::ptrdiff_t>(i), ws[i].s) - first);
       best[i + 1] = std::max(best[i], best[p] + ws[i].wait);
     }
     out.wait_seconds = best[ws.size()];
