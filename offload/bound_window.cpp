@@ -154,7 +154,7 @@ class windows {
   // The least copy time after op k that brings back y, which op `reader` (> k, or a rerun after
   // k) reads, the values of g_ staying where they are not copied out (Note [Memory windows]).
   double value_seconds(tensor_id y, op_index reader, op_index k, int depth, double copy) {
-    const auto w = writer_before(y, reader - 1);
+    const auto w = reader == 0 ? std::int64_t{-1} : writer_before(y, reader - 1);
     if (w < 0 || !t_.ops[static_cast<op_index>(w)].recomputable || until_[static_cast<op_index>(w)] <= k) return copy;
     if (depth >= chain_steps) return 0;
     const auto key = (static_cast<std::uint64_t>(y) << 32) | static_cast<std::uint64_t>(w);
