@@ -57,6 +57,11 @@ struct window {
   double wait = 0;
 };
 
+bool touches(const op_desc& op, tensor_id x) {
+  return std::find(op.reads.begin(), op.reads.end(), x) != op.reads.end() ||
+         std::find(op.writes.begin(), op.writes.end(), x) != op.writes.end();
+}
+
 class windows {
  public:
   windows(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget)
@@ -166,9 +171,7 @@ class windows {
     const auto& kop = t_.ops[k];
     for (tensor_id z : wop.reads) {
       if (t >= copy) break;
-      const bool at_k = std::find(kop.reads.begin(), kop.reads.end(), z) != kop.reads.end() ||
-                        std::find(kop.writes.begin(), kop.writes.end(), z) != kop.writes.end();
-      if (at_k || r_.working_set_bytes[k] + t_.tensors[z].bytes <= budget_) continue;  // may have stayed
+      if (touches(kop, z) || r_.working_set_bytes[k] + t_.tensors[z].bytes <= budget_) continue;  // may have stayed
       t = std::max(t, value_seconds(z, wo, k, depth + 1, static_cast<double>(t_.tensors[z].bytes) / hw_.h2d_bytes_per_s));
     }
     t = std::min(t, copy);
@@ -182,9 +185,7 @@ class windows {
     std::uint64_t need = r_.working_set_bytes[w];
     sizes_.clear();
     for (tensor_id g : g_) {
-      if (std::find(op.reads.begin(), op.reads.end(), g) != op.reads.end() ||
-          std::find(op.writes.begin(), op.writes.end(), g) != op.writes.end())
-        continue;
+      if (touches(op, g)) continue;
       need += t_.tensors[g].bytes;
       sizes_.push_back(t_.tensors[g].bytes);
     }
