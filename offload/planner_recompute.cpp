@@ -102,7 +102,13 @@ namespace spillway::offload::detail {
 //     least 756 MiB there, so no such plan kept the budget. Placed consumers first, each rerun
 //     as late as its readers and the room of the ops allow, the forward pass went from 25.8 to
 //     17.9 ms but the backward pass from 35.5 to 61.5 (each chain waits for the copy out of what
-//     the chain before made, and every block output still comes back in): 79.4 ms.
+//     the chain before made, and every block output still comes back in): 79.4 ms. Spread one
+//     op per rerun in list order (so no two of a block's 189 MiB reruns share an op), the three
+//     made at ops 195, 205 and 215: forward 14.8 ms, backward 60.4 (the chains read the block
+//     internals the plan swaps, so 2.31 GiB come in where 1.53 did), 75.2 ms; stages 3 and 4
+//     run from it: 62.1 ms. The link bounds this row either way: each block output crosses it
+//     twice, and moving its copy out from the forward pass to the backward one only moves the
+//     wait.
 //   - Simulated annealing over the values dropped, after stage 4 (one to three values near each
 //     other in trace order changed per candidate, eight candidates a round, worse ones taken
 //     with a chance that starts at a 2% slower step and falls to none): 4,000 candidates 58.82
