@@ -58,6 +58,10 @@ struct planner_options {
   /// auto: candidates its stage 4 may try, each one value dropped or kept more than its best
   /// plan does (Note [Recomputing planners]); 0 skips it.
   std::size_t auto_toggle_evaluations = 300;
+  /// auto: where its best plan's compute waits on copies of transients for over a quarter of
+  /// its step, the whole recomputing search runs again with each spread rerun leaving room for
+  /// the values held over its op (Note [Recomputing planners]); false skips it.
+  bool auto_room_for_held = true;
   /// auto: traces of up to this many ops get the whole recomputing search; longer ones a
   /// shorter one (Note [Recomputing planners]): planning time grows with the trace.
   std::size_t auto_fine_search_ops = 5000;

@@ -75,7 +75,18 @@ namespace spillway::offload::detail {
 //   its read, say), the whole search runs again with that value never evicted by its sweeps,
 //   so every stage plans around it (pinned in the finished plan alone, the sweeps find no room
 //   for it), and the faster plan wins (on h200, ResNet-50 at 1/8 of its peak: 68.4 -> 63.8 ms;
-//   gpt2-small at 1/4: 22.74 -> 22.35; planning the zoo takes about a quarter longer). The candidates of
+//   gpt2-small at 1/4: 22.74 -> 22.35; planning the zoo takes about a quarter longer). Held
+//   search: where the best plan's compute still waits on copies of transients (activations and
+//   their gradients, not model state) for over a quarter of its step, the whole search runs
+//   once more with every rerun schedule leaving room, beside each op a rerun is spread to, for
+//   the values held over that op that no rerun can make (Note [Rerun schedules],
+//   room_for_held), and the faster plan wins (planner_options::auto_room_for_held). The rule is
+//   not better everywhere (ResNet-152 at 0.105 of its peak: 44.9 ms without it, 49.5 with it
+//   alone), so it is a second search, not the only one. On h200, ResNet-50 at 1/8 of its peak:
+//   61.29 -> 58.41 ms: layer1.2's conv2 output is made again from the block input instead of
+//   copied in, and the waits for the first two block outputs drop to the 3.97 ms the link needs
+//   for one (Note [Memory windows]); at 0.13, 0.14 and 0.175: 53.03 -> 52.33, 47.26 -> 45.43,
+//   36.44 -> 35.32; no other zoo row at 1/4 or 1/8 searches again. The candidates of
 //   a stage are planned at once on the host's cores and the fastest kept (the first of equals).
 //   As every baseline's plan is among them, it is never slower than any baseline. On longer
 //   traces, auto's own swap plan and checkpoint's values swept take the shorter sweep search
@@ -140,6 +151,7 @@ struct judged {
   bool keep_made = true, spread = true;
   std::vector<char> again;  // values made again even when keep_made (schedule_reruns)
   std::vector<char> stay;   // values auto's sweeps never evict (the pinned search); empty: none
+  bool held = false;        // schedule_reruns' room_for_held
 };
 
 // Plans `t` dropping and remaking the candidates `want` selects; `swap` plans the folded trace.
@@ -148,15 +160,16 @@ template <class Swap>
 std::optional<judged> with_reruns(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
                                   const std::vector<remake_candidate>& cands, const std::vector<char>& want,
                                   const std::string& policy, Swap swap, bool keep_made = true, bool spread = false,
-                                  const plan_judge* judge = nullptr, const std::vector<char>& again = {}) {
-  const auto s = schedule_reruns(t, r, hw, cands, want, keep_made, spread, again, budget);
+                                  const plan_judge* judge = nullptr, const std::vector<char>& again = {},
+                                  bool held = false) {
+  const auto s = schedule_reruns(t, r, hw, cands, want, keep_made, spread, again, budget, held);
   if (s.remade == 0) return std::nullopt;
   const auto fr = analyze(s.folded);
   if (fr.min_budget_bytes > budget) return std::nullopt;
   plan p = unfold_plan(swap(s.folded, fr), s, t.tensors.size());
   p.policy = policy;
   auto sim = judge ? (*judge)(p) : simulate(t, r, p, hw);
-  return judged{std::move(p), std::move(sim), want, keep_made, spread, again, {}};
+  return judged{std::move(p), std::move(sim), want, keep_made, spread, again, {}, held};
 }
 
 // with_reruns for auto's last stages: auto's sweep search `so` plans the folded trace.
@@ -164,13 +177,13 @@ std::optional<judged> with_auto_swaps(const trace& t, const lifetime_report& r, 
                                       std::uint64_t budget, const std::vector<remake_candidate>& cands,
                                       const std::vector<char>& want, const planner_options& so, bool keep_made,
                                       bool spread, const plan_judge* judge, const std::vector<char>& again,
-                                      const std::vector<char>& stay) {
+                                      const std::vector<char>& stay, bool held) {
   auto j = with_reruns(
       t, r, hw, budget, cands, want, "auto",
       [&](const trace& ft, const lifetime_report& fr) {
         return auto_swap_plan(ft, fr, hw, budget, so, stay.empty() ? nullptr : &stay);
       },
-      keep_made, spread, judge, again);
+      keep_made, spread, judge, again, held);
   if (j) j->stay = stay;
   return j;
 }
@@ -434,10 +447,11 @@ void stalls_to_reruns(const trace& t, const lifetime_report& r, const hw_profile
     for (const auto& p : picks)
       for (int setting = 0; setting < 3; ++setting)
         makers.push_back([&, p, keep_made = setting == 1 ? !best->keep_made : best->keep_made,
-                          spread = setting == 2 ? !best->spread : best->spread, stay = best->stay] {
+                          spread = setting == 2 ? !best->spread : best->spread, stay = best->stay,
+                          held = best->held] {
           auto want = base, again = base_again;
           for (tensor_id x : p) (base[x] ? again : want)[x] = 1;
-          return with_auto_swaps(t, r, hw, budget, all, want, so, keep_made, spread, judge, again, stay);
+          return with_auto_swaps(t, r, hw, budget, all, want, so, keep_made, spread, judge, again, stay, held);
         });
     auto cand = best_of(std::move(makers));
     changed = cand && better(cand->sim, best->sim);
@@ -462,8 +476,8 @@ void keep_least_worth(const trace& t, const lifetime_report& r, const hw_profile
     if (n == 0) continue;
     for (std::size_t j = 0; j < n; ++j) want[all[dropped[dropped.size() - 1 - j]].x] = 0;
     makers.push_back([&, want, keep_made = best->keep_made, spread = best->spread, again = best->again,
-                      stay = best->stay] {
-      return with_auto_swaps(t, r, hw, budget, all, want, so, keep_made, spread, judge, again, stay);
+                      stay = best->stay, held = best->held] {
+      return with_auto_swaps(t, r, hw, budget, all, want, so, keep_made, spread, judge, again, stay, held);
     });
   }
   keep_best(best, best_of(std::move(makers)));
@@ -485,10 +499,10 @@ void toggle_reruns(const trace& t, const lifetime_report& r, const hw_profile& h
     std::vector<std::function<std::optional<judged>()>> makers;
     for (std::size_t j = 0; j < std::min(batch, all.size()); ++j)
       makers.push_back([&, x = all[(next + j) % all.size()].x, keep_made = best->keep_made, spread = best->spread,
-                        again = best->again, stay = best->stay] {
+                        again = best->again, stay = best->stay, held = best->held] {
         auto want = base;
         want[x] = !want[x];
-        return with_auto_swaps(t, r, hw, budget, all, want, so, keep_made, spread, judge, again, stay);
+        return with_auto_swaps(t, r, hw, budget, all, want, so, keep_made, spread, judge, again, stay, held);
       });
     next = (next + makers.size()) % all.size();
     done += makers.size();
@@ -505,7 +519,7 @@ void toggle_reruns(const trace& t, const lifetime_report& r, const hw_profile& h
 // (indexed by tensor; empty: none); the baselines' plans only without such values.
 std::optional<judged> recompute_search(const trace& t, const lifetime_report& r, const hw_profile& hw,
                                        std::uint64_t budget, const planner_options& opt, const plan_judge* judge,
-                                       const std::vector<char>& stay) {
+                                       const std::vector<char>& stay, bool held = false) {
   auto swap_opt = opt;
   swap_opt.auto_recompute = false;
   const bool fine = t.ops.size() <= opt.auto_fine_search_ops;
@@ -568,7 +582,7 @@ std::optional<judged> recompute_search(const trace& t, const lifetime_report& r,
           [&](const trace& ft, const lifetime_report& fr) {
             return auto_swap_plan(ft, fr, hw, budget, fine && share >= 1 && i == 0 && keep_made ? swap_opt : so, pins);
           },
-          keep_made, spread, judge);
+          keep_made, spread, judge, {}, held);
     });
   };
   add(0, 1.0, true);
@@ -621,6 +635,18 @@ std::vector<char> most_waited_value(const trace& t, const lifetime_report& r, co
   return out;
 }
 
+// The seconds the best plan's compute waits for copies of transients (activations, their
+// gradients), not of model state: the waits a schedule of reruns may shorten.
+double transient_wait_seconds(const trace& t, const lifetime_report& r, const hw_profile& hw, const judged& best) {
+  sim_options rec;
+  rec.record_timeline = true;
+  double sum = 0;
+  for (const auto& w : waited_copies(simulate(t, r, best.p, hw, rec), 0))
+    if (std::any_of(w.copies.begin(), w.copies.end(), [&](tensor_id x) { return x < t.tensors.size() && !is_persistent(t.tensors[x].kind); }))
+      sum += w.seconds;
+  return sum;
+}
+
 }  // namespace
 
 plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
@@ -634,6 +660,8 @@ plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_prof
   if (t.ops.size() <= opt.auto_fine_search_ops && opt.auto_stall_rounds > 0) {
     const auto stay = most_waited_value(t, r, hw, *best, 0.05);
     if (!stay.empty()) keep_best(best, recompute_search(t, r, hw, budget, opt, judge, stay));
+    if (opt.auto_room_for_held && transient_wait_seconds(t, r, hw, *best) > 0.25 * best->sim.step_seconds)
+      keep_best(best, recompute_search(t, r, hw, budget, opt, judge, {}, true));
   }
   best->p.policy = "auto";
   return std::move(best->p);

@@ -38,7 +38,12 @@ namespace spillway::offload::detail {
 // (the op's own tensors, the reruns spread to it so far and this rerun's, each counted whole):
 // moved back blindly, a rerun of resnet50's first block went beside the backward op of its
 // shortcut's batch norm, 709 MiB on h200 against a budget of 689 (1/8 of the peak), and no swap
-// plan could keep it (auto on that row: 63.9 -> 61.3 ms).
+// plan could keep it (auto on that row: 63.9 -> 61.3 ms). With room_for_held, the op's room
+// also counts the values held over it that no rerun can make (a gradient written before the op
+// and read after it, a value several ops write): a rerun beside it would push them off the
+// device, a copy out and back on the link where the rerun was to spare one (ResNet-50 at 1/8
+// keeps the 189 MiB gradient layer1.2.relu3.bwd writes from there to layer1.2.conv1.bwd, seven
+// ops later). auto weighs schedules with and without it (Note [Recomputing planners]).
 // The swap planners then see the folded trace: each op with reruns also writes what they write
 // (so a dropped value is, to them, dead from its drop to its rerun: dropping it needs no copy),
 // reads what they read (so weights a rerun needs are brought back for it, and the memory of the
@@ -77,10 +82,12 @@ class scheduler {
       : t_(t), r_(r), hw_(hw), writer_(single_recomputable_writer(t, r)) {}
 
   rerun_schedule run(const std::vector<remake_candidate>& cands, const std::vector<char>& want, bool keep_made,
-                     bool spread, const std::vector<char>& again, std::uint64_t budget) {
+                     bool spread, const std::vector<char>& again, std::uint64_t budget, bool room_for_held) {
     const std::size_t nt = t_.tensors.size(), n = t_.ops.size();
     budget_ = budget;
     spread_bytes_.assign(n, 0);
+    held_over_ = room_for_held && budget != std::numeric_limits<std::uint64_t>::max() ? held_over()
+                                                                                       : std::vector<std::uint64_t>(n, 0);
     scheduled_.assign(nt, 0);
     drop_after_.assign(nt, -1);
     remake_at_.assign(nt, -1);
@@ -209,10 +216,32 @@ class scheduler {
     for (tensor_id z : t_.ops[o].writes) b += t_.tensors[z].bytes;
     return b;
   }
-  // Whether op k, with the reruns spread to it so far and a rerun of o, stays within the budget
-  // (counting each rerun's tensors in full: an upper bound on what the folded op holds).
+  // Whether op k, with the values held over it, the reruns spread to it so far and a rerun of
+  // o, stays within the budget (counting each rerun's tensors in full: an upper bound on what
+  // the folded op holds).
   bool room_at(op_index k, op_index o) const {
-    return t_.working_set_bytes(k) + spread_bytes_[k] + rerun_bytes(o) <= budget_;
+    return t_.working_set_bytes(k) + held_over_[k] + spread_bytes_[k] + rerun_bytes(o) <= budget_;
+  }
+  // Per op, the bytes of the transients no rerun can make (a gradient, a value several ops
+  // write) written before the op and read after it, that it does not touch (Note [Rerun
+  // schedules], spread chains): a rerun beside the op would push them off the device.
+  std::vector<std::uint64_t> held_over() const {
+    const std::size_t n = t_.ops.size();
+    std::vector<std::int64_t> diff(n + 1, 0);
+    for (tensor_id x = 0; x < t_.tensors.size(); ++x) {
+      if (is_persistent(t_.tensors[x].kind) || writer_[x] != none) continue;
+      const auto& u = r_.tensors[x].uses;
+      const auto bytes = static_cast<std::int64_t>(t_.tensors[x].bytes);
+      for (std::size_t i = 0; i + 1 < u.size(); ++i)
+        if (u[i + 1].reads && u[i + 1].op > u[i].op + 1) {
+          diff[u[i].op + 1] += bytes;
+          diff[u[i + 1].op] -= bytes;
+        }
+    }
+    std::vector<std::uint64_t> out(n, 0);
+    std::int64_t run = 0;
+    for (std::size_t k = 0; k < n; ++k) out[k] = static_cast<std::uint64_t>(run += diff[k]);
+    return out;
   }
   bool reads_output_of(const std::vector<op_index>& entries, op_index o) const {
     for (op_index e : entries)
@@ -318,6 +347,7 @@ class scheduler {
   std::vector<std::int64_t> producer_;  // spread_chain's scratch: per tensor, the list entry that makes it
   std::uint64_t budget_ = std::numeric_limits<std::uint64_t>::max();
   std::vector<std::uint64_t> spread_bytes_;  // per op: bytes of the reruns spread to it
+  std::vector<std::uint64_t> held_over_;     // per op: held_over()
 };
 
 }  // namespace
@@ -364,8 +394,9 @@ std::vector<remake_candidate> remake_candidates(const trace& t, const lifetime_r
 
 rerun_schedule schedule_reruns(const trace& t, const lifetime_report& r, const hw_profile& hw,
                                const std::vector<remake_candidate>& candidates, const std::vector<char>& want,
-                               bool keep_made, bool spread, const std::vector<char>& again, std::uint64_t budget) {
-  return scheduler(t, r, hw).run(candidates, want, keep_made, spread, again, budget);
+                               bool keep_made, bool spread, const std::vector<char>& again, std::uint64_t budget,
+                               bool room_for_held) {
+  return scheduler(t, r, hw).run(candidates, want, keep_made, spread, again, budget, room_for_held);
 }
 
 plan unfold_plan(plan folded, const rerun_schedule& s, std::size_t tensors) {

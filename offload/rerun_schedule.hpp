@@ -49,11 +49,14 @@ struct rerun_schedule {
 /// over the ops before the one it serves (Note [Rerun schedules]), so fewer of its values are
 /// held at once, and none goes to an op that would hold more than `budget` bytes with it. A
 /// chosen value whose entry in `again` (indexed by tensor; empty: none) is set is dropped again
-/// and made once more even when `keep_made`.
+/// and made once more even when `keep_made`. With `room_for_held`, a spread rerun also leaves
+/// room at its op for the values no rerun can make that are held over it (a gradient written
+/// before the op and read after it).
 rerun_schedule schedule_reruns(const trace& t, const lifetime_report& r, const hw_profile& hw,
                                const std::vector<remake_candidate>& candidates, const std::vector<char>& want,
                                bool keep_made = true, bool spread = false, const std::vector<char>& again = {},
-                               std::uint64_t budget = std::numeric_limits<std::uint64_t>::max());
+                               std::uint64_t budget = std::numeric_limits<std::uint64_t>::max(),
+                               bool room_for_held = false);
 
 /// Turns `folded`, a plan made for s.folded, into a plan for the trace the schedule was made
 /// from (`tensors` tensors): its tensors renamed back, the reruns added to its steps. No op of

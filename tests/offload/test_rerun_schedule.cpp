@@ -271,31 +271,104 @@ TEST(PlannersRecomputeOnZoo, SpreadRerunsKeepTheBudget) {
   EXPECT_LE(bounded.min_budget_bytes, budget);
 }
 
+// A spread rerun leaves room for what must stay over its op (Note [Rerun schedules]): G, which
+// no rerun can make, is held from op2 to op4. Moved back beside op3, the rerun of op0 would hold
+// A there with G and op3's workspace (86 bytes against 85), so G would have to leave the device
+// for it; with room_for_held the chain stays whole before op4, which holds 81.
+TEST(PlannersRecompute, ASpreadRerunLeavesRoomForAValueHeldOverItsOp) {
+  trace t;
+  const auto pa = t.add_tensor("P", 1, tensor_kind::parameter);
+  const auto a = t.add_tensor("A", 20, tensor_kind::activation);
+  const auto b = t.add_tensor("B", 20, tensor_kind::activation);
+  const auto g = t.add_tensor("G", 40, tensor_kind::activation);
+  const auto w = t.add_tensor("W", 25, tensor_kind::workspace);
+  const auto c = t.add_tensor("C", 5, tensor_kind::activation);
+  t.add_op("a", {pa}, {a});
+  t.add_op("b", {a}, {b});
+  t.add_op("g", {pa}, {g});
+  t.add_op("long", {}, {w});
+  t.add_op("use", {b, g}, {c});
+  for (op_index k : {0u, 1u}) t.ops[k].recomputable = true;
+  for (auto& o : t.ops) o.flops = 1e9;
+  t.ops[3].flops = 1e10;
+  const auto hw = test_hw(1e9);
+  const auto r = analyze(t);
+  const auto cands = detail::remake_candidates(t, r, hw);
+  std::vector<char> want(t.tensors.size(), 0);
+  want[b] = 1;
+  const std::uint64_t budget = 85;
+  const auto loose = detail::schedule_reruns(t, r, hw, cands, want, true, true, {}, budget, false);
+  const auto held = detail::schedule_reruns(t, r, hw, cands, want, true, true, {}, budget, true);
+  ASSERT_EQ(loose.remade, 1u);
+  ASSERT_EQ(held.remade, 1u);
+  EXPECT_EQ(loose.reruns[3], (std::vector<op_index>{0}));
+  EXPECT_EQ(loose.reruns[4], (std::vector<op_index>{1}));
+  EXPECT_TRUE(held.reruns[3].empty());
+  EXPECT_EQ(held.reruns[4], (std::vector<op_index>{0, 1}));
+  EXPECT_EQ(analyze(loose.folded).live_bytes_during[3], 86u) << "the case the room is for";
+  const auto fh = analyze(held.folded);
+  EXPECT_LE(fh.peak_live_bytes, budget);
+  // So the held schedule, planned at that budget, copies nothing; the loose one must.
+  const auto plan_of = [&](const detail::rerun_schedule& s) {
+    return detail::unfold_plan(make_planner("lms")->make_plan(s.folded, analyze(s.folded), hw, budget), s, t.tensors.size());
+  };
+  const auto sh = simulate(t, r, plan_of(held), hw);
+  const auto sl = simulate(t, r, plan_of(loose), hw);
+  ASSERT_TRUE(sh.feasible()) << sh.violations[0];
+  EXPECT_EQ(sh.h2d_bytes + sh.d2h_bytes, 0u);
+  EXPECT_GT(sl.h2d_bytes + sl.d2h_bytes, 0u);
+}
+
+// Per op, the bytes of the transients no rerun can make (not written by exactly one recomputable
+// op) that are written before the op and read after it, and that the op does not touch.
+std::vector<std::uint64_t> held_over(const trace& t, const lifetime_report& r) {
+  std::vector<std::uint64_t> out(t.ops.size(), 0);
+  for (tensor_id x = 0; x < t.tensors.size(); ++x) {
+    if (is_persistent(t.tensors[x].kind)) continue;
+    const auto& u = r.tensors[x].uses;
+    const auto writers = std::count_if(u.begin(), u.end(), [](const tensor_use& e) { return e.writes; });
+    const auto by_rerunnable = std::any_of(u.begin(), u.end(), [&](const tensor_use& e) { return e.writes && t.ops[e.op].recomputable; });
+    if (writers == 1 && by_rerunnable) continue;
+    for (std::size_t i = 0; i + 1 < u.size(); ++i)
+      if (u[i + 1].reads)
+        for (op_index k = u[i].op + 1; k < u[i + 1].op; ++k) out[k] += t.tensors[x].bytes;
+  }
+  return out;
+}
+
 // The same on random traces: an op whose reruns were all spread to it (none makes a value it
-// reads) holds no more than the budget, or than it held alone where that is more.
+// reads) holds no more than the budget, or than it held alone where that is more; with
+// room_for_held, counting the values held over it too.
 TEST(PlannersRecompute, SpreadRerunsKeepTheBudgetOnRandomTraces) {
   std::mt19937_64 rng(spillway::test::test_seed(17));
-  int spread_to = 0;
+  int spread_to = 0, spread_beside_held = 0;
   for (int iter = 0; iter < 60; ++iter) {
     const auto t = random_training(rng);
     const auto hw = test_hw(iter % 2 ? 1e8 : 1e9);
     const auto rep = analyze(t);
+    const auto held = held_over(t, rep);
     const auto cands = detail::remake_candidates(t, rep, hw);
     const std::uint64_t budget = rep.min_budget_bytes + (rep.peak_live_bytes - std::min(rep.peak_live_bytes, rep.min_budget_bytes)) / (2 + iter % 4);
-    const auto s = detail::schedule_reruns(t, rep, hw, cands, std::vector<char>(t.tensors.size(), 1), iter % 3 != 0, true, {}, budget);
-    SCOPED_TRACE("iteration " + std::to_string(iter));
-    for (op_index k = 0; k < t.ops.size(); ++k) {
-      if (s.reruns[k].empty()) continue;
-      bool serves = false;
-      for (op_index o : s.reruns[k])
-        for (tensor_id z : t.ops[o].writes)
-          for (tensor_id y : t.ops[k].reads) serves |= y == z;
-      if (serves) continue;
-      ++spread_to;
-      EXPECT_LE(s.folded.working_set_bytes(k), std::max(budget, t.working_set_bytes(k))) << "op " << k;
+    for (const bool room_for_held : {false, true}) {
+      const auto s = detail::schedule_reruns(t, rep, hw, cands, std::vector<char>(t.tensors.size(), 1), iter % 3 != 0, true,
+                                             {}, budget, room_for_held);
+      SCOPED_TRACE("iteration " + std::to_string(iter) + (room_for_held ? ", room for held values" : ""));
+      for (op_index k = 0; k < t.ops.size(); ++k) {
+        if (s.reruns[k].empty()) continue;
+        bool serves = false;
+        for (op_index o : s.reruns[k])
+          for (tensor_id z : t.ops[o].writes)
+            for (tensor_id y : t.ops[k].reads) serves |= y == z;
+        if (serves) continue;
+        ++spread_to;
+        const std::uint64_t extra = room_for_held ? held[k] : 0;
+        spread_beside_held += room_for_held && held[k] > 0;
+        EXPECT_LE(s.folded.working_set_bytes(k) + extra, std::max(budget, t.working_set_bytes(k) + extra)) << "op " << k;
+      }
     }
   }
-  EXPECT_GT(spread_to, 20) << "the traces must have chains to spread";
+  EXPECT_GT(spread_to, 40) << "the traces must have chains to spread";
+  EXPECT_GT(spread_beside_held, 5) << "and values held over the ops they spread to";
 }
 
 }  // namespace
