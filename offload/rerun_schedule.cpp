@@ -42,7 +42,7 @@ namespace spillway::offload::detail {
 // also counts the values held over it that no rerun can make (a gradient written before the op
 // and read after it, a value several ops write): a rerun beside it would push them off the
 // device, a copy out and back on the link where the rerun was to spare one (ResNet-50 at 1/8
-// keeps the 189 MiB gradient layer1.2.relu3.bwd writes from there to layer1.2.conv1.bwd, seven
+// keeps the 189 MiB gradient layer1.2.relu3.bwd writes from there to layer1.2.conv1.bwd, eight
 // ops later). auto weighs schedules with and without it (Note [Recomputing planners]).
 // The swap planners then see the folded trace: each op with reruns also writes what they write
 // (so a dropped value is, to them, dead from its drop to its rerun: dropping it needs no copy),
