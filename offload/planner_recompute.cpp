@@ -615,33 +615,36 @@ std::optional<judged> recompute_search(const trace& t, const lifetime_report& r,
   return best;
 }
 
-// The value the best plan's compute waits longest to copy, in all, of those that may not be
-// remade, where those waits make up at least `share` of its step (Note [Recomputing planners],
-// the pinned search); empty when there is none.
-std::vector<char> most_waited_value(const trace& t, const lifetime_report& r, const hw_profile& hw,
-                                    const judged& best, double share) {
-  std::vector<char> may(t.tensors.size(), 0);
-  for (const auto& c : remake_candidates(t, r, hw)) may[c.x] = 1;
+// The waits of the best plan's compute, each with the copies behind it.
+std::vector<compute_wait> waits_of(const trace& t, const lifetime_report& r, const hw_profile& hw, const judged& best) {
   sim_options rec;
   rec.record_timeline = true;
+  return waited_copies(simulate(t, r, best.p, hw, rec), 0);
+}
+
+// Of `waits`, the value waited for longest, in all, of those that may not be remade, where
+// those waits make up at least `share` of the step (Note [Recomputing planners], the pinned
+// search); empty when there is none.
+std::vector<char> most_waited_value(const trace& t, const lifetime_report& r, const hw_profile& hw,
+                                    const std::vector<compute_wait>& waits, double step_seconds, double share) {
+  std::vector<char> may(t.tensors.size(), 0);
+  for (const auto& c : remake_candidates(t, r, hw)) may[c.x] = 1;
   std::vector<double> waited(t.tensors.size(), 0);
-  for (const auto& w : waited_copies(simulate(t, r, best.p, hw, rec), 0))
+  for (const auto& w : waits)
     for (tensor_id x : w.copies)
       if (x < waited.size() && !may[x]) waited[x] += w.seconds;
   const auto most = std::max_element(waited.begin(), waited.end());
-  if (most == waited.end() || *most < share * best.sim.step_seconds) return {};
+  if (most == waited.end() || *most < share * step_seconds) return {};
   std::vector<char> out(t.tensors.size(), 0);
   out[static_cast<std::size_t>(most - waited.begin())] = 1;
   return out;
 }
 
-// The seconds the best plan's compute waits for copies of transients (activations, their
-// gradients), not of model state: the waits a schedule of reruns may shorten.
-double transient_wait_seconds(const trace& t, const lifetime_report& r, const hw_profile& hw, const judged& best) {
-  sim_options rec;
-  rec.record_timeline = true;
+// Of `waits`, the seconds spent on copies of transients (activations, their gradients), not of
+// model state: the waits a schedule of reruns may shorten.
+double transient_wait_seconds(const trace& t, const std::vector<compute_wait>& waits) {
   double sum = 0;
-  for (const auto& w : waited_copies(simulate(t, r, best.p, hw, rec), 0))
+  for (const auto& w : waits)
     if (std::any_of(w.copies.begin(), w.copies.end(), [&](tensor_id x) { return x < t.tensors.size() && !is_persistent(t.tensors[x].kind); }))
       sum += w.seconds;
   return sum;
@@ -658,9 +661,16 @@ plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_prof
   }
   auto best = recompute_search(t, r, hw, budget, opt, judge, {});
   if (t.ops.size() <= opt.auto_fine_search_ops && opt.auto_stall_rounds > 0) {
-    const auto stay = most_waited_value(t, r, hw, *best, 0.05);
-    if (!stay.empty()) keep_best(best, recompute_search(t, r, hw, budget, opt, judge, stay));
-    if (opt.auto_room_for_held && transient_wait_seconds(t, r, hw, *best) > 0.25 * best->sim.step_seconds)
+    auto waits = waits_of(t, r, hw, *best);
+    const auto stay = most_waited_value(t, r, hw, waits, best->sim.step_seconds, 0.05);
+    if (!stay.empty()) {
+      auto pinned = recompute_search(t, r, hw, budget, opt, judge, stay);
+      if (pinned && better(pinned->sim, best->sim)) {
+        best = std::move(pinned);
+        waits = waits_of(t, r, hw, *best);
+      }
+    }
+    if (opt.auto_room_for_held && transient_wait_seconds(t, waits) > 0.25 * best->sim.step_seconds)
       keep_best(best, recompute_search(t, r, hw, budget, opt, judge, {}, true));
   }
   best->p.policy = "auto";
