@@ -62,6 +62,11 @@ struct planner_options {
   /// its step, the whole recomputing search runs again with each spread rerun leaving room for
   /// the values held over its op (Note [Recomputing planners]); false skips it.
   bool auto_room_for_held = true;
+  /// auto: where its compute waits for at least 5% of the step on copies of one value that may
+  /// not be remade, beside the search that keeps that value on the device, one that also keeps
+  /// the values whose copies held its copies up in their queue (Note [Recomputing planners], the
+  /// queued search); false skips it.
+  bool auto_queued_search = true;
   /// auto: traces of up to this many ops get the whole recomputing search; longer ones a
   /// shorter one (Note [Recomputing planners]): planning time grows with the trace.
   std::size_t auto_fine_search_ops = 5000;

@@ -75,7 +75,18 @@ namespace spillway::offload::detail {
 //   its read, say), the whole search runs again with that value never evicted by its sweeps,
 //   so every stage plans around it (pinned in the finished plan alone, the sweeps find no room
 //   for it), and the faster plan wins (on h200, ResNet-50 at 1/8 of its peak: 68.4 -> 63.8 ms;
-//   gpt2-small at 1/4: 22.74 -> 22.35; planning the zoo takes about a quarter longer). Held
+//   gpt2-small at 1/4: 22.74 -> 22.35; planning the zoo takes about a quarter longer). Queued
+//   search, beside it: a copy waited for may itself be short but queued behind others (a queue
+//   serves one copy at a time), so the whole search runs once more with the value kept and also,
+//   of the values that may not be remade whose copies ran back to back ahead of its waited
+//   copies (copies_ahead in sim_waits.hpp), the largest, until they add up to twice the bytes
+//   that queue moves in the wait, and the fastest of the three plans wins
+//   (planner_options::auto_queued_search). On h200, gpt2-small at 1/4 of its peak: the loss
+//   waited 1.21 ms for a small weight's copy out, queued behind the embedding's two Adam moments
+//   (147 MiB each, 6.2 ms of copies out in a forward pass of 5.7 ms of compute); kept, 22.35 ->
+//   21.10 ms; gpt2-medium at 1/8 57.45 -> 56.37, gpt2-xl at 1/8 209.95 -> 207.24, bert-large
+//   at 1/8 95.75 -> 95.38. Keeping every such value ahead instead gains less (gpt2-small 21.43,
+//   the others unchanged), and those covering the wait's bytes once less still (22.34). Held
 //   search: where the best plan's compute still waits on copies of transients (activations and
 //   their gradients, not model state) for over a quarter of its step, the whole search runs
 //   once more with every rerun schedule leaving room, beside each op a rerun is spread to, for
@@ -615,36 +626,69 @@ std::optional<judged> recompute_search(const trace& t, const lifetime_report& r,
   return best;
 }
 
-// The waits of the best plan's compute, each with the copies behind it.
-std::vector<compute_wait> waits_of(const trace& t, const lifetime_report& r, const hw_profile& hw, const judged& best) {
+// The best plan's timeline and the waits of its compute, each with the copies behind it.
+struct timed_waits {
+  sim_result sim;
+  std::vector<compute_wait> waits;
+};
+timed_waits waits_of(const trace& t, const lifetime_report& r, const hw_profile& hw, const judged& best) {
   sim_options rec;
   rec.record_timeline = true;
-  return waited_copies(simulate(t, r, best.p, hw, rec), 0);
+  timed_waits out{simulate(t, r, best.p, hw, rec), {}};
+  out.waits = waited_copies(out.sim, 0);
+  return out;
 }
 
-// Of `waits`, the value waited for longest, in all, of those that may not be remade, where
+// The values that may not be remade, by tensor.
+std::vector<char> fixed_values(const trace& t, const lifetime_report& r, const hw_profile& hw) {
+  std::vector<char> fixed(t.tensors.size(), 1);
+  for (const auto& c : remake_candidates(t, r, hw)) fixed[c.x] = 0;
+  return fixed;
+}
+
+// Of `w.waits`, the value waited for longest, in all, of those that may not be remade, where
 // those waits make up at least `share` of the step (Note [Recomputing planners], the pinned
-// search); empty when there is none.
+// search); empty when there is none. With `queued`, also the values that held up its copies
+// (the queued search): for each wait on a copy of it, of the values that may not be remade
+// whose copies ran back to back ahead of that copy on its queue, the largest first, until they
+// add up to twice the bytes that queue moves in the wait.
 std::vector<char> most_waited_value(const trace& t, const lifetime_report& r, const hw_profile& hw,
-                                    const std::vector<compute_wait>& waits, double step_seconds, double share) {
-  std::vector<char> may(t.tensors.size(), 0);
-  for (const auto& c : remake_candidates(t, r, hw)) may[c.x] = 1;
+                                    const timed_waits& w, double share, bool queued = false) {
+  const auto fixed = fixed_values(t, r, hw);
   std::vector<double> waited(t.tensors.size(), 0);
-  for (const auto& w : waits)
-    for (tensor_id x : w.copies)
-      if (x < waited.size() && !may[x]) waited[x] += w.seconds;
+  for (const auto& c : w.waits)
+    for (tensor_id x : c.copies)
+      if (x < waited.size() && fixed[x]) waited[x] += c.seconds;
   const auto most = std::max_element(waited.begin(), waited.end());
-  if (most == waited.end() || *most < share * step_seconds) return {};
+  if (most == waited.end() || *most < share * w.sim.step_seconds) return {};
+  const auto v = static_cast<tensor_id>(most - waited.begin());
   std::vector<char> out(t.tensors.size(), 0);
-  out[static_cast<std::size_t>(most - waited.begin())] = 1;
+  out[v] = 1;
+  if (!queued) return out;
+  for (const auto& c : w.waits)
+    for (std::size_t i = 0; i < c.copies.size(); ++i) {
+      if (c.copies[i] != v) continue;
+      std::vector<tensor_id> ahead;
+      for (tensor_id x : copies_ahead(w.sim, c, i))
+        if (x < out.size() && fixed[x]) ahead.push_back(x);
+      std::stable_sort(ahead.begin(), ahead.end(),
+                       [&](tensor_id a, tensor_id b) { return t.tensors[a].bytes > t.tensors[b].bytes; });
+      const double need = 2 * c.seconds * copy_bytes_per_second(hw, c.tracks[i]);
+      double held = 0;
+      for (tensor_id x : ahead) {
+        if (held >= need) break;
+        out[x] = 1;
+        held += static_cast<double>(t.tensors[x].bytes);
+      }
+    }
   return out;
 }
 
 // Of `waits`, the seconds spent on copies of transients (activations, their gradients), not of
 // model state: the waits a schedule of reruns may shorten.
-double transient_wait_seconds(const trace& t, const std::vector<compute_wait>& waits) {
+double transient_wait_seconds(const trace& t, const timed_waits& tw) {
   double sum = 0;
-  for (const auto& w : waits)
+  for (const auto& w : tw.waits)
     if (std::any_of(w.copies.begin(), w.copies.end(), [&](tensor_id x) { return x < t.tensors.size() && !is_persistent(t.tensors[x].kind); }))
       sum += w.seconds;
   return sum;
@@ -662,9 +706,12 @@ plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_prof
   auto best = recompute_search(t, r, hw, budget, opt, judge, {});
   if (t.ops.size() <= opt.auto_fine_search_ops && opt.auto_stall_rounds > 0) {
     auto waits = waits_of(t, r, hw, *best);
-    const auto stay = most_waited_value(t, r, hw, waits, best->sim.step_seconds, 0.05);
+    const auto stay = most_waited_value(t, r, hw, waits, 0.05);
     if (!stay.empty()) {
+      // The pinned search, then the queued one where copies held up the waited value's.
       auto pinned = recompute_search(t, r, hw, budget, opt, judge, stay);
+      const auto queue = opt.auto_queued_search ? most_waited_value(t, r, hw, waits, 0.05, true) : stay;
+      if (queue != stay) keep_best(pinned, recompute_search(t, r, hw, budget, opt, judge, queue));
       if (pinned && better(pinned->sim, best->sim)) {
         best = std::move(pinned);
         waits = waits_of(t, r, hw, *best);

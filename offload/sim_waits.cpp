@@ -24,7 +24,7 @@ std::vector<compute_wait> waited_copies(const sim_result& s, double least) {
     constexpr double same = 1e-9;
     auto it = std::lower_bound(copies.begin(), copies.end(), e->start - same,
                                [](const sim_event* c, double v) { return c->end < v; });
-    compute_wait w{gap, e->id, e->track == sim_track::recompute, {}, {}};
+    compute_wait w{gap, e->id, e->track == sim_track::recompute, {}, {}, e->start};
     for (; it != copies.end() && (*it)->end <= e->start + same; ++it) {
       w.copies.push_back((*it)->id);
       w.tracks.push_back((*it)->track);
@@ -33,6 +33,41 @@ std::vector<compute_wait> waited_copies(const sim_result& s, double least) {
   }
   std::stable_sort(waits.begin(), waits.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
   return waits;
+}
+
+std::vector<tensor_id> copies_ahead(const sim_result& s, const compute_wait& w, std::size_t i) {
+  constexpr double same = 1e-9;
+  std::vector<const sim_event*> track;
+  for (const auto& e : s.timeline)
+    if (e.track == w.tracks[i] && e.end <= w.at + same) track.push_back(&e);
+  std::sort(track.begin(), track.end(), [](auto* a, auto* b) { return a->start < b->start; });
+  // The waited copy: the last of its tensor on this track to end by the time the op started.
+  const auto last = std::find_if(track.rbegin(), track.rend(), [&](const sim_event* e) { return e->id == w.copies[i]; });
+  std::vector<tensor_id> out;
+  if (last == track.rend()) return out;
+  double from = (*last)->start;
+  for (auto it = std::next(last); it != track.rend() && (*it)->end >= from - same; ++it) {
+    from = std::min(from, (*it)->start);
+    const tensor_id x = (*it)->id;
+    if (std::find(w.copies.begin(), w.copies.end(), x) == w.copies.end() && std::find(out.begin(), out.end(), x) == out.end())
+      out.push_back(x);
+  }
+  return out;
+}
+
+double copy_bytes_per_second(const hw_profile& hw, sim_track track) {
+  switch (track) {
+    case sim_track::h2d:
+      return hw.h2d_bytes_per_s;
+    case sim_track::d2h:
+      return hw.d2h_bytes_per_s;
+    case sim_track::nvme_read:
+      return hw.nvme_read_bytes_per_s;
+    case sim_track::nvme_write:
+      return hw.nvme_write_bytes_per_s;
+    default:
+      return 0;
+  }
 }
 
 std::vector<phase_use> phase_uses(const trace& t, const sim_result& s) {

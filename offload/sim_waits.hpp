@@ -20,10 +20,21 @@ struct compute_wait {
   bool rerun = false;
   std::vector<tensor_id> copies;  ///< the tensors copied
   std::vector<sim_track> tracks;  ///< per copy: h2d, d2h, nvme_read or nvme_write
+  double at = 0;                  ///< when the op started (the wait's end)
 };
 /// The waits of at least `least` seconds in `s`'s timeline, longest first; waits that no copy
 /// ends are left out.
 std::vector<compute_wait> waited_copies(const sim_result& s, double least);
+
+/// The tensors whose copies held up `w`'s copy `i` (of w.copies): those that ran before it on
+/// its track back to back with it (the stretch that track was busy without a break up to that
+/// copy; a queue serves one copy at a time, so the copy would have ended that much sooner without
+/// them), latest first, each once, `w`'s own copies left out.
+std::vector<tensor_id> copies_ahead(const sim_result& s, const compute_wait& w, std::size_t i);
+
+/// The rate of the copy queue `track` (h2d, d2h, nvme_read or nvme_write) on `hw`, bytes per
+/// second; 0 for a track that is no copy queue.
+double copy_bytes_per_second(const hw_profile& hw, sim_track track);
 
 /// One phase of the iteration and the seconds, within it, that each stream was busy.
 struct phase_use {

@@ -2,6 +2,7 @@
 // and the copies behind them, and each stream's busy time by phase.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "offload/lifetime.hpp"
@@ -65,6 +66,39 @@ TEST(SimWaits, WaitedCopiesNamesWhatEachWaitAwaited) {
   EXPECT_EQ(w[2].op, 5u);
   EXPECT_TRUE(w[2].rerun);
   EXPECT_TRUE(waited_copies(s, 2.5).empty());
+}
+
+// What held up a waited copy: the copies that ran back to back before it on its own queue, back
+// to the last break in that queue, latest first, each once. Op 1 waits for tensor 3's copy out,
+// which ran after tensors 2, 1 and 2 again (no break), and after a break tensor 5; tensor 6 ran
+// on the other queue, and tensor 8 after the op started.
+TEST(SimWaits, CopiesAheadAreThoseTheWaitedCopysQueueRanWithoutABreakBeforeIt) {
+  sim_result s;
+  event(s, sim_track::compute, 0, 0, 1);
+  event(s, sim_track::d2h, 5, 0, 0.5);
+  event(s, sim_track::d2h, 2, 1, 2);  // a break of 0.5 s before it
+  event(s, sim_track::d2h, 1, 2, 3.5);
+  event(s, sim_track::d2h, 2, 3.5, 4);
+  event(s, sim_track::h2d, 6, 1, 4);
+  event(s, sim_track::d2h, 3, 4, 6);
+  event(s, sim_track::d2h, 8, 6, 7);
+  event(s, sim_track::compute, 1, 6, 7);
+  const auto w = waited_copies(s, 0.5);
+  ASSERT_EQ(w.size(), 1u);
+  ASSERT_EQ(w[0].copies, std::vector<tensor_id>{3});
+  EXPECT_DOUBLE_EQ(w[0].at, 6);
+  EXPECT_EQ(copies_ahead(s, w[0], 0), (std::vector<tensor_id>{2, 1}));
+  // With a break just before the waited copy, nothing held it up.
+  sim_result b;
+  event(b, sim_track::compute, 0, 0, 1);
+  event(b, sim_track::d2h, 1, 0, 3.9);
+  event(b, sim_track::d2h, 3, 4, 6);
+  event(b, sim_track::compute, 1, 6, 7);
+  const auto wb = waited_copies(b, 0.5);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_TRUE(copies_ahead(b, wb[0], 0).empty());
+  EXPECT_DOUBLE_EQ(copy_bytes_per_second(get_profile("h200"), sim_track::d2h), get_profile("h200").d2h_bytes_per_s);
+  EXPECT_DOUBLE_EQ(copy_bytes_per_second(get_profile("h200"), sim_track::compute), 0);
 }
 
 // The step is cut where the last forward op and the last backward op end; each part counts the
@@ -158,4 +192,40 @@ TEST(SimWaits, OnAPlannedModelThePartsAddUpToTheSimulation) {
   }
   EXPECT_LE(waited, s.stall_seconds + 1e-9);
   EXPECT_GT(waited, 0);
+  // The copies ahead of each waited copy and the copy itself fill its queue without a break
+  // (their durations add up to the stretch from the first one's start to the waited copy's end),
+  // and that queue was idle just before the stretch.
+  std::size_t looked = 0;
+  for (const auto& w : waits)
+    for (std::size_t i = 0; i < w.copies.size(); ++i) {
+      const auto ahead = copies_ahead(s, w, i);
+      double first = 0, end = 0, busy = 0;
+      bool found = false;
+      for (const auto& e : s.timeline) {
+        if (e.track != w.tracks[i] || e.end > w.at + 1e-9) continue;
+        if (e.id == w.copies[i] && (!found || e.end > end)) {
+          found = true;
+          end = e.end;
+          first = e.start;
+        }
+      }
+      ASSERT_TRUE(found);
+      busy = end - first;
+      for (const auto& e : s.timeline)
+        if (e.track == w.tracks[i] && e.end <= first + 1e-9 &&
+            std::find(ahead.begin(), ahead.end(), e.id) != ahead.end())
+          first = std::min(first, e.start);
+      double sum = 0;
+      for (const auto& e : s.timeline)
+        if (e.track == w.tracks[i] && e.start >= first - 1e-9 && e.end <= end + 1e-9) sum += e.end - e.start;
+      EXPECT_NEAR(sum, end - first, 1e-9) << "a break in the stretch ahead of copy " << w.copies[i];
+      for (const auto& e : s.timeline)  // and the stretch starts after a break
+        if (e.track == w.tracks[i] && e.start < first - 1e-9) {
+          EXPECT_LT(e.end, first - 1e-12) << e.id;
+        }
+      EXPECT_GE(end - first, busy);
+      for (tensor_id x : ahead) EXPECT_NE(x, w.copies[i]);
+      looked += ahead.size();
+    }
+  EXPECT_GT(looked, 0u);
 }
