@@ -290,12 +290,12 @@ struct planned_zoo {
   plan p;
   sim_result s;
 };
-planned_zoo auto_on_h200(const std::string& model, double ratio) {
+planned_zoo auto_on_h200(const std::string& model, double ratio, const planner_options& opt = {}) {
   planned_zoo z;
   z.t = make_model_trace(model);
   z.rep = analyze(z.t);
   const auto hw = get_profile("h200");
-  z.p = make_planner("auto")->make_plan(z.t, z.rep, hw, static_cast<std::uint64_t>(ratio * static_cast<double>(z.rep.peak_live_bytes)));
+  z.p = make_planner("auto", opt)->make_plan(z.t, z.rep, hw, static_cast<std::uint64_t>(ratio * static_cast<double>(z.rep.peak_live_bytes)));
   sim_options timeline;
   timeline.record_timeline = true;
   z.s = simulate(z.t, z.rep, z.p, hw, timeline);
@@ -386,14 +386,10 @@ TEST(PlannersRecomputeOnZoo, AutoSearchesAgainWithTheValueItWaitedForMostKept) {
 // with each spread rerun leaving room for the gradients held over its op, the step is shorter
 // (61.29 -> 58.41 ms when it was written) and the plan keeps the budget.
 TEST(PlannersRecomputeOnZoo, AutoSearchesAgainLeavingRoomForHeldValues) {
-  const auto t = make_model_trace("resnet50");
-  const auto rep = analyze(t);
-  const auto hw = get_profile("h200");
-  const auto budget = rep.peak_live_bytes / 8;
   planner_options without;
   without.auto_room_for_held = false;
-  const auto base = simulate(t, rep, make_planner("auto", without)->make_plan(t, rep, hw, budget), hw);
-  const auto held = simulate(t, rep, make_planner("auto")->make_plan(t, rep, hw, budget), hw);
+  const auto base = auto_on_h200("resnet50", 0.125, without).s;
+  const auto held = auto_on_h200("resnet50", 0.125).s;
   ASSERT_TRUE(held.feasible()) << held.violations.front();
   EXPECT_LT(held.step_seconds, 0.97 * base.step_seconds) << held.step_seconds << " against " << base.step_seconds;
 }
@@ -403,14 +399,10 @@ TEST(PlannersRecomputeOnZoo, AutoSearchesAgainLeavingRoomForHeldValues) {
 // pass to make room for the loss); kept on the device, they leave the queue free (22.35 -> 21.10
 // ms when it was written), and the plan keeps the budget.
 TEST(PlannersRecomputeOnZoo, AutoSearchesAgainKeepingTheValuesQueuedAheadOfAWaitedCopy) {
-  const auto t = make_model_trace("gpt2-small");
-  const auto rep = analyze(t);
-  const auto hw = get_profile("h200");
-  const auto budget = rep.peak_live_bytes / 4;
   planner_options without;
   without.auto_queued_search = false;
-  const auto base = simulate(t, rep, make_planner("auto", without)->make_plan(t, rep, hw, budget), hw);
-  const auto queued = simulate(t, rep, make_planner("auto")->make_plan(t, rep, hw, budget), hw);
+  const auto base = auto_on_h200("gpt2-small", 0.25, without).s;
+  const auto queued = auto_on_h200("gpt2-small", 0.25).s;
   ASSERT_TRUE(queued.feasible()) << queued.violations.front();
   EXPECT_LT(queued.step_seconds, 0.97 * base.step_seconds) << queued.step_seconds << " against " << base.step_seconds;
 }
