@@ -86,7 +86,11 @@ namespace spillway::offload::detail {
 //   (147 MiB each, 6.2 ms of copies out in a forward pass of 5.7 ms of compute); kept, 22.35 ->
 //   21.10 ms; gpt2-medium at 1/8 57.45 -> 56.37, gpt2-xl at 1/8 209.95 -> 207.24, bert-large
 //   at 1/8 95.75 -> 95.38. Keeping every such value ahead instead gains less (gpt2-small 21.43,
-//   the others unchanged), and those covering the wait's bytes once less still (22.34). Held
+//   the others unchanged), and those covering the wait's bytes once less still (22.34); a
+//   second round of both searches from the plan they found, nothing on the zoo; both searches
+//   where the waits make up 1% of the step instead of 5%, gpt3-6.7b at 1/8 737.38 -> 721.33 ms,
+//   gpt2-large at 1/8 113.51 -> 113.27, bert-large at 1/4 90.04 -> 89.92, the other rows the
+//   same, at up to three times the planning time (gpt2-xl at 1/8: 6.9 -> 13.8 s). Held
 //   search: where the best plan's compute still waits on copies of transients (activations and
 //   their gradients, not model state) for over a quarter of its step, the whole search runs
 //   once more with every rerun schedule leaving room, beside each op a rerun is spread to, for
