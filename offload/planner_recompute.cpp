@@ -650,42 +650,45 @@ std::vector<char> fixed_values(const trace& t, const lifetime_report& r, const h
   return fixed;
 }
 
-// Of `w.waits`, the value waited for longest, in all, of those that may not be remade, where
-// those waits make up at least `share` of the step (Note [Recomputing planners], the pinned
-// search); empty when there is none. With `queued`, also the values that held up its copies
-// (the queued search): for each wait on a copy of it, of the values that may not be remade
-// whose copies ran back to back ahead of that copy on its queue, the largest first, until they
-// add up to twice the bytes that queue moves in the wait.
-std::vector<char> most_waited_value(const trace& t, const lifetime_report& r, const hw_profile& hw,
-                                    const timed_waits& w, double share, bool queued = false) {
-  const auto fixed = fixed_values(t, r, hw);
-  std::vector<double> waited(t.tensors.size(), 0);
+// Of `w.waits`, the value waited for longest, in all, of those that may not be remade (`fixed`),
+// where those waits make up at least `share` of the step (Note [Recomputing planners], the
+// pinned search); empty when there is none.
+std::vector<char> most_waited_value(const std::vector<char>& fixed, const timed_waits& w, double share) {
+  std::vector<double> waited(fixed.size(), 0);
   for (const auto& c : w.waits)
     for (tensor_id x : c.copies)
       if (x < waited.size() && fixed[x]) waited[x] += c.seconds;
   const auto most = std::max_element(waited.begin(), waited.end());
   if (most == waited.end() || *most < share * w.sim.step_seconds) return {};
-  const auto v = static_cast<tensor_id>(most - waited.begin());
-  std::vector<char> out(t.tensors.size(), 0);
-  out[v] = 1;
-  if (!queued) return out;
+  std::vector<char> out(fixed.size(), 0);
+  out[static_cast<std::size_t>(most - waited.begin())] = 1;
+  return out;
+}
+
+// `stay` (one value) and the values that held up its copies (the queued search): for each wait
+// on a copy of it, of the values that may not be remade whose copies ran back to back ahead of
+// that copy on its queue, the largest first, until they add up to twice the bytes that queue
+// moves in the wait.
+std::vector<char> with_values_queued_ahead(const trace& t, const hw_profile& hw, const std::vector<char>& fixed,
+                                           const timed_waits& w, std::vector<char> stay) {
+  const auto v = static_cast<tensor_id>(std::find(stay.begin(), stay.end(), 1) - stay.begin());
   for (const auto& c : w.waits)
     for (std::size_t i = 0; i < c.copies.size(); ++i) {
       if (c.copies[i] != v) continue;
       std::vector<tensor_id> ahead;
       for (tensor_id x : copies_ahead(w.sim, c, i))
-        if (x < out.size() && fixed[x]) ahead.push_back(x);
+        if (x < stay.size() && fixed[x]) ahead.push_back(x);
       std::stable_sort(ahead.begin(), ahead.end(),
                        [&](tensor_id a, tensor_id b) { return t.tensors[a].bytes > t.tensors[b].bytes; });
       const double need = 2 * c.seconds * copy_bytes_per_second(hw, c.tracks[i]);
       double held = 0;
       for (tensor_id x : ahead) {
         if (held >= need) break;
-        out[x] = 1;
+        stay[x] = 1;
         held += static_cast<double>(t.tensors[x].bytes);
       }
     }
-  return out;
+  return stay;
 }
 
 // Of `waits`, the seconds spent on copies of transients (activations, their gradients), not of
@@ -710,11 +713,12 @@ plan auto_recompute_plan(const trace& t, const lifetime_report& r, const hw_prof
   auto best = recompute_search(t, r, hw, budget, opt, judge, {});
   if (t.ops.size() <= opt.auto_fine_search_ops && opt.auto_stall_rounds > 0) {
     auto waits = waits_of(t, r, hw, *best);
-    const auto stay = most_waited_value(t, r, hw, waits, 0.05);
+    const auto fixed = fixed_values(t, r, hw);
+    const auto stay = most_waited_value(fixed, waits, 0.05);
     if (!stay.empty()) {
       // The pinned search, then the queued one where copies held up the waited value's.
       auto pinned = recompute_search(t, r, hw, budget, opt, judge, stay);
-      const auto queue = opt.auto_queued_search ? most_waited_value(t, r, hw, waits, 0.05, true) : stay;
+      const auto queue = opt.auto_queued_search ? with_values_queued_ahead(t, hw, fixed, waits, stay) : stay;
       if (queue != stay) keep_best(pinned, recompute_search(t, r, hw, budget, opt, judge, queue));
       if (pinned && better(pinned->sim, best->sim)) {
         best = std::move(pinned);
