@@ -42,6 +42,17 @@ namespace spillway::offload::detail {
 // is judged by the simulator on the real trace like every other candidate, and so is each plan
 // auto's recomputing search weighs for the view (host_candidates' judge): a view's plan that
 // fills the link with swaps is judged with the weights and gradients it must also carry.
+// Tried and not kept: weights homed on the device with a copy in the host tier as well, the
+// step rewriting the host copy and a prefetch issued after it bringing the new value up before
+// the iteration ends, so the next forward pass finds it there (a plan state of its own, checked
+// by the simulator at both ends of the iteration). At 1/8 of the peak on h200 the forward pass
+// is bound by the link both ways (GPT-3 6.7B: 266 ms of weights up and 260 ms of activations
+// down beside 216 ms of compute). Mirroring the first layers' weights shortens it (6.7B: 274.4
+// -> 262.7 ms, then waiting on the copies out; 13B, eight layers: 509.5 -> 416.5 ms), but their
+// copies up move behind the backward pass, whose memory holds them back until it ends (13B: 3.8
+// -> 93.0 ms after it): 737.38 -> 733.41 ms and 1379.30 -> 1375.55. Deeper layers, held longer,
+// are slower (13B, layers 12-19 mirrored: 1401.9 ms); at 1/4 nothing changes (the first layers'
+// steps already run on the device); ZeRO-Offload's 10B GPT on v100: 10939.8 -> 10931.8 ms.
 
 namespace {
 
