@@ -483,6 +483,10 @@ int run_zoo(const plan_args& a, runner& run) {
 }
 
 int run_plan(const plan_args& a) {
+  // Every policy and profile named is checked before any trace is built or planned.
+  for (const auto& p : a.policies)
+    if (p != "all") (void)make_planner(p);
+  for (const auto& h : a.hw) (void)get_profile(h);
   if (!a.largest.empty()) {
     if (a.largest != "gpt") throw config_error("--largest: '" + a.largest + "' is not a family to search (gpt)");
     largest_args la;

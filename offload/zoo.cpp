@@ -3,6 +3,7 @@
 #include "offload/zoo.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "device/error.hpp"
 #include "offload/zoo_detail.hpp"
@@ -58,6 +59,20 @@ void check_shape(std::string_view name, const detail::transformer_shape& s, std:
                        std::to_string(seq) + ", hidden " + std::to_string(s.hidden) +
                        " make tensors past a petabyte; give smaller shapes");
 }
+// The image side a CNN can take: every pooling window must fit the map it slides over (VGG-16's
+// five 2x2 pools halve the side five times; ResNet's 3x3 stem pool follows a stride-2 conv), and
+// the largest tensors (the first conv's output, VGG-16's fc6 weight) must stay below a petabyte.
+void check_image(std::string_view name, std::uint32_t batch, std::uint32_t image) {
+  const std::uint32_t least = name == "vgg16" ? 32 : 5;
+  if (image < least)
+    throw config_error("model '" + std::string(name) + "': an image side of " + std::to_string(image) +
+                       " is too small for its pooling layers; give an image side (--seq) of at least " +
+                       std::to_string(least) + " (default 224)");
+  const double side = image, fc6 = name == "vgg16" ? 512.0 * std::floor(side / 32) * std::floor(side / 32) * 4096 : 0;
+  if (std::max(static_cast<double>(batch) * 64 * side * side, fc6) * 4 > 1e15)
+    throw config_error("model '" + std::string(name) + "': batch " + std::to_string(batch) + " and image side " +
+                       std::to_string(image) + " make tensors past a petabyte; give smaller shapes");
+}
 }  // namespace
 
 zoo_model_size zoo_size(std::string_view name, const zoo_options& opt, const trace& t) {
@@ -99,6 +114,7 @@ trace make_model_trace(std::string_view name, const zoo_options& opt) {
   if (is_cnn && (opt.layers || opt.hidden || opt.heads))
     throw config_error("model '" + std::string(name) +
                        "': layers, hidden and heads set the shape of a transformer; a CNN keeps its published layers");
+  if (is_cnn) check_image(name, batch, image);
   const auto prec = setup_for(opt.precision, false, opt.clip_grad_norm);
   if (name == "vgg16") return detail::make_cnn(detail::cnn_kind::vgg16, batch, image, prec);
   if (name == "resnet50") return detail::make_cnn(detail::cnn_kind::resnet50, batch, image, prec);

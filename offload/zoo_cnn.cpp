@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "device/error.hpp"
 #include "offload/zoo_builder.hpp"
 #include "offload/zoo_detail.hpp"
 
@@ -55,6 +56,10 @@ class cnn {
     return {out, a.c, a.h, a.w};
   }
   fmap pool(const std::string& name, const fmap& x, std::uint64_t k, std::uint64_t stride, bool global) {
+    if (!global && (x.h < k || x.w < k))  // make_model_trace checks the image side first
+      throw config_error("zoo: '" + name + "' gets a " + std::to_string(x.h) + "x" + std::to_string(x.w) +
+                         " map, smaller than its " + std::to_string(k) + "x" + std::to_string(k) +
+                         " window; give a larger image side");
     const std::uint64_t ho = global ? 1 : (x.h - k) / stride + 1, wo = global ? 1 : (x.w - k) / stride + 1;
     const auto out = m_.act(name + ".out", n_ * x.c * ho * wo);
     const double e = static_cast<double>(elems(x));

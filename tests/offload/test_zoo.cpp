@@ -143,5 +143,44 @@ TEST(Zoo, FlopsScaleWithBatchAndLayersOverride) {
   EXPECT_GT(tc.ops.size(), ta.ops.size());
 }
 
+// The message of the config_error that making `name` at `o` throws; empty when it builds.
+std::string error_of(const std::string& name, const zoo_options& o) {
+  try {
+    (void)make_model_trace(name, o);
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+TEST(Zoo, ShapesNoModelCanTakeAreRefusedWithTheLeastThatWorks) {
+  // A CNN's image side must leave each pooling window a map to slide over: VGG-16 halves it
+  // five times, ResNet pools 3x3 after a stride-2 conv. The least side builds; one less is
+  // refused before anything is built, with the least in the message.
+  for (const auto& [name, least] : {std::pair<std::string, std::uint32_t>{"vgg16", 32}, {"resnet50", 5}, {"resnet152", 5}}) {
+    SCOPED_TRACE(name);
+    zoo_options o;
+    o.batch = 1;
+    o.seq = least;
+    EXPECT_EQ(error_of(name, o), "");
+    EXPECT_NO_THROW(make_model_trace(name, o).validate());
+    o.seq = least - 1;
+    const auto msg = error_of(name, o);
+    EXPECT_NE(msg.find("image side of " + std::to_string(least - 1)), std::string::npos) << msg;
+    EXPECT_NE(msg.find("at least " + std::to_string(least)), std::string::npos) << msg;
+    o.seq = 100'000'000;  // a first conv output past a petabyte
+    EXPECT_NE(error_of(name, o).find("past a petabyte"), std::string::npos);
+  }
+  zoo_options o;
+  o.heads = 5;  // 768 is not a multiple of 5
+  EXPECT_NE(error_of("gpt2-small", o).find("do not divide the hidden size 768"), std::string::npos);
+  o = {};
+  o.batch = 100'000'000;
+  EXPECT_NE(error_of("gpt2-small", o).find("past a petabyte"), std::string::npos);
+  o = {};
+  o.layers = 2;  // a transformer's shape on a CNN
+  EXPECT_NE(error_of("resnet50", o).find("keeps its published layers"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace spillway::offload
