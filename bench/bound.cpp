@@ -59,11 +59,11 @@ int run_bound(const bound_args& a) {
     all_pass = all_pass && ok;
   };
   char buf[320];
+  const auto hw = get_profile(a.hw);  // an unknown profile is refused before any work
   const double alt = alternating_bound_ms();
   std::snprintf(buf, sizeof buf, "alternating parameters: lower bound %.1f ms, best step ~1010 ms, ratio %.3f (target <= 1.2)",
                 alt, 1010.0 / alt);
   verdict(1010.0 / alt <= 1.2, buf);
-  const auto hw = get_profile(a.hw);
   for (std::size_t ops : {a.ops, std::size_t{10000}}) {
     const auto t = trace_of_about(ops);
     const auto rep = analyze(t);
