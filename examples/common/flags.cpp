@@ -69,7 +69,7 @@ session_config load_config(const config_flags& f, session_config defaults) {
 void add_common_flags(CLI::App& app, flag_values& v, bool with_data) {
   add_config_flags(app, v.config);
   app.add_option("--budget-ratio", v.budget_ratio,
-                 "device budget as a fraction of the model's footprint (learned by a first one-step run)");
+                 "device budget as a fraction of the model's footprint (learned by a first one-step run; 0: none)");
   app.add_option("--steps", v.steps, "training steps")->capture_default_str();
   app.add_option("--seed", v.seed, "seed of initial weights and data")->check(whole_number)->capture_default_str();
   app.add_option("--preset", v.preset, "model size: tiny, small (under 1 s/step on 2 cpu cores), medium, large (GPU)")
