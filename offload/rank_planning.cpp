@@ -1,6 +1,7 @@
 // Planning a data-parallel rank (Note [Planning with the network] in rank_planning.hpp).
 #include "offload/rank_planning.hpp"
 
+#include <cstdio>
 #include <algorithm>
 
 #include "device/error.hpp"
@@ -56,11 +57,15 @@ rank_plan plan_rank(const rank_trace& r, const lifetime_report& rep, const hw_pr
   rank_plan best;
   sim_options so;
   so.comm = &r.comm;
+  for (double share : o.link_shares)  // every share checked before any planning
+    if (!(share > 0 && share <= 1)) {
+      char got[32];
+      std::snprintf(got, sizeof got, "%g", share);
+      throw config_error(std::string("data parallel planning: a link share must be above 0 and at most 1 (such as 0.5), got ") + got);
+    }
   for (const auto& name : o.policies) {
     const auto planner = make_planner(name);
     for (double share : o.link_shares) {
-      if (!(share > 0 && share <= 1))
-        throw config_error("data parallel planning: a link share must be in (0, 1], got " + std::to_string(share));
       hw_profile seen = hw;  // the link as the planner may count on it
       seen.h2d_bytes_per_s *= share;
       seen.d2h_bytes_per_s *= share;

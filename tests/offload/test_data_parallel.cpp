@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "device/error.hpp"
@@ -561,6 +562,17 @@ TEST(RankPlanning, KeepsTheFastestFeasiblePlanOnTheNetwork) {
   }
   const auto r = make_rank_trace(random_model(rng, false), {.ranks = 2});
   EXPECT_THROW((void)plan_rank(r, analyze(r.t), prop_hw(1e9, 0), 1ull << 30, {.policies = {}}), config_error);
+  // A share out of range is refused, with the value as given, whatever shares come before it.
+  for (double bad : {0.0, 1.5, -0.25}) {
+    try {
+      (void)plan_rank(r, analyze(r.t), prop_hw(1e9, 0), 1ull << 30, {.policies = {"lms"}, .link_shares = {1.0, bad}});
+      ADD_FAILURE() << "a link share of " << bad << " was taken";
+    } catch (const config_error& e) {
+      std::ostringstream given;
+      given << "got " << bad;
+      EXPECT_NE(std::string(e.what()).find(given.str()), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
