@@ -2,21 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <string>
 
 #include "device/error.hpp"
+#include "device/units.hpp"
 
 namespace spillway::bench {
-
-namespace {
-// A number as a person would write it (0.5, 1200), not std::to_string's six decimals.
-std::string real(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-}  // namespace
 
 double fit_op_times(trace& t, const offload::hw_profile& hw, double step_ms) {
   auto seconds = [&](const op_desc& o, double f) {
@@ -29,12 +20,12 @@ double fit_op_times(trace& t, const offload::hw_profile& hw, double step_ms) {
   };
   const double want = step_ms / 1e3;
   if (!(want > 0) || !std::isfinite(want))
-    throw config_error("--fit-step-ms: " + real(step_ms) + " is not a step time; give milliseconds above 0");
+    throw config_error("--fit-step-ms: " + format_real(step_ms) + " is not a step time; give milliseconds above 0");
   const double floor_s = total(1e300);
   if (floor_s > want)
-    throw config_error("--fit-step-ms: " + real(step_ms) + " ms is shorter than the trace's " +
+    throw config_error("--fit-step-ms: " + format_real(step_ms) + " ms is shorter than the trace's " +
                        std::to_string(t.ops.size()) + " ops take at " + hw.name + "'s memory rate alone (" +
-                       real(floor_s * 1e3) + " ms, each at least 5 us); give a longer step");
+                       format_real(floor_s * 1e3) + " ms, each at least 5 us); give a longer step");
   // The slowest rate needed: total() falls as the rate rises, and only the ops with flops grow
   // with it; where none has any, no rate stretches them to the step.
   double lo = 1.0;

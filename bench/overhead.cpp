@@ -5,7 +5,6 @@
 // Device calls, set beside an empty kernel launch on the same backend in the same run. The CPU
 // time inside Device calls is read from the thread's CPU clock around each call, less the
 // measured cost of those reads (bench/timed_device.hpp).
-#include <cstdio>
 #include <linux/perf_event.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
@@ -204,11 +203,7 @@ double median(std::vector<double> v) {
 int run(const overhead_args& a) {
   if (a.layers < 2) throw config_error("--layers: " + std::to_string(a.layers) + " is too few; give at least 2");
   if (!(a.budget_ratio > 0 && a.budget_ratio <= 1))
-  {
-    char got[32];
-    std::snprintf(got, sizeof got, "%g", a.budget_ratio);
-    throw config_error(std::string("--budget-ratio: ") + got + " is not a ratio above 0 and at most 1 (such as 0.25)");
-  }
+    throw config_error("--budget-ratio: " + format_real(a.budget_ratio) + " is not a ratio above 0 and at most 1 (such as 0.25)");
   const std::uint64_t footprint = footprint_of(a);
   const std::uint64_t planned_budget = static_cast<std::uint64_t>(static_cast<double>(footprint) * a.budget_ratio);
   std::cout << "overhead: " << a.layers * 3 << " zero-duration ops per iteration over " << a.layers * 3

@@ -321,14 +321,9 @@ std::vector<std::uint64_t> budgets_for(const plan_args& a, const lifetime_report
   for (double r : ratios) {
     const double bytes = static_cast<double>(rep.peak_live_bytes) * r;
     if (!(r > 0) || !std::isfinite(r) || bytes > static_cast<double>(max_size_bytes) || bytes < 1)
-    {
-      char given[32], most[32];
-      std::snprintf(given, sizeof given, "%g", r);
-      std::snprintf(most, sizeof most, "%g",
-                    static_cast<double>(max_size_bytes) / static_cast<double>(std::max<std::uint64_t>(1, rep.peak_live_bytes)));
-      throw config_error(std::string("--budget-ratio: cannot use ") + given + ": give a fraction of the peak live bytes (" +
-                         format_bytes(rep.peak_live_bytes) + ") such as 0.5, greater than 0 and at most " + most);
-    }
+      throw config_error("--budget-ratio: cannot use " + format_real(r) + ": give a fraction of the peak live bytes (" +
+                         format_bytes(rep.peak_live_bytes) + ") such as 0.5, greater than 0 and at most " +
+                         format_real(static_cast<double>(max_size_bytes) / static_cast<double>(std::max<std::uint64_t>(1, rep.peak_live_bytes))));
     out.push_back(static_cast<std::uint64_t>(bytes));
   }
   return out;

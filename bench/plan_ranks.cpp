@@ -135,10 +135,9 @@ int run_ranks(const ranks_args& a, const trace& t) {
   auto ratios = a.ratios;
   if (budgets.empty() && ratios.empty()) ratios = {0.25};
   for (double r : ratios) {
-    char label[48];
-    std::snprintf(label, sizeof label, "%g", r);
     if (!(r > 0) || !(r <= 64))
-      throw config_error(std::string("--budget-ratio: cannot use ") + label + ": give a fraction such as 0.25, above 0 and at most 64");
+      throw config_error("--budget-ratio: cannot use " + format_real(r) + ": give a fraction such as 0.25, above 0 and at most 64");
+    char label[48];
     std::snprintf(label, sizeof label, "%g x one-rank peak", r);
     budgets.push_back({label, static_cast<std::uint64_t>(static_cast<double>(rep1.peak_live_bytes) * r)});
   }

@@ -194,7 +194,7 @@ int run(const train_args& a) {
   if (a.example != "gpt" && a.example != "mlp" && a.example != "cnn")
     throw config_error("--example: '" + a.example + "' is not an example (gpt, mlp, cnn)");
   for (double r : a.ratios)
-    if (!(r > 0)) throw config_error(fmt("--budget-ratio: %g is not a ratio above 0 (such as 0.25)", r));
+    if (!(r > 0)) throw config_error("--budget-ratio: " + format_real(r) + " is not a ratio above 0 (such as 0.25)");
   example_options base;
   session_config defaults;  // this benchmark's: the cpu backend behind a PCIe 3.0 x16-like link
   defaults.backend = "cpu";

@@ -87,6 +87,12 @@ std::uint64_t parse_size(std::string_view text, std::string_view what, bool allo
   return static_cast<std::uint64_t>(bytes);
 }
 
+std::string format_real(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 std::string format_bytes(std::uint64_t bytes) {
   static constexpr const char* names[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   if (bytes < 1024) return std::to_string(bytes) + " B";

@@ -24,6 +24,10 @@ constexpr std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1
 /// "1.50 GiB", "512.00 MiB", "17 B": for reports and error messages.
 std::string format_bytes(std::uint64_t bytes);
 
+/// A ratio, share or time as a person would write it, for error messages that echo what was
+/// given: "0", "0.25", "-1.5", "1e+06" (six significant digits), not "0.000000".
+std::string format_real(double v);
+
 namespace literals {
 constexpr std::uint64_t operator""_KiB(unsigned long long v) { return v << 10; }
 constexpr std::uint64_t operator""_MiB(unsigned long long v) { return v << 20; }

@@ -2,13 +2,13 @@
 // (Note [Data parallel] in data_parallel.hpp).
 #include "offload/data_parallel.hpp"
 
-#include <cstdio>
 #include <algorithm>
 #include <limits>
 #include <map>
 #include <string>
 
 #include "device/error.hpp"
+#include "device/units.hpp"
 
 namespace spillway::offload {
 
@@ -327,11 +327,7 @@ rank_trace make_rank_trace(const trace& t, const data_parallel_options& o) {
   if (o.bucket_bytes == 0) throw config_error("data parallel: the bucket size must be at least 1 byte, got 0");
   if (o.early_step_lag == 0) throw config_error("data parallel: the early step lag must be at least 1 bucket, got 0");
   if (!(o.early_step_share >= 0 && o.early_step_share <= 1))
-  {
-    char got[32];
-    std::snprintf(got, sizeof got, "%g", o.early_step_share);
-    throw config_error(std::string("data parallel: the early step share must be from 0 to 1, got ") + got);
-  }
+    throw config_error("data parallel: the early step share must be from 0 to 1, got " + format_real(o.early_step_share));
   if (o.ranks == 1) return {t, comm_schedule{1, {}}};
   t.validate();
   return rank_rewrite(t, o).run();

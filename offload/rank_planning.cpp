@@ -1,10 +1,10 @@
 // Planning a data-parallel rank (Note [Planning with the network] in rank_planning.hpp).
 #include "offload/rank_planning.hpp"
 
-#include <cstdio>
 #include <algorithm>
 
 #include "device/error.hpp"
+#include "device/units.hpp"
 #include "offload/planner.hpp"
 
 namespace spillway::offload {
@@ -58,11 +58,8 @@ rank_plan plan_rank(const rank_trace& r, const lifetime_report& rep, const hw_pr
   sim_options so;
   so.comm = &r.comm;
   for (double share : o.link_shares)  // every share checked before any planning
-    if (!(share > 0 && share <= 1)) {
-      char got[32];
-      std::snprintf(got, sizeof got, "%g", share);
-      throw config_error(std::string("data parallel planning: a link share must be above 0 and at most 1 (such as 0.5), got ") + got);
-    }
+    if (!(share > 0 && share <= 1))
+      throw config_error("data parallel planning: a link share must be above 0 and at most 1 (such as 0.5), got " + format_real(share));
   for (const auto& name : o.policies) {
     const auto planner = make_planner(name);
     for (double share : o.link_shares) {

@@ -146,12 +146,9 @@ resume_point parse_meta(const std::string& meta, const std::string& where) {
 void example_options::validate() const {
   session_config::validate();
   if (steps < 1) throw config_error("--steps: " + std::to_string(steps) + " is not a positive number of steps");
-  if (!(budget_ratio >= 0) || budget_ratio > 1e6) {
-    char given[32];
-    std::snprintf(given, sizeof given, "%g", budget_ratio);
-    throw config_error(std::string("--budget-ratio: ") + given +
+  if (!(budget_ratio >= 0) || budget_ratio > 1e6)
+    throw config_error("--budget-ratio: " + format_real(budget_ratio) +
                        " is not a ratio of the footprint; give one above 0 (such as 0.25; 0 sets no budget) and at most 1e6");
-  }
   if (budget_ratio > 0 && device_budget > 0)
     throw config_error("--budget-ratio and " + source_of("device_budget") + " both set the device budget; give one");
   if (budget_ratio > 0 && device_budget_ratio > 0)

@@ -52,3 +52,11 @@ TEST(Units, FormatThenParseRoundTripsWholeUnits) {
   EXPECT_EQ(format_bytes(17), "17 B");
   EXPECT_EQ(format_bytes(3 * 512_MiB), "1.50 GiB");
 }
+
+TEST(Units, RealsAreWrittenAsGiven) {
+  EXPECT_EQ(format_real(0), "0");
+  EXPECT_EQ(format_real(0.25), "0.25");
+  EXPECT_EQ(format_real(-1.5), "-1.5");
+  EXPECT_EQ(format_real(132537.900648), "132538");
+  EXPECT_EQ(format_real(1e6), "1e+06");
+}
