@@ -6,8 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 #include <string>
 
@@ -55,6 +57,17 @@ std::string first_rank_folder(const std::string& dir) {
   return found;
 }
 
+/// Whether this process can make an entry in `dir`: one is made and removed again, named after
+/// the process so that ranks checking the same folder at once do not meet. access() alone says
+/// yes where the file system then refuses (a root-squashed NFS export, /proc); empty when it
+/// can, else why not.
+std::string cannot_write_in(const std::string& dir) {
+  const std::string probe = dir + "/.spillway-write-check-" + std::to_string(::getpid());
+  if (::mkdir(probe.c_str(), 0700) != 0) return std::strerror(errno);
+  ::rmdir(probe.c_str());
+  return {};
+}
+
 /// --save, --save-every and --resume, checked before any work (Session::save makes a missing
 /// folder whose parent exists).
 void check_checkpoint_folders(const example_options& o) {
@@ -66,7 +79,8 @@ void check_checkpoint_folders(const example_options& o) {
     struct stat st {};
     if (::stat(o.save.c_str(), &st) == 0) {
       if (!S_ISDIR(st.st_mode)) throw config_error("--save: '" + o.save + "' is a file; give a folder");
-      if (::access(o.save.c_str(), W_OK) != 0) throw config_error("--save: the folder '" + o.save + "' is not writable");
+      if (const auto why = cannot_write_in(o.save); !why.empty())
+        throw config_error("--save: the folder '" + o.save + "' is not writable (" + why + "); give a folder this run can write");
     } else {
       std::string parent = o.save;
       while (parent.size() > 1 && parent.back() == '/') parent.pop_back();
@@ -74,8 +88,9 @@ void check_checkpoint_folders(const example_options& o) {
       parent = slash == std::string::npos ? "." : slash == 0 ? "/" : parent.substr(0, slash);
       if (!is_folder(parent))
         throw config_error("--save: cannot make the folder '" + o.save + "': '" + parent + "' is not a folder");
-      if (::access(parent.c_str(), W_OK) != 0)
-        throw config_error("--save: cannot make the folder '" + o.save + "': '" + parent + "' is not writable");
+      if (const auto why = cannot_write_in(parent); !why.empty())
+        throw config_error("--save: cannot make the folder '" + o.save + "': '" + parent + "' is not writable (" + why +
+                           "); give a folder this run can write");
     }
   }
   if (!o.resume.empty()) {

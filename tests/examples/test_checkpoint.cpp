@@ -124,6 +124,18 @@ TEST(ExamplesCheckpoint, FoldersAreCheckedBeforeAnyWork) {
   EXPECT_TRUE(has(config_error_of(o), "--save: cannot make the folder '" + o.save + "'")) << config_error_of(o);
   o.save = dir.path() + "/new";  // made by the save
   EXPECT_EQ(config_error_of(o), "accepted");
+  // The check makes an entry and removes it: nothing is left behind.
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    ADD_FAILURE() << "left behind: " << e.path();
+  // A folder whose file system refuses new entries though access() says it may be written
+  // (procfs, for root as for anyone; a root-squashed NFS export is the same case).
+  if (std::filesystem::is_directory("/proc/self")) {
+    o.save = "/proc/spillway-save-check";
+    EXPECT_TRUE(has(config_error_of(o), "--save: cannot make the folder '/proc/spillway-save-check': '/proc' is not writable"))
+        << config_error_of(o);
+    o.save = "/proc";
+    EXPECT_TRUE(has(config_error_of(o), "--save: the folder '/proc' is not writable")) << config_error_of(o);
+  }
   o.save.clear();
   o.resume = dir.path();
   EXPECT_TRUE(has(config_error_of(o), "no checkpoint in '" + dir.path() + "'")) << config_error_of(o);
