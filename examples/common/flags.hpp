@@ -32,7 +32,8 @@ inline const CLI::Validator writable_file(
       struct stat st {};
       if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
         return "cannot write '" + path + "': the folder '" + dir + "' does not exist";
-      if (::access(dir.c_str(), W_OK) != 0) return "cannot write '" + path + "': the folder '" + dir + "' is not writable";
+      if (const auto why = cannot_write_in(dir); !why.empty())
+        return "cannot write '" + path + "': the folder '" + dir + "' is not writable (" + why + ")";
       if (::access(path.c_str(), F_OK) == 0 && ::access(path.c_str(), W_OK) != 0)
         return "cannot write '" + path + "': the file exists and is not writable";
       return {};

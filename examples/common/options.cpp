@@ -57,17 +57,6 @@ std::string first_rank_folder(const std::string& dir) {
   return found;
 }
 
-/// Whether this process can make an entry in `dir`: one is made and removed again, named after
-/// the process so that ranks checking the same folder at once do not meet. access() alone says
-/// yes where the file system then refuses (a root-squashed NFS export, /proc); empty when it
-/// can, else why not.
-std::string cannot_write_in(const std::string& dir) {
-  const std::string probe = dir + "/.spillway-write-check-" + std::to_string(::getpid());
-  if (::mkdir(probe.c_str(), 0700) != 0) return std::strerror(errno);
-  ::rmdir(probe.c_str());
-  return {};
-}
-
 /// --save, --save-every and --resume, checked before any work (Session::save makes a missing
 /// folder whose parent exists).
 void check_checkpoint_folders(const example_options& o) {
@@ -131,6 +120,13 @@ void check_clip_grad_norm(double v) {
 }
 
 }  // namespace
+
+std::string cannot_write_in(const std::string& dir) {
+  const std::string probe = dir + "/.spillway-write-check-" + std::to_string(::getpid());
+  if (::mkdir(probe.c_str(), 0700) != 0) return std::strerror(errno);
+  ::rmdir(probe.c_str());
+  return {};
+}
 
 std::string to_meta(const resume_point& p) {
   return "spillway-example 1\nnext_step " + std::to_string(p.next_step) + "\nseed " + std::to_string(p.seed) + "\n";

@@ -71,6 +71,12 @@ struct resume_point {
 /// checkpoint is --save's folder itself.
 [[nodiscard]] std::string rank_folder(const std::string& dir, int rank, int ranks);
 
+/// Empty when this process can make an entry in the folder `dir`, else why not: one is made and
+/// removed again, named after the process so that ranks checking the same folder at once do not
+/// meet. access() alone says yes where the file system then refuses (a root-squashed NFS export,
+/// procfs), and the output would be lost after the work that made it.
+std::string cannot_write_in(const std::string& dir);
+
 /// The meta text of a checkpoint at `p` ("spillway-example 1\nnext_step N\nseed S\n").
 [[nodiscard]] std::string to_meta(const resume_point& p);
 /// Parses to_meta's text; config_error naming `where` (the --resume folder) when it is not.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -91,6 +92,12 @@ TEST(ExampleOptions, SeedsAndOutputPathsAreCheckedWhenTheFlagsAreRead) {
   EXPECT_TRUE(has(msg, "the folder '/nonexistent-folder' does not exist")) << msg;
   spillway::test::temp_dir d;
   EXPECT_EQ(load({"--report", d.path() + "/run.json"}).steps, example_options{}.steps);
+  EXPECT_TRUE(std::filesystem::is_empty(d.path())) << "the check left an entry behind";
+  // A folder whose file system refuses new files though access() allows them (procfs).
+  if (std::filesystem::is_directory("/proc/self")) {
+    const auto refused = parse_error_of({"--report", "/proc/run.json"});
+    EXPECT_TRUE(has(refused, "the folder '/proc' is not writable")) << refused;
+  }
 }
 
 TEST(ExampleOptions, BadVariablesAreRefusedNamingThem) {
