@@ -123,9 +123,12 @@ void check_clip_grad_norm(double v) {
 
 std::string cannot_write_in(const std::string& dir) {
   const std::string probe = dir + "/.spillway-write-check-" + std::to_string(::getpid());
-  if (::mkdir(probe.c_str(), 0700) != 0) return std::strerror(errno);
-  ::rmdir(probe.c_str());
-  return {};
+  if (::mkdir(probe.c_str(), 0700) == 0) {
+    ::rmdir(probe.c_str());
+    return {};
+  }
+  // One already there was left by an earlier process with this id, which could make it.
+  return errno == EEXIST ? std::string() : std::strerror(errno);
 }
 
 std::string to_meta(const resume_point& p) {

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "../swap/swap_test_support.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
@@ -93,6 +95,9 @@ TEST(ExampleOptions, SeedsAndOutputPathsAreCheckedWhenTheFlagsAreRead) {
   spillway::test::temp_dir d;
   EXPECT_EQ(load({"--report", d.path() + "/run.json"}).steps, example_options{}.steps);
   EXPECT_TRUE(std::filesystem::is_empty(d.path())) << "the check left an entry behind";
+  // One left there by an earlier process with this id does not make the folder unwritable.
+  std::filesystem::create_directory(d.path() + "/.spillway-write-check-" + std::to_string(::getpid()));
+  EXPECT_EQ(load({"--report", d.path() + "/run.json"}).steps, example_options{}.steps);
   // A folder whose file system refuses new files though access() allows them (procfs).
   if (std::filesystem::is_directory("/proc/self")) {
     const auto refused = parse_error_of({"--report", "/proc/run.json"});
