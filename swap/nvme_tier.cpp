@@ -321,10 +321,11 @@ void nvme_tier::place(record& r, const std::string& name) {
         for (const auto& a : space_) s += a.free_blocks() * bs;
         return s;
       }();
+      const std::uint64_t capacity = space_.size() * space_[0].total_blocks() * bs;
       throw out_of_memory("nvme tier: out of swap space for tensor '" + name + "' (" + format_bytes(r.bytes) + ", " +
                           std::to_string(n) + " blocks of " + format_bytes(bs) + "): capacity " +
-                          format_bytes(space_.size() * space_[0].total_blocks() * bs) + ", stored " +
-                          format_bytes(stored_bytes_) + " in whole blocks, free " + format_bytes(st_free) + " (" +
+                          format_bytes(capacity) + ", in use " + format_bytes(capacity - st_free) + " (whole blocks) for " +
+                          format_bytes(stored_bytes_) + " of tensors, free " + format_bytes(st_free) + " (" +
                           per_file + "); give a larger reserve, a block size nearer the tensors' sizes, or "
                           "grow_on_demand");
     }

@@ -131,6 +131,27 @@ TEST(NvmeTier, SeveralRingsAndSmallBlocksRoundTrip) {
   EXPECT_EQ(back, data);
 }
 
+// Each tensor takes whole blocks: small tensors fill the tier long before their bytes do, and
+// the error says so, with what the blocks hold beside what they take.
+TEST(NvmeTier, FullTierOfSmallTensorsSaysWhatTheBlocksHold) {
+  test::temp_dir dir;
+  nvme_tier tier(options_for({dir.path()}, 4_MiB));
+  const auto small = test::random_bytes(3_KiB, 3);
+  for (int i = 0; i < 4; ++i) tier.write("s" + std::to_string(i), small.data(), small.size()).wait();
+  try {
+    (void)tier.write("s4", small.data(), small.size());
+    FAIL() << "four 1 MiB blocks hold four tensors, however small";
+  } catch (const out_of_memory& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'s4'"), std::string::npos) << what;
+    EXPECT_NE(what.find("in use 4.00 MiB (whole blocks) for 12.00 KiB of tensors"), std::string::npos) << what;
+    EXPECT_NE(what.find("a block size nearer the tensors' sizes"), std::string::npos) << what;
+  }
+  std::vector<unsigned char> back(small.size());
+  tier.read("s3", back.data()).wait();
+  EXPECT_EQ(back, small);
+}
+
 TEST(NvmeTier, FullTierIsOutOfMemoryNamingTheTensorAndKeepsWhatIsStored) {
   test::temp_dir dir;
   nvme_tier tier(options_for({dir.path()}, 4_MiB));
