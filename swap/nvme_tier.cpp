@@ -326,8 +326,11 @@ void nvme_tier::place(record& r, const std::string& name) {
                           std::to_string(n) + " blocks of " + format_bytes(bs) + "): capacity " +
                           format_bytes(capacity) + ", in use " + format_bytes(capacity - st_free) + " (whole blocks) for " +
                           format_bytes(stored_bytes_) + " of tensors, free " + format_bytes(st_free) + " (" +
-                          per_file + "); give a larger reserve, a block size nearer the tensors' sizes, or "
-                          "grow_on_demand");
+                          per_file + "); " +
+                          (options_.grow_on_demand
+                               ? "the swap directories' file systems have no room to grow it: free space there, add a "
+                                 "directory on another drive, or give a block size nearer the tensors' sizes"
+                               : "give a larger reserve, a block size nearer the tensors' sizes, or grow_on_demand"));
     }
     std::uint64_t j = 0;
     for (const auto& e : got) {

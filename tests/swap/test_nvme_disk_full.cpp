@@ -94,6 +94,8 @@ TEST(NvmeDiskFull, GrowingOnDemandStopsWithAnErrorNamingTheDirectoryAndKeepsWhat
     EXPECT_NE(failure.find(d.path()), std::string::npos) << failure;
     EXPECT_NE(failure.find("t" + std::to_string(stored.size())), std::string::npos) << "names the tensor: " << failure;
     EXPECT_EQ(failure.find("checksum"), std::string::npos) << failure;
+    EXPECT_NE(failure.find("no room to grow it"), std::string::npos) << "says the disk, not a setting, is short: " << failure;
+    EXPECT_EQ(failure.find("or grow_on_demand"), std::string::npos) << "it grows on demand already: " << failure;
     ASSERT_GE(stored.size(), 2u) << "the disk held less than expected";
     for (std::size_t i = 0; i < stored.size(); ++i) {
       std::vector<unsigned char> back(stored[i].size());
