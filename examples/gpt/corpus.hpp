@@ -8,7 +8,7 @@
 
 namespace spillway::examples {
 
-/// The bytes of `path`. io_error naming the path when it cannot be read; config_error when it
+/// The bytes of `path`. config_error naming the path when it is a folder or cannot be read, or
 /// holds fewer than `min_bytes` bytes.
 [[nodiscard]] std::string load_corpus(const std::string& path, std::size_t min_bytes);
 

@@ -5,13 +5,18 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <random>
 #include <vector>
 
 #include <oneapi/tbb/task_arena.h>
 
+#include "../swap/swap_test_support.hpp"
+#include "device/error.hpp"
 #include "examples/cnn/images.hpp"
 #include "examples/common/random.hpp"
+#include "examples/gpt/corpus.hpp"
 
 namespace spillway::examples {
 namespace {
@@ -37,6 +42,30 @@ TEST(ExampleData, NormalValuesAreOneGeneratorsDraws) {
     for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(v[i], static_cast<float>(one.normal() * 0.5)) << "n " << n << ", value " << i;
     EXPECT_EQ(blocks.next(), one.next()) << "n " << n;
   }
+}
+
+std::string corpus_error(const std::string& path, std::size_t min_bytes) {
+  try {
+    (void)load_corpus(path, min_bytes);
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// --data: a file's bytes; a folder, a missing file or one too short for a sequence is a
+// config_error naming the path and what would do, never a stream's own exception.
+TEST(ExampleData, CorpusIsAFilesBytesAndAnythingElseIsRefusedByName) {
+  spillway::test::temp_dir d;
+  const std::string file = d.path() + "/text.txt";
+  std::ofstream(file, std::ios::binary) << std::string("ab\0cd", 5);
+  EXPECT_EQ(load_corpus(file, 5), std::string("ab\0cd", 5));
+  auto msg = corpus_error(file, 6);
+  EXPECT_NE(msg.find("has 5 bytes; the model needs at least 6"), std::string::npos) << msg;
+  msg = corpus_error(d.path(), 1);
+  EXPECT_NE(msg.find("--data " + d.path() + ": is a folder; give a text file"), std::string::npos) << msg;
+  msg = corpus_error(d.path() + "/missing.txt", 1);
+  EXPECT_NE(msg.find("cannot read the corpus: No such file"), std::string::npos) << msg;
 }
 
 struct images {
