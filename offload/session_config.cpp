@@ -355,10 +355,14 @@ void session_config::apply_json_text(std::string_view text, std::string_view sou
 }
 
 void session_config::apply_json_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw config_error(path + ": is a folder; give a JSON file of settings, such as {\"policy\": \"auto\"}");
   std::ifstream in(path);
   if (!in) throw config_error(path + ": cannot read the config file: " + std::strerror(errno));
   std::stringstream ss;
   ss << in.rdbuf();
+  if (in.bad()) throw config_error(path + ": cannot read the config file: " + std::strerror(errno));
   apply_json_text(ss.str(), path);
 }
 
@@ -412,6 +416,9 @@ void session_config::validate() const {
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       bad("chrome_trace", in_quotes(chrome_trace) + ": the folder '" + dir + "' does not exist");
+    else if (::stat(chrome_trace.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+      bad("chrome_trace", in_quotes(chrome_trace) + " is a folder; give a file name in it, such as " +
+                              in_quotes(chrome_trace + (chrome_trace.back() == '/' ? "" : "/") + "trace.json"));
   }
   if (nvme.block_size < 512 || nvme.block_size > (1u << 30) || nvme.block_size % 512 != 0)
     bad("nvme.block_size", format_bytes(nvme.block_size) + " is not a block size; give a multiple of 512 B up to 1 GiB, such as 1MiB");

@@ -34,6 +34,8 @@ inline const CLI::Validator writable_file(
         return "cannot write '" + path + "': the folder '" + dir + "' does not exist";
       if (const auto why = cannot_write_in(dir); !why.empty())
         return "cannot write '" + path + "': the folder '" + dir + "' is not writable (" + why + ")";
+      if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        return "cannot write '" + path + "': it is a folder; give a file name in it";
       if (::access(path.c_str(), F_OK) == 0 && ::access(path.c_str(), W_OK) != 0)
         return "cannot write '" + path + "': the file exists and is not writable";
       return {};

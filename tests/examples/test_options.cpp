@@ -93,6 +93,9 @@ TEST(ExampleOptions, SeedsAndOutputPathsAreCheckedWhenTheFlagsAreRead) {
   EXPECT_TRUE(has(msg, "--report")) << msg;
   EXPECT_TRUE(has(msg, "the folder '/nonexistent-folder' does not exist")) << msg;
   spillway::test::temp_dir d;
+  const auto folder = parse_error_of({"--report", d.path()});
+  EXPECT_TRUE(has(folder, "--report")) << folder;
+  EXPECT_TRUE(has(folder, "it is a folder; give a file name in it")) << "refused before the run, not after it: " << folder;
   EXPECT_EQ(load({"--report", d.path() + "/run.json"}).steps, example_options{}.steps);
   EXPECT_TRUE(std::filesystem::is_empty(d.path())) << "the check left an entry behind";
   // One left there by an earlier process with this id does not make the folder unwritable.

@@ -208,6 +208,26 @@ TEST(SessionConfig, PrecedenceIsDefaultThenFileThenVariableThenFlag) {
   EXPECT_TRUE(has(error_of([&] { c.validate(); }), "policy: 'greedy'"));
 }
 
+// Paths that name a folder where a file is meant are refused by name before any work: the config
+// file (not "not valid JSON") and the Chrome trace (not an error after the run).
+TEST(SessionConfig, FoldersWhereAFileIsMeantAreRefused) {
+  test::temp_dir dir;
+  auto msg = error_of([&] { (void)session_config::from_json_file(dir.path()); });
+  EXPECT_TRUE(has(msg, dir.path() + ": is a folder; give a JSON file")) << msg;
+  msg = error_of([&] { (void)session_config::from_json_file(dir.path() + "/missing.json"); });
+  EXPECT_TRUE(has(msg, "cannot read the config file")) << msg;
+
+  session_config c;
+  c.set("chrome_trace", dir.path(), "--chrome-trace");
+  msg = error_of([&] { c.validate(); });
+  EXPECT_TRUE(has(msg, "--chrome-trace: '" + dir.path() + "' is a folder")) << msg;
+  EXPECT_TRUE(has(msg, dir.path() + "/trace.json")) << "names a file that would do: " << msg;
+  c.set("chrome_trace", dir.path() + "/", "--chrome-trace");
+  EXPECT_TRUE(has(error_of([&] { c.validate(); }), "is a folder"));
+  c.set("chrome_trace", dir.path() + "/trace.json", "--chrome-trace");
+  EXPECT_NO_THROW(c.validate());
+}
+
 TEST(SessionConfig, ValidateChecksTheNvmeDirectories) {
   session_config c;
   c.set("nvme.directories", "/nonexistent/spillway-swap", "--nvme-directories");
