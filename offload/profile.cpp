@@ -3,16 +3,13 @@
 #include "offload/profile.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "device/error.hpp"
 #include "device/units.hpp"
+#include "offload/text_file.hpp"
 
 namespace spillway::offload {
 
@@ -148,12 +145,9 @@ hw_profile get_profile(std::string_view name_or_path) {
     if (p.name == name_or_path) return p;
   if (name_or_path.size() > 5 && name_or_path.substr(name_or_path.size() - 5) == ".json") {
     const std::string path(name_or_path);
-    std::ifstream in(path);
-    if (!in) throw config_error(path + ": cannot open the hardware profile: " + std::strerror(errno));
-    std::stringstream ss;
-    ss << in.rdbuf();
+    const std::string text = read_text_file(path, "the hardware profile", "a hardware profile JSON file (offload/PROFILES.md)");
     try {
-      return profile_from_json(nlohmann::json::parse(ss.str()));
+      return profile_from_json(nlohmann::json::parse(text));
     } catch (const nlohmann::json::exception& e) {
       throw config_error(path + ": hardware profile: " + e.what());
     } catch (const config_error& e) {

@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <sstream>
 #include <variant>
@@ -22,6 +21,7 @@
 
 #include "device/error.hpp"
 #include "device/units.hpp"
+#include "offload/text_file.hpp"
 
 extern char** environ;  // NOLINT: POSIX declares it only with _GNU_SOURCE in some headers
 
@@ -355,15 +355,8 @@ void session_config::apply_json_text(std::string_view text, std::string_view sou
 }
 
 void session_config::apply_json_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    throw config_error(path + ": is a folder; give a JSON file of settings, such as {\"policy\": \"auto\"}");
-  std::ifstream in(path);
-  if (!in) throw config_error(path + ": cannot read the config file: " + std::strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw config_error(path + ": cannot read the config file: " + std::strerror(errno));
-  apply_json_text(ss.str(), path);
+  apply_json_text(offload::read_text_file(path, "the config file", "a JSON file of settings, such as {\"policy\": \"auto\"}"),
+                  path);
 }
 
 session_config session_config::from_json_text(std::string_view text, std::string_view source) {

@@ -2,15 +2,12 @@
 // so a user fixing a hand-written or exported trace knows which entry to look at.
 #include "offload/trace_json.hpp"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 #include <unordered_map>
 #include <nlohmann/json.hpp>
 
 #include "device/error.hpp"
 #include "device/units.hpp"
+#include "offload/text_file.hpp"
 
 namespace spillway::offload {
 
@@ -147,12 +144,9 @@ trace trace_from_json_text(std::string_view text) {
 }
 
 trace load_trace(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw config_error(path + ": cannot open the trace: " + std::strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_text_file(path, "the trace", "a trace JSON file, as trace_to_json writes");
   try {
-    return trace_from_json_text(ss.str());
+    return trace_from_json_text(text);
   } catch (const config_error& e) {
     throw config_error(path + ": " + e.what());
   }

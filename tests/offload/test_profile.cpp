@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <nlohmann/json.hpp>
@@ -71,6 +72,15 @@ TEST(Profile, AFileErrorNamesTheFileAndTheKey) {
     EXPECT_EQ(msg.rfind(path + ": cannot open", 0), 0u) << msg;
     EXPECT_NE(msg.find("No such file"), std::string::npos) << msg;
   }
+  std::filesystem::create_directory(path);  // a folder named like a profile
+  try {
+    (void)get_profile(path);
+    ADD_FAILURE() << "a folder was read as a profile";
+  } catch (const config_error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind(path + ": is a folder; give a hardware profile JSON file", 0), 0u) << msg;
+  }
+  std::filesystem::remove(path);
 }
 
 TEST(Profile, OddValuesAreConfigErrors) {

@@ -96,6 +96,12 @@ TEST(TraceJson, MalformedJsonAndFieldsNamePosition) {
     "ops": [{"name": "early", "reads": ["x"]}, {"name": "late", "writes": ["x"]}]})");
   EXPECT_NE(order.find("op 0 ('early')"), std::string::npos) << order;
   EXPECT_THROW(load_trace("/nonexistent/trace.json"), config_error);
+  try {
+    (void)load_trace(::testing::TempDir());
+    ADD_FAILURE() << "a folder was read as a trace";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find(": is a folder; give a trace JSON file"), std::string::npos) << e.what();
+  }
   const auto huge = error_of(R"({"tensors": [{"name": "w", "bytes": 18446744073709551615, "kind": "parameter"}], "ops": []})");
   EXPECT_NE(huge.find("tensor 0 ('w')"), std::string::npos) << huge;
   EXPECT_NE(huge.find("above the largest size"), std::string::npos) << huge;
