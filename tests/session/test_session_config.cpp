@@ -215,7 +215,7 @@ TEST(SessionConfig, FoldersWhereAFileIsMeantAreRefused) {
   auto msg = error_of([&] { (void)session_config::from_json_file(dir.path()); });
   EXPECT_TRUE(has(msg, dir.path() + ": is a folder; give a JSON file")) << msg;
   msg = error_of([&] { (void)session_config::from_json_file(dir.path() + "/missing.json"); });
-  EXPECT_TRUE(has(msg, "cannot read the config file")) << msg;
+  EXPECT_TRUE(has(msg, "missing.json: cannot open the config file: No such file")) << msg;
 
   session_config c;
   c.set("chrome_trace", dir.path(), "--chrome-trace");
