@@ -148,9 +148,12 @@ double stall_per_step(const run_result& r) { return per_step(r, [](const iterati
 std::string table_line(const std::string& policy, const std::string& budget, const run_result& r, double ratio,
                        const std::string& match) {
   auto bytes = [](double b) { return format_bytes(static_cast<std::uint64_t>(b)); };
-  const double planned = planned_per_step(r);
-  return fmt("%-15s %-16s %9.1f %9.1f %7.3f %11s %11s %11s %11s %9.1f %6s", policy.c_str(), budget.c_str(), r.median_step_ms(),
-             planned, ratio, bytes(h2d_per_step(r)).c_str(), bytes(d2h_per_step(r)).c_str(), bytes(nvme_per_step(r)).c_str(),
+  // No planned step (every step recorded): no plan to time and no ratio, shown as '-', not 0 and nan.
+  const bool timed = std::isfinite(ratio);
+  const std::string planned = timed ? fmt("%.1f", planned_per_step(r)) : "-";
+  const std::string ratio_text = timed ? fmt("%.3f", ratio) : "-";
+  return fmt("%-15s %-16s %9.1f %9s %7s %11s %11s %11s %11s %9.1f %6s", policy.c_str(), budget.c_str(), r.median_step_ms(),
+             planned.c_str(), ratio_text.c_str(), bytes(h2d_per_step(r)).c_str(), bytes(d2h_per_step(r)).c_str(), bytes(nvme_per_step(r)).c_str(),
              format_bytes(r.peak_device_bytes).c_str(), stall_per_step(r), match.c_str());
 }
 
@@ -307,6 +310,9 @@ int run(const train_args& a) {
     rows.push_back(std::move(w));
   }
 
+  if (std::any_of(rows.begin(), rows.end(), [](const row& w) { return !w.skipped && !std::isfinite(w.ratio); }))
+    std::cout << "-: no planned step to time (every step of that run recorded; a plan that moves the updates after the "
+                 "pass records twice): give more --steps\n";
   int exit_code = 0;
   for (const auto& w : rows)
     if (!w.skipped && !w.losses_match) exit_code = 1;
