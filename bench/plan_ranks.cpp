@@ -125,6 +125,19 @@ int run_ranks(const ranks_args& a, const trace& t) {
   const auto policies = a.policies.empty() ? std::vector<std::string>{"auto", "zero-offload", "lms", "checkpoint"} : a.policies;
   const auto hws = a.hw.empty() ? std::vector<std::string>{"h200"} : a.hw;
 
+  // Every profile and its network checked before any work.
+  const double network = a.network.empty() ? 0 : parse_network_rate(a.network, "--network");
+  std::vector<std::pair<hw_profile, hw_profile>> profiles;  // one rank alone, a rank of the job
+  for (const auto& hwname : hws) {
+    const hw_profile alone = get_profile(hwname);  // one rank has its host to itself
+    hw_profile hw = per_rank(alone, a.ranks_per_node);
+    if (!a.network.empty()) hw.network_bytes_per_s = network;
+    if (a.network_latency_us >= 0) hw.network_latency_s = a.network_latency_us * 1e-6;
+    if (!hw.has_network())
+      throw config_error("hardware profile '" + hw.name + "' gives no network between ranks: pass --network (e.g. 400Gb/s)");
+    profiles.emplace_back(alone, hw);
+  }
+
   const auto rep1 = analyze(t);
   const auto rt = make_rank_trace(t, o);
   const auto one_rank = make_rank_trace(t, {.ranks = 1});
@@ -157,13 +170,7 @@ int run_ranks(const ranks_args& a, const trace& t) {
               rt.comm.collectives.size(), format_bytes(rt.comm.wire_bytes()).c_str());
 
   bool all_ok = true;
-  for (const auto& hwname : hws) {
-    const hw_profile alone = get_profile(hwname);  // one rank has its host to itself
-    hw_profile hw = per_rank(alone, a.ranks_per_node);
-    if (!a.network.empty()) hw.network_bytes_per_s = parse_network_rate(a.network, "--network");
-    if (a.network_latency_us >= 0) hw.network_latency_s = a.network_latency_us * 1e-6;
-    if (!hw.has_network())
-      throw config_error("hardware profile '" + hw.name + "' gives no network between ranks: pass --network (e.g. 400Gb/s)");
+  for (const auto& [alone, hw] : profiles) {
     hw_profile free_hw = hw;  // the reference: an unlimited network, no latency
     free_hw.network_bytes_per_s = std::numeric_limits<double>::infinity();
     free_hw.network_latency_s = 0;
