@@ -12,6 +12,7 @@
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "device/error.hpp"
 #include "device/units.hpp"
@@ -99,6 +100,16 @@ void check_checkpoint_folders(const example_options& o) {
     if (p.seed != o.seed)
       throw config_error("--resume " + o.resume + ": the checkpoint is of a run with --seed " + std::to_string(p.seed) +
                          ", this run has --seed " + std::to_string(o.seed) + "; give --seed " + std::to_string(p.seed));
+    // The model the checkpoint holds: a run of another shape would fail at the load, naming a
+    // tensor's size; say which setting differs instead.
+    const resume_point here = resume_point_of(o, 0);
+    for (const auto& [flag, saved, now] : {std::tuple{"--preset", p.preset, here.preset},
+                                           std::tuple{"--precision", p.precision, here.precision},
+                                           std::tuple{"--micro-batches", p.micro_batches == 0 ? std::string() : std::to_string(p.micro_batches),
+                                                      std::to_string(here.micro_batches)}})
+      if (!saved.empty() && saved != now)
+        throw config_error("--resume " + o.resume + ": the checkpoint is of a run with " + flag + " " + saved +
+                           ", this run has " + flag + " " + now + "; give " + flag + " " + saved);
     if (p.next_step >= o.steps)
       throw config_error("--resume " + o.resume + ": the checkpoint is after step " + std::to_string(p.next_step) +
                          " and --steps is " + std::to_string(o.steps) + ", which leaves nothing to run; give --steps above " +
@@ -131,8 +142,16 @@ std::string cannot_write_in(const std::string& dir) {
   return errno == EEXIST ? std::string() : std::strerror(errno);
 }
 
+resume_point resume_point_of(const example_options& o, std::int64_t next_step) {
+  return {next_step, o.seed, to_string(o.size), to_string(o.prec), o.micro_batches};
+}
+
 std::string to_meta(const resume_point& p) {
-  return "spillway-example 1\nnext_step " + std::to_string(p.next_step) + "\nseed " + std::to_string(p.seed) + "\n";
+  std::string meta = "spillway-example 1\nnext_step " + std::to_string(p.next_step) + "\nseed " + std::to_string(p.seed) + "\n";
+  if (!p.preset.empty()) meta += "preset " + p.preset + "\n";
+  if (!p.precision.empty()) meta += "precision " + p.precision + "\n";
+  if (p.micro_batches > 0) meta += "micro_batches " + std::to_string(p.micro_batches) + "\n";
+  return meta;
 }
 
 resume_point parse_meta(const std::string& meta, const std::string& where) {
@@ -151,7 +170,11 @@ resume_point parse_meta(const std::string& meta, const std::string& where) {
       seed = true;
       continue;
     }
-    throw config_error(where + ": the checkpoint's meta has '" + word + "' where a step or a seed should be");
+    if (word == "preset" && in >> p.preset) continue;
+    if (word == "precision" && in >> p.precision) continue;
+    if (word == "micro_batches" && in >> p.micro_batches && p.micro_batches > 0) continue;
+    throw config_error(where + ": the checkpoint's meta has '" + word +
+                       "' where a step, a seed, a preset, a precision or a micro-batch count should be");
   }
   if (p.next_step < 0 || !seed) throw config_error(where + ": the checkpoint's meta lacks its step or its seed");
   return p;

@@ -58,10 +58,18 @@ struct example_options : session_config {
 /// What a checkpoint's meta holds for the harness: where the loop goes on. Every model derives
 /// its batch and its Adam step (and so the warmup's learning rate) from the step index and the
 /// seed; nothing else lives outside the Session.
+/// The model's shape settings ride along, so that a run resumed with others is refused by name
+/// before any work (empty or 0 in a meta written before they were: not checked).
 struct resume_point {
   std::int64_t next_step = 0;  ///< 0-based index of the step to run next (= steps done)
   std::uint64_t seed = 0;
+  std::string preset;          ///< --preset of the run that saved it
+  std::string precision;       ///< --precision
+  int micro_batches = 0;       ///< --micro-batches (its gradient sums are persistent tensors)
 };
+
+/// The resume point of a run with options `o` after `next_step` steps.
+[[nodiscard]] resume_point resume_point_of(const example_options& o, std::int64_t next_step);
 
 /// Note [Rank checkpoints]
 /// A data-parallel job's ranks each hold their own shard of the optimizer state, so each saves its
@@ -77,7 +85,7 @@ struct resume_point {
 /// procfs), and the output would be lost after the work that made it.
 std::string cannot_write_in(const std::string& dir);
 
-/// The meta text of a checkpoint at `p` ("spillway-example 1\nnext_step N\nseed S\n").
+/// The meta text of a checkpoint at `p` ("spillway-example 1\nnext_step N\nseed S\npreset P\n...").
 [[nodiscard]] std::string to_meta(const resume_point& p);
 /// Parses to_meta's text; config_error naming `where` (the --resume folder) when it is not.
 [[nodiscard]] resume_point parse_meta(const std::string& meta, const std::string& where);

@@ -137,7 +137,7 @@ void training_run::save_checkpoint() {
     const int err = errno;
     throw io_error("--save: cannot make the folder '" + o_.save + "': " + std::strerror(err), err);
   }
-  s_->save(to, to_meta(resume_point{next_step(), o_.seed}));
+  s_->save(to, to_meta(resume_point_of(o_, next_step())));
   r_.saved_to = o_.save;
   r_.saved_after = next_step();
 }

@@ -114,6 +114,29 @@ TEST(ExamplesCheckpoint, SaveEveryNStepsAndAtTheEnd) {
   EXPECT_EQ(r.saved_after, 3);
 }
 
+// The meta round-trips the shape settings, and one written before they were (step and seed alone)
+// still reads, with nothing to check them against.
+TEST(ExamplesCheckpoint, MetaCarriesTheShapeSettingsAndOldOnesStillRead) {
+  example_options o = tiny_options("auto");
+  o.prec = precision::bf16;
+  o.micro_batches = 4;
+  const resume_point p = parse_meta(to_meta(resume_point_of(o, 5)), "test");
+  EXPECT_EQ(p.next_step, 5);
+  EXPECT_EQ(p.seed, 7u);
+  EXPECT_EQ(p.preset, "tiny");
+  EXPECT_EQ(p.precision, "bf16");
+  EXPECT_EQ(p.micro_batches, 4);
+  const resume_point old = parse_meta("spillway-example 1\nnext_step 2\nseed 7\n", "test");
+  EXPECT_EQ(old.next_step, 2);
+  EXPECT_TRUE(old.preset.empty() && old.precision.empty() && old.micro_batches == 0);
+  try {
+    (void)parse_meta("spillway-example 1\nnext_step 2\nseed 7\nmicro_batches 0\n", "test");
+    ADD_FAILURE() << "0 micro-batches read";
+  } catch (const config_error& e) {
+    EXPECT_TRUE(has(e.what(), "'micro_batches'")) << e.what();
+  }
+}
+
 TEST(ExamplesCheckpoint, FoldersAreCheckedBeforeAnyWork) {
   test::temp_dir dir;
   example_options o = tiny_options("auto");
@@ -151,6 +174,17 @@ TEST(ExamplesCheckpoint, FoldersAreCheckedBeforeAnyWork) {
   o.seed = 8;
   EXPECT_TRUE(has(config_error_of(o), "give --seed 7")) << config_error_of(o);
   o.seed = 7;
+  // The model's shape settings: another one is refused by name, not at the load by a tensor's size.
+  o.size = preset::small;
+  EXPECT_TRUE(has(config_error_of(o), "the checkpoint is of a run with --preset tiny, this run has --preset small; give --preset tiny"))
+      << config_error_of(o);
+  o.size = preset::tiny;
+  o.prec = precision::bf16;
+  EXPECT_TRUE(has(config_error_of(o), "give --precision fp32")) << config_error_of(o);
+  o.prec = precision::fp32;
+  o.micro_batches = 2;
+  EXPECT_TRUE(has(config_error_of(o), "give --micro-batches 1")) << config_error_of(o);
+  o.micro_batches = 1;
   EXPECT_EQ(config_error_of(o), "accepted");
   try {  // a checkpoint of another model: its tensors are named in the refusal
     (void)run_gpt(o, {});
