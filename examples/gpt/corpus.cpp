@@ -3,29 +3,20 @@
 #include "examples/gpt/corpus.hpp"
 
 #include <array>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string_view>
 
 #include "device/error.hpp"
+#include "offload/text_file.hpp"
 #include "examples/common/random.hpp"
 
 namespace spillway::examples {
 
 std::string load_corpus(const std::string& path, std::size_t min_bytes) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw config_error("--data " + path + ": is a folder; give a text file (its bytes are the tokens)");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw config_error("--data " + path + ": cannot read the corpus: " + std::strerror(errno));
   std::string text;
   try {
-    text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  } catch (const std::ios_base::failure& e) {  // a read the file system refuses
-    throw config_error("--data " + path + ": cannot read the corpus: " + e.what());
+    text = offload::read_text_file(path, "the corpus", "a text file (its bytes are the tokens)");
+  } catch (const config_error& e) {
+    throw config_error("--data " + std::string(e.what()));
   }
   if (text.size() < min_bytes)
     throw config_error("--data " + path + ": the corpus has " + std::to_string(text.size()) +

@@ -65,7 +65,7 @@ TEST(ExampleData, CorpusIsAFilesBytesAndAnythingElseIsRefusedByName) {
   msg = corpus_error(d.path(), 1);
   EXPECT_NE(msg.find("--data " + d.path() + ": is a folder; give a text file"), std::string::npos) << msg;
   msg = corpus_error(d.path() + "/missing.txt", 1);
-  EXPECT_NE(msg.find("cannot read the corpus: No such file"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--data " + d.path() + "/missing.txt: cannot open the corpus: No such file"), std::string::npos) << msg;
 }
 
 struct images {
