@@ -9,11 +9,13 @@
 #include <cstdio>
 #include <cstring>
 #include <cmath>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <map>
 #include <optional>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -68,6 +70,22 @@ std::pair<double, double> measure_link(Device& dev);
 // A host read (Session::read inside an iteration) is an op of the trace, "host read: NAME",
 // that reads the tensor: the planner sees it as a use and keeps the value, or brings it back,
 // for the read.
+
+// Note [Shapes]
+// A loop's iterations may change shape within a phase: the last batch of an epoch is smaller,
+// sequences come in a few lengths. A transient added again at a size it had before gets the id
+// it had then (add_tensor), so the iteration's trace is the one recorded for that shape, and the
+// tensors the Session keeps stay one per name and shape, however often the shapes alternate (an
+// id added already in this iteration, whose value may be in use, is not taken again: a loop
+// that adds one name at two sizes in turn within an iteration gets one id per turn, the same
+// ones every iteration).
+// Each phase keeps the plans of its last shapes_kept shapes besides the one it follows: an
+// iteration that departs from the plan runs on demand as before, and at its end, when its trace
+// is one of those (the same ops, reading and writing the same tensors), the phase takes that
+// plan back instead of planning again; otherwise the plan it followed joins the kept ones (the
+// oldest leaves) and the new trace is planned. A new budget drops the kept plans: they were
+// made for the old one.
+inline constexpr std::size_t shapes_kept = 8;
 
 /// One phase's recording and plan (Note [Phases]).
 struct phase_state {
@@ -159,19 +177,38 @@ class session_impl {
     if (it != by_name.end()) {
       auto& d = tensors[it->second];
       if (d.bytes == bytes && d.kind == kind) {
+        if (is_persistent(kind)) return it->second;
         // A transient added again after its release() in this iteration (a loop over
-        // micro-batches) starts a new value in the same tensor.
-        if (!is_persistent(kind)) exec->define(it->second, d);
-        return it->second;
-      }
-      if (is_persistent(kind) || is_persistent(d.kind))
+        // micro-batches) starts a new value in the same tensor. Its first add in an iteration
+        // takes the first id of its shape below, so every iteration names the same ids in turn.
+        if (added.contains(it->second)) {
+          exec->define(it->second, d);
+          return it->second;
+        }
+      } else if (is_persistent(kind) || is_persistent(d.kind)) {
         throw config_error("persistent tensor \"" + name + "\" registered twice (" + format_bytes(d.bytes) + " " +
                            std::string(to_string(d.kind)) + ", then " + format_bytes(bytes) + " " +
                            std::string(to_string(kind)) + "); give each tensor its own name");
+      }
+    }
+    std::vector<tensor_id>* same_shape = nullptr;
+    if (!is_persistent(kind)) {  // a shape this transient had before (Note [Shapes])
+      same_shape = &shape_ids[shape_key{name, bytes, kind}];
+      for (const tensor_id before : *same_shape) {
+        if (added.contains(before)) continue;  // its value may still be in use in this iteration
+        by_name[name] = before;
+        added.insert(before);
+        exec->define(before, tensors[before]);
+        return before;
+      }
     }
     const auto id = static_cast<tensor_id>(tensors.size());
     tensors.push_back(tensor_desc{name, bytes, kind});
     by_name[name] = id;
+    if (same_shape != nullptr) {
+      same_shape->push_back(id);
+      added.insert(id);
+    }
     exec->define(id, tensors.back());
     return id;
   }
@@ -258,6 +295,7 @@ class session_impl {
     ops.clear();
     bodies.clear();
     touched.clear();
+    added.clear();
     op_gather.clear();
     iteration_start = std::chrono::steady_clock::now();
   }
@@ -324,6 +362,7 @@ class session_impl {
                          std::to_string(least) + " B, its largest single op's working set); give at least that");
     }
     stack->set_device_budget(budget);  // every tensor leaves for its tier; the arena is reserved again
+    shapes.clear();                    // made for the old budget (Note [Shapes])
     for (auto& [tag, ph] : phases) {   // every phase's plan, made again for the new budget
       if (!ph.have_plan) continue;
       ph.margin_doublings = 0;
@@ -422,6 +461,7 @@ class session_impl {
   }
 
   void replan(const executor_stats& st) {
+    if (take_kept_shape()) return;
     trace t;
     t.tensors = tensors;
     t.ops = ops;
@@ -433,6 +473,38 @@ class session_impl {
     active->margin_doublings = 0;
     plan_trace(*active, std::move(t));
     active->retime = true;
+  }
+
+  /// An iteration of the active phase departed from its plan (Note [Shapes]): when its ops are
+  /// those of a kept shape, that plan becomes the phase's again and true is returned; otherwise
+  /// the plan it had is kept (the oldest kept one leaves) and false is returned, to plan anew.
+  bool take_kept_shape() {
+    if (!active->have_plan) return false;
+    auto& kept = shapes[active];
+    const auto same = std::find_if(kept.begin(), kept.end(), [&](const phase_state& k) { return same_ops(k.recorded); });
+    if (same != kept.end()) {
+      std::swap(*active, *same);  // the plan it followed is kept in its place
+      std::rotate(kept.begin(), same, same + 1);
+      exec->follow(&active->recorded, &active->p, &active->layout);
+      return true;
+    }
+    kept.push_front(std::move(*active));
+    if (kept.size() > shapes_kept) kept.pop_back();
+    *active = phase_state{};
+    exec->follow(nullptr, nullptr);  // on demand until the new plan is made
+    return false;
+  }
+
+  /// Whether this iteration's ops are those of `t`: the same names, reads, writes and kinds of op.
+  bool same_ops(const trace& t) const {
+    if (t.ops.size() != ops.size()) return false;
+    for (std::size_t k = 0; k < ops.size(); ++k) {
+      const auto &a = t.ops[k], &b = ops[k];
+      if (a.name != b.name || a.reads != b.reads || a.writes != b.writes || a.recomputable != b.recomputable ||
+          a.host_capable != b.host_capable)
+        return false;
+    }
+    return true;
   }
 
   // Note [Timing the plan's ops]
@@ -562,6 +634,10 @@ class session_impl {
   std::vector<Session::op_body> bodies;  // per op of this iteration: a recomputable op's body, else empty
   std::optional<op_index> rerunning;     // the op whose body runs again now (Note [Recomputable ops])
   std::unordered_set<tensor_id> touched;  // tensors an op of this iteration has read or written
+  std::unordered_set<tensor_id> added;    // transients added (again) in this iteration
+  using shape_key = std::tuple<std::string, std::uint64_t, tensor_kind>;
+  std::map<shape_key, std::vector<tensor_id>> shape_ids;  // each transient's ids per size (Note [Shapes])
+  std::map<const phase_state*, std::deque<phase_state>> shapes;  // per phase: its kept plans, newest first
   std::vector<std::uint64_t> op_gather;   // this iteration's ops' gather scratch (Note [Views])
 
   /// The open op's tensors as the loop named them (a parent, not its pieces).
