@@ -340,12 +340,14 @@ class session_impl {
   /// parent), in id order: what a checkpoint saves. Puts pending views in force first.
   [[nodiscard]] std::vector<tensor_id> checkpoint_ids();
 
+  /// Whether op `a` of a recorded trace is op `b` of this iteration (Note [Phases]).
+  static bool same_op(const op_desc& a, const op_desc& b) {
+    return a.name == b.name && a.reads == b.reads && a.writes == b.writes && a.recomputable == b.recomputable &&
+           a.host_capable == b.host_capable;
+  }
   bool matches(op_index k, const op_desc& d) const {
     const trace& planned = active->recorded;
-    if (k >= planned.ops.size()) return false;
-    const auto& p = planned.ops[k];
-    return p.name == d.name && p.reads == d.reads && p.writes == d.writes && p.recomputable == d.recomputable &&
-           p.host_capable == d.host_capable;
+    return k < planned.ops.size() && same_op(planned.ops[k], d);
   }
 
   /// Session::set_device_budget: checked first, so a refused budget changes nothing.
@@ -495,16 +497,9 @@ class session_impl {
     return false;
   }
 
-  /// Whether this iteration's ops are those of `t`: the same names, reads, writes and kinds of op.
+  /// Whether this iteration's ops are those of `t`, op for op (same_op).
   bool same_ops(const trace& t) const {
-    if (t.ops.size() != ops.size()) return false;
-    for (std::size_t k = 0; k < ops.size(); ++k) {
-      const auto &a = t.ops[k], &b = ops[k];
-      if (a.name != b.name || a.reads != b.reads || a.writes != b.writes || a.recomputable != b.recomputable ||
-          a.host_capable != b.host_capable)
-        return false;
-    }
-    return true;
+    return std::equal(t.ops.begin(), t.ops.end(), ops.begin(), ops.end(), same_op);
   }
 
   // Note [Timing the plan's ops]
