@@ -18,6 +18,7 @@
 #include "device/units.hpp"
 #include "offload/swap_policy.hpp"
 #include "../swap/swap_test_support.hpp"
+#include "loop_config.hpp"
 #include "watchdog.hpp"
 #include "../test_seed.hpp"
 
@@ -67,15 +68,7 @@ op_spec random_op(std::mt19937& rng) {
   return op;
 }
 
-session_config config_for(const std::string& policy, double ratio) {
-  session_config c;
-  c.backend = "cpu";
-  c.cpu_device_memory = 64_MiB;
-  c.link_gbps = 0;
-  c.policy = policy;
-  c.device_budget_ratio = ratio;
-  return c;
-}
+using spillway::testing::config_for;
 
 /// With `nvme_dir`, everything that leaves the device goes to NVMe (a host tier of 4 KiB).
 session_config config_for(const std::string& policy, double ratio, const std::string& nvme_dir) {

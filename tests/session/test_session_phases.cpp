@@ -13,6 +13,7 @@
 #include "device/error.hpp"
 #include "device/units.hpp"
 #include "offload/swap_policy.hpp"
+#include "loop_config.hpp"
 #include "watchdog.hpp"
 #include "../test_seed.hpp"
 
@@ -153,15 +154,7 @@ class toy_loop {
   std::vector<tensor_handle> w_, g_, m_;
 };
 
-session_config config_for(const std::string& policy, double ratio) {
-  session_config c;
-  c.backend = "cpu";
-  c.cpu_device_memory = 64_MiB;
-  c.link_gbps = 0;
-  c.policy = policy;
-  c.device_budget_ratio = ratio;
-  return c;
-}
+using spillway::testing::config_for;
 
 outcome run_loop(const session_config& c, const std::vector<step_spec>& steps) {
   Session s(c);

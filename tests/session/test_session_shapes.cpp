@@ -10,14 +10,13 @@
 #include <tuple>
 #include <vector>
 
-#include "device/units.hpp"
 #include "offload/session_hooks.hpp"
 #include "offload/swap_policy.hpp"
+#include "loop_config.hpp"
 #include "watchdog.hpp"
 #include "../test_seed.hpp"
 
 using namespace spillway;
-using namespace spillway::literals;
 
 namespace {
 
@@ -125,15 +124,7 @@ class loop {
   std::vector<tensor_handle> w_, g_, m_;
 };
 
-session_config config_for(const std::string& policy, double ratio) {
-  session_config c;
-  c.backend = "cpu";
-  c.cpu_device_memory = 64_MiB;
-  c.link_gbps = 0;
-  c.policy = policy;
-  c.device_budget_ratio = ratio;
-  return c;
-}
+using spillway::testing::config_for;
 
 outcome run(const session_config& c, const std::vector<int>& batches, bool tagged = false) {
   std::size_t plans = 0;
