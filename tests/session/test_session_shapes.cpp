@@ -46,7 +46,8 @@ class loop {
     }
   }
 
-  void step(int batch, int it, outcome& out, bool tagged = false) {
+  /// One step of `batch` samples; `eval`: the forward pass alone (an evaluation pass).
+  void step(int batch, int it, outcome& out, bool tagged = false, bool eval = false) {
     const std::size_t n = static_cast<std::size_t>(batch) * row_words;
     if (tagged) {
       s_.begin_iteration("batch-" + std::to_string(batch));
@@ -82,6 +83,12 @@ class loop {
     std::vector<std::uint32_t> l(loss_words);
     s_.read(loss, l.data(), loss_words * 4);
     out.losses.push_back(l);
+    if (eval) {
+      for (auto a : act) s_.release(a);
+      s_.release(loss);
+      out.reports.push_back(s_.end_iteration());
+      return;
+    }
     for (int k = layers - 1; k >= 0; --k) {
       const tensor_handle below = k > 0 ? act[k - 1] : act[0];
       auto op = s_.op("bwd" + std::to_string(k), {act[k], below, w_[k]}, {g_[k]});
@@ -126,7 +133,8 @@ class loop {
 
 using spillway::testing::config_for;
 
-outcome run(const session_config& c, const std::vector<int>& batches, bool tagged = false) {
+outcome run(const session_config& c, const std::vector<int>& batches, bool tagged = false,
+            const std::vector<bool>& eval = {}) {
   std::size_t plans = 0;
   session_hooks hooks;
   hooks.edit_plan = [&plans](const trace&, plan&) { ++plans; };  // counts the plans made; changes none
@@ -134,7 +142,7 @@ outcome run(const session_config& c, const std::vector<int>& batches, bool tagge
   loop l(s);
   outcome out;
   for (std::size_t i = 0; i < batches.size(); ++i) {
-    l.step(batches[i], static_cast<int>(i + 1), out, tagged);
+    l.step(batches[i], static_cast<int>(i + 1), out, tagged, i < eval.size() && eval[i]);
     out.plans_after.push_back(plans);
     out.tensors_after.push_back(s.recorded_trace().tensors.size());
   }
@@ -198,6 +206,21 @@ TEST(SessionShapes, SizesUnderTheirOwnTagsFollowTheirPlansEveryStep) {
   EXPECT_EQ(got.params, want.params);
   for (std::size_t i = 6; i < batches.size(); ++i) EXPECT_TRUE(got.reports[i].planned) << "step " << i + 1;
   EXPECT_EQ(got.plans_after.back(), got.plans_after[5]) << "planned again after step 6";
+}
+
+// An evaluation pass every third step under the training steps' tag (the default): its ops
+// differ, so each pass and the step after it run on demand, but from the second pass on neither
+// is planned again.
+TEST(SessionShapes, UntaggedEvaluationPassesArePlannedOnce) {
+  std::vector<int> batches(15, 4);
+  std::vector<bool> eval(15, false);
+  for (std::size_t i = 2; i < eval.size(); i += 3) eval[i] = true;
+  const outcome want = run(config_for("none", 0), batches, false, eval);
+  const outcome got = run(config_for("auto", 0.5), batches, false, eval);
+  EXPECT_EQ(got.losses, want.losses);
+  EXPECT_EQ(got.params, want.params);
+  EXPECT_EQ(got.plans_after.back(), got.plans_after[5]) << "planned again after step 6";
+  EXPECT_TRUE(got.reports[13].planned) << "the second step after a pass follows the training plan";
 }
 
 // Micro-batches of two sizes in turn within each iteration (2, 1, 2 samples): each turn's
