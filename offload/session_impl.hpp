@@ -176,19 +176,24 @@ class session_impl {
     auto it = by_name.find(name);
     if (it != by_name.end()) {
       auto& d = tensors[it->second];
-      if (d.bytes == bytes && d.kind == kind) {
-        if (is_persistent(kind)) return it->second;
-        // A transient added again after its release() in this iteration (a loop over
-        // micro-batches) starts a new value in the same tensor. Its first add in an iteration
-        // takes the first id of its shape below, so every iteration names the same ids in turn.
-        if (added.contains(it->second)) {
-          exec->define(it->second, d);
-          return it->second;
-        }
-      } else if (is_persistent(kind) || is_persistent(d.kind)) {
-        throw config_error("persistent tensor \"" + name + "\" registered twice (" + format_bytes(d.bytes) + " " +
-                           std::string(to_string(d.kind)) + ", then " + format_bytes(bytes) + " " +
-                           std::string(to_string(kind)) + "); give each tensor its own name");
+      // One name, one persistent tensor: a second add of the name would share the first's
+      // memory and overwrite its value (two layers both called "weight", or a get-or-create
+      // call each step that zeroed the optimizer state every time), so it is refused.
+      if (is_persistent(kind) || is_persistent(d.kind)) {
+        const std::string first = format_bytes(d.bytes) + " " + std::string(to_string(d.kind));
+        const std::string second = format_bytes(bytes) + " " + std::string(to_string(kind));
+        throw config_error("persistent tensor \"" + name + "\" registered twice (" + first + ", then " + second +
+                           "); give each tensor its own name" +
+                           (first == second ? ", or keep the handle the first add returned: a second one would "
+                                              "share its memory and overwrite its value"
+                                            : ""));
+      }
+      // A transient added again after its release() in this iteration (a loop over
+      // micro-batches) starts a new value in the same tensor. Its first add in an iteration
+      // takes the first id of its shape below, so every iteration names the same ids in turn.
+      if (d.bytes == bytes && d.kind == kind && added.contains(it->second)) {
+        exec->define(it->second, d);
+        return it->second;
       }
     }
     std::vector<tensor_id>* same_shape = nullptr;

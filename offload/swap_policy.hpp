@@ -98,7 +98,10 @@ class Session {
   void set_device_budget(std::uint64_t bytes);
 
   /// A tensor that lives across iterations (parameter, gradient, optimizer state). Its initial
-  /// contents are copied from `initial` (`bytes` bytes), or are zero when it is null.
+  /// contents are copied from `initial` (`bytes` bytes), or are zero when it is null. Its name is
+  /// the tensor: adding a name already added is a config_error (a second add would share the
+  /// first's memory and overwrite its value). It may be added inside an iteration, as state a
+  /// loop makes lazily at its first step.
   tensor_handle add_persistent(std::string name, std::uint64_t bytes, tensor_kind kind, const void* initial = nullptr);
   /// A tensor created within the current iteration (activation, workspace, metric). Its first op must
   /// write it; release() it after its last use. The same name in every iteration is the same

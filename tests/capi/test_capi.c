@@ -174,6 +174,7 @@ static void errors_are_codes_with_messages(void) {
   spw_tensor w, t;
   OK(spw_add_persistent(s, "w", sizeof init, SPW_PARAMETER, init, &w));
   FAILS(spw_add_persistent(s, "bad", sizeof init, (spw_kind)42, NULL, &t), SPW_ERR_USAGE, "not an spw_kind");
+  FAILS(spw_add_persistent(s, "w", sizeof init, SPW_PARAMETER, NULL, &t), SPW_ERR_CONFIG, "registered twice");
   spw_op* op = (spw_op*)&failures;
   FAILS(spw_op_begin(s, "outside.forward", &w, 1, NULL, 0, NULL, 0, &op), SPW_ERR_USAGE, "outside.forward");
   CHECK(op == NULL);

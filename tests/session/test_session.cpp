@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -557,6 +558,57 @@ TEST(Session, MisuseIsAUsageErrorAndBadInputAConfigError) {
     EXPECT_NE(std::string(e.what()).find(" [at "), std::string::npos) << "misuse carries a location: " << e.what();
   }
   (void)s.end_iteration();
+}
+
+// A persistent tensor's name is the tensor: a second add_persistent of it, as a loop gives when
+// two layers are both called "weight" or when it creates its optimizer state with a
+// get-or-create call each step, is refused instead of sharing the first's memory and
+// overwriting its value. State created once, lazily, inside the first step (as PyTorch's Adam
+// makes its moments) is kept and updated by every later step, planned ones included.
+TEST(Session, APersistentNameRegisteredTwiceIsRefusedAndLosesNothing) {
+  for (const char* policy : {"none", "lms", "auto"}) {
+    SCOPED_TRACE(policy);
+    Session s(base_config(policy, 0));
+    const std::vector<float> ones(1024, 1.0f), twos(1024, 2.0f);
+    auto w = s.add_persistent("layer.weight", 4_KiB, tensor_kind::parameter, ones.data());
+    for (const auto kind : {tensor_kind::parameter, tensor_kind::optimizer_state}) {
+      try {
+        (void)s.add_persistent("layer.weight", 4_KiB, kind, twos.data());
+        ADD_FAILURE() << "a second add of \"layer.weight\" was taken";
+      } catch (const config_error& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("registered twice"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("give each tensor its own name"), std::string::npos) << msg;
+        EXPECT_EQ(msg.find("keep the handle") != std::string::npos, kind == tensor_kind::parameter) << msg;
+      }
+    }
+    std::vector<float> out(1024);
+    s.read(w, out.data(), 4_KiB);
+    EXPECT_EQ(out, ones) << "the refused add changed the first tensor";
+
+    // Adam-like state made inside the first step, then a step that tries to make it again.
+    std::optional<tensor_handle> m;
+    constexpr int steps = 6;
+    for (int step = 0; step < steps; ++step) {
+      s.begin_iteration();
+      if (!m) m = s.add_persistent("layer.weight.adam_m", 4_KiB, tensor_kind::optimizer_state);
+      auto y = s.add_transient("y", 64_KiB);
+      { auto op = s.op("forward", {w}, {y});
+        op.run([&](const host_access& h) { std::fill_n(h.ptr<float>(y), 16 * 1024, h.ptr<float>(w)[0]); }); }
+      { auto op = s.op("adam", {y, *m}, {*m});
+        op.run([&](const host_access& h) {
+          for (int i = 0; i < 1024; ++i) h.ptr<float>(*m)[i] += h.ptr<float>(y)[i];
+        }); }
+      s.release(y);
+      (void)s.end_iteration();
+      if (step == 1) {
+        s.set_device_budget(s.least_budget_bytes());
+      }
+    }
+    EXPECT_THROW((void)s.add_persistent("layer.weight.adam_m", 4_KiB, tensor_kind::optimizer_state), config_error);
+    s.read(*m, out.data(), 4_KiB);
+    EXPECT_EQ(out, std::vector<float>(1024, float{steps})) << "each step added 1 to the state made in the first";
+  }
 }
 
 // Op scratch (op_scope::workspace): stream-ordered device memory inside the op, counted in the
