@@ -274,6 +274,7 @@ class session_impl {
 
   void begin_iteration(std::string_view tag) {
     end_failed_step();
+    if (ratio_refused) std::rethrow_exception(ratio_refused);
     SPILLWAY_EXPECTS_T(usage_error, !in_iteration,
                        "begin_iteration() called twice without end_iteration(); a loop that gives up a step part "
                        "way, on an exception of its own, ends it with abandon_iteration()");
@@ -369,6 +370,7 @@ class session_impl {
                          std::to_string(least) + " B, its largest single op's working set); give at least that");
     }
     stack->set_device_budget(budget);  // every tensor leaves for its tier; the arena is reserved again
+    ratio_refused = nullptr;           // the loop chose the budget itself
     shapes.clear();                    // made for the old budget (Note [Shapes])
     for (auto& [tag, ph] : phases) {   // every phase's plan, made again for the new budget
       if (!ph.have_plan) continue;
@@ -397,10 +399,15 @@ class session_impl {
       char need[64];
       std::snprintf(need, sizeof need, "%.4g",
                     std::ceil(static_cast<double>(least) / static_cast<double>(footprint) * 1e4) / 1e4);
-      throw config_error(cfg.source_of("device_budget_ratio") + ": " + buf + " gives a device budget of " +
-                         format_bytes(bytes) + " (of a " + format_bytes(footprint) +
-                         " footprint), below the least any plan needs: " + format_bytes(least) +
-                         " (the largest single op's working set); give a ratio of at least " + need);
+      // Every later step is refused the same way (begin_iteration), so a loop that catches a
+      // step's error and goes on does not train on at a budget it did not ask for.
+      ratio_refused = std::make_exception_ptr(
+          config_error(cfg.source_of("device_budget_ratio") + ": " + buf + " gives a device budget of " +
+                       format_bytes(bytes) + " (of a " + format_bytes(footprint) +
+                       " footprint), below the least any plan needs: " + format_bytes(least) +
+                       " (the largest single op's working set); give a ratio of at least " + need +
+                       ", or a budget with set_device_budget"));
+      std::rethrow_exception(ratio_refused);
     }
     set_device_budget(bytes);
   }
@@ -674,6 +681,7 @@ class session_impl {
   std::vector<void*> host_ptrs;   // its host pointers: its trace reads, then its trace writes
   double host_rate = 0;           // host_memory_rate(), once measured
   bool ratio_applied = false;  // the device_budget_ratio setting was resolved
+  std::exception_ptr ratio_refused;  // the ratio gave too small a budget: every later step is refused
   std::vector<iteration_report> history;
   std::chrono::steady_clock::time_point iteration_start;
 };

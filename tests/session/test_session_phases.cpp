@@ -381,6 +381,22 @@ TEST(session_phases, a_ratio_below_the_least_budget_names_the_setting_and_the_le
   // The least ratio named works.
   const double least = static_cast<double>(s.least_budget_bytes()) / static_cast<double>(s.footprint_bytes());
   EXPECT_GT(least, 0.01);
+  // A loop that catches the error and goes on is refused again at each later step, not run on
+  // at a budget it did not ask for (here the whole device), until it sets a budget itself.
+  for (int it = 2; it <= 3; ++it) {
+    try {
+      loop.run(step_spec{}, it, out);
+      ADD_FAILURE() << "step " << it << " ran at a budget the loop did not ask for";
+    } catch (const config_error& e) {
+      EXPECT_NE(std::string(e.what()).find("give a ratio of at least 0."), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(out.reports.size(), 0u) << "a refused step reported";
+  s.set_device_budget(s.least_budget_bytes());
+  loop.run(step_spec{}, 2, out);
+  ASSERT_EQ(out.reports.size(), 1u);
+  EXPECT_TRUE(out.reports.back().planned) << "the recording was planned for the budget set";
+  EXPECT_LE(out.reports.back().peak_device_bytes, s.device_budget());
 }
 
 }  // namespace
