@@ -20,7 +20,8 @@
  * device/error.hpp) and leaves a message, retrievable on the same thread with spw_last_error()
  * until the next failing call there. Nothing is thrown across this header and nothing is printed.
  * The semantics of each call are those of the Session method of the same name (swap_policy.hpp).
- * A session, like a Session, is used from one thread at a time.
+ * A session, like a Session, is used from one thread at a time: a call from another thread while
+ * one is inside a call or holds an op open fails with SPW_ERR_USAGE and changes nothing.
  */
 #ifndef SPILLWAY_H
 #define SPILLWAY_H

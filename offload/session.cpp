@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "offload/session_call.hpp"
 #include "offload/session_impl.hpp"
 
 namespace spillway {
@@ -159,9 +160,13 @@ Device& Session::device() { return *impl_->dev; }
 const session_config& Session::config() const noexcept { return impl_->cfg; }
 std::uint64_t Session::device_budget() const noexcept { return impl_->stack->budget().bytes(); }
 
-void Session::set_device_budget(std::uint64_t bytes) { impl_->set_device_budget(bytes); }
+void Session::set_device_budget(std::uint64_t bytes) {
+  const session_detail::session_call claim(*impl_, "set_device_budget");
+  impl_->set_device_budget(bytes);
+}
 
 tensor_handle Session::add_persistent(std::string name, std::uint64_t bytes, tensor_kind kind, const void* initial) {
+  const session_detail::session_call claim(*impl_, "add_persistent", name);
   if (!is_persistent(kind))
     throw config_error("add_persistent(\"" + name + "\"): kind " + std::string(to_string(kind)) +
                        " is transient; give a parameter, gradient or optimizer state kind, or use add_transient");
@@ -171,6 +176,7 @@ tensor_handle Session::add_persistent(std::string name, std::uint64_t bytes, ten
 }
 
 tensor_handle Session::add_transient(std::string name, std::uint64_t bytes, tensor_kind kind) {
+  const session_detail::session_call claim(*impl_, "add_transient", name);
   if (is_persistent(kind))
     throw config_error("add_transient(\"" + name + "\"): kind " + std::string(to_string(kind)) +
                        " is persistent; give an activation, workspace or metric kind, or use add_persistent");
@@ -179,18 +185,23 @@ tensor_handle Session::add_transient(std::string name, std::uint64_t bytes, tens
 }
 
 tensor_handle Session::add_view(tensor_handle parent, std::uint64_t offset, std::uint64_t bytes, std::string name) {
+  const session_detail::session_call claim(*impl_, "add_view");
   return impl_->add_view(parent, offset, bytes, std::move(name));
 }
 
-void Session::release(tensor_handle t) try {
-  impl_->check_handle(t);
-  impl_->exec->release(t.id);
-} catch (...) {
-  impl_->note_failure();
-  throw;
+void Session::release(tensor_handle t) {
+  const session_detail::session_call claim(*impl_, "release");  // outside the try: a refused call fails no step
+  try {
+    impl_->check_handle(t);
+    impl_->exec->release(t.id);
+  } catch (...) {
+    impl_->note_failure();
+    throw;
+  }
 }
 
 void Session::read(tensor_handle t, void* host, std::uint64_t bytes) {
+  const session_detail::session_call claim(*impl_, "read");
   impl_->check_handle(t);
   const auto& d = impl_->tensors[t.id];
   SPILLWAY_EXPECTS_T(usage_error, bytes == d.bytes,
@@ -200,10 +211,19 @@ void Session::read(tensor_handle t, void* host, std::uint64_t bytes) {
   impl_->read(t, host);
 }
 
-void Session::begin_iteration(std::string_view tag) { impl_->begin_iteration(tag); }
-iteration_report Session::end_iteration() { return impl_->end_iteration(); }
+void Session::begin_iteration(std::string_view tag) {
+  const session_detail::session_call claim(*impl_, "begin_iteration");
+  impl_->begin_iteration(tag);
+}
+iteration_report Session::end_iteration() {
+  const session_detail::session_call claim(*impl_, "end_iteration");
+  return impl_->end_iteration();
+}
 void Session::abandon_iteration() noexcept {
-  if (impl_->in_iteration) impl_->end_failed_iteration();
+  // From a thread other than the one inside a call or holding an op open, it does nothing: the
+  // step is that thread's to end (Note [One thread at a time]).
+  const session_detail::session_call claim(*impl_, "abandon_iteration", {}, session_detail::session_call::mode::try_only);
+  if (claim.entered() && impl_->in_iteration) impl_->end_failed_iteration();
 }
 
 Session::op_scope Session::op(std::string_view name, std::initializer_list<tensor_handle> reads,
@@ -214,6 +234,7 @@ Session::op_scope Session::op(std::string_view name, std::initializer_list<tenso
 
 Session::op_scope Session::op(std::string_view name, std::span<const tensor_handle> reads,
                               std::span<const tensor_handle> writes, double flops) {
+  const session_detail::session_call claim(*impl_, "op", name);
   return op_scope(impl_.get(), impl_->open_op(name, reads, writes, {}, flops, session_detail::phase_from_name(name)));
 }
 
@@ -228,12 +249,14 @@ Session::op_scope Session::op(std::string_view name, std::initializer_list<tenso
 Session::op_scope Session::op(std::string_view name, std::span<const tensor_handle> reads,
                               std::span<const tensor_handle> writes, std::span<const tensor_handle> accumulates,
                               double flops) {
+  const session_detail::session_call claim(*impl_, "op", name);
   return op_scope(impl_.get(),
                   impl_->open_op(name, reads, writes, accumulates, flops, session_detail::phase_from_name(name)));
 }
 
 Session::op_scope::~op_scope() noexcept(false) {
   if (s_ == nullptr || rerun_) return;
+  const session_detail::session_call claim(*s_, "the end of an op's scope", {}, session_detail::session_call::mode::wait);
   if (std::uncaught_exceptions() > 0) {
     // An exception leaves the op's scope: the step has failed (Note [Failed iterations]).
     if (s_->in_iteration) s_->iteration_failed = true;
@@ -260,6 +283,7 @@ void* Session::op_scope::raw_ptr(tensor_handle t) const {
 
 void* Session::op_scope::workspace(std::uint64_t bytes) const {
   SPILLWAY_EXPECTS_T(usage_error, s_ != nullptr, "workspace() of an op scope that was moved from");
+  const session_detail::session_call claim(*s_, "an op scope's workspace()");
   try {
     return s_->exec->scratch(bytes);
   } catch (...) {
@@ -278,6 +302,9 @@ const plan* Session::current_plan() const noexcept {
 }
 std::uint64_t Session::footprint_bytes() const { return impl_->active != nullptr ? impl_->active->footprint : 0; }
 std::uint64_t Session::least_budget_bytes() const { return impl_->least_of_all(); }
-void Session::write_chrome_trace(const std::string& path) const { impl_->write_chrome_trace(path); }
+void Session::write_chrome_trace(const std::string& path) const {
+  const session_detail::session_call claim(*impl_, "write_chrome_trace");
+  impl_->write_chrome_trace(path);
+}
 
 }  // namespace spillway

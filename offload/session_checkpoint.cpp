@@ -1,6 +1,7 @@
 // Session::save and Session::load: every persistent tensor, wherever it lives, to and from one
 // checkpoint file (offload/checkpoint.hpp), one tensor at a time through one host buffer.
 #include "offload/checkpoint.hpp"
+#include "offload/session_call.hpp"
 #include "offload/session_impl.hpp"
 
 namespace spillway {
@@ -32,6 +33,7 @@ bool holds_value(executor& exec, tensor_id id) {
 
 void Session::save(const std::string& dir, std::string_view meta) {
   auto& s = *impl_;
+  const session_detail::session_call claim(s, "save", dir);
   s.end_failed_step();  // a loop that saves after a failed step saves the values it left
   SPILLWAY_EXPECTS_T(usage_error, !s.in_iteration,
                      "save(\"" + dir + "\") inside an iteration; call it after end_iteration()");
@@ -63,6 +65,7 @@ void Session::save(const std::string& dir, std::string_view meta) {
 
 std::string Session::load(const std::string& dir) {
   auto& s = *impl_;
+  const session_detail::session_call claim(s, "load", dir);
   s.end_failed_step();
   SPILLWAY_EXPECTS_T(usage_error, !s.in_iteration,
                      "load(\"" + dir + "\") inside an iteration; call it after end_iteration()");

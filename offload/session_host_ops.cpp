@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 
+#include "offload/session_call.hpp"
 #include "offload/session_impl.hpp"
 
 namespace spillway {
@@ -68,6 +69,7 @@ void Session::host_capable_op(std::string_view name, std::span<const tensor_hand
                               std::span<const tensor_handle> writes, const op_body& device_body,
                               const host_body& host_body, double flops, double host_bytes) {
   const std::string op_name(name);
+  const session_detail::session_call claim(*impl_, "host_capable_op", op_name);
   SPILLWAY_EXPECTS_T(usage_error, static_cast<bool>(device_body) && static_cast<bool>(host_body),
                      "host_capable_op(\"" + op_name + "\"): give both a device body and a host body");
   SPILLWAY_EXPECTS_T(config_error, host_bytes >= 0,

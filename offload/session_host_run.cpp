@@ -1,6 +1,7 @@
 // op_scope::run: plain host code over an op's tensors, in stream order, on either backend.
 #include <exception>
 
+#include "offload/session_call.hpp"
 #include "offload/session_impl.hpp"
 
 namespace spillway {
@@ -67,6 +68,7 @@ void session_impl::run_on_host(const std::function<void(const Session::op_scope:
 
 void Session::op_scope::run(const std::function<void(const host_access&)>& f) const {
   SPILLWAY_EXPECTS_T(usage_error, s_ != nullptr, "run() of an op scope that was moved from");
+  const session_detail::session_call claim(*s_, "an op scope's run()");
   host_access access(this);
   try {
     s_->run_on_host(f, access, access.ptrs_);

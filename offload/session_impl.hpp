@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -677,6 +678,8 @@ class session_impl {
   bool in_iteration = false;
   bool iteration_failed = false;  // a device, tier or memory error left one of its calls (Note [Failed iterations])
   bool op_open = false;
+  std::thread::id op_thread;      // the thread that opened the open op (Note [One thread at a time])
+  std::atomic<std::thread::id> caller{};  // the thread inside a Session call (Note [One thread at a time])
   bool open_on_host = false;      // the open op runs on the host (begin_host_op)
   std::vector<void*> host_ptrs;   // its host pointers: its trace reads, then its trace writes
   double host_rate = 0;           // host_memory_rate(), once measured

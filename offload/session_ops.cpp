@@ -2,6 +2,7 @@
 // accumulations), become the trace's reads and writes and the executor's work.
 #include <algorithm>
 
+#include "offload/session_call.hpp"
 #include "offload/session_impl.hpp"
 
 namespace spillway {
@@ -109,12 +110,14 @@ std::uint32_t session_impl::open_op(std::string_view name, std::span<const tenso
   if (d.host_capable && following && exec->placed_on_host(k)) {  // Note [Host ops in the executor]
     host_ptrs = exec->begin_host_op(k, d.reads, d.writes, d.name);
     op_open = true;
+    op_thread = std::this_thread::get_id();
     open_on_host = true;
     open_named = std::move(named);
     return k;
   }
   const auto buffers = exec->begin_op(k, d.reads, d.writes, d.name, gathers);
   op_open = true;
+  op_thread = std::this_thread::get_id();
   open_named = std::move(named);
   try {
     const stream s = exec->compute_stream();
@@ -284,6 +287,7 @@ void Session::recomputable_op(std::string_view name, std::initializer_list<tenso
 void Session::recomputable_op(std::string_view name, std::span<const tensor_handle> reads,
                               std::span<const tensor_handle> writes, const op_body& body, double flops) {
   const std::string op_name(name);
+  const session_detail::session_call claim(*impl_, "recomputable_op", op_name);
   SPILLWAY_EXPECTS_T(usage_error, static_cast<bool>(body), "recomputable_op(\"" + op_name + "\"): no body given");
   impl_->check_recomputable(op_name, reads, writes);
   const auto k = impl_->open_op(name, reads, writes, {}, flops, session_detail::phase_from_name(name), true);

@@ -71,6 +71,9 @@ struct iteration_report : iteration_counters {
 class session_impl;
 struct session_hooks;
 
+/// Used by one thread at a time: a call from a second thread while another is inside a call or
+/// holds an op's scope open is a usage_error (Note [One thread at a time] in
+/// offload/session_call.hpp); threads that take turns are fine.
 class Session {
  public:
   /// Validates the config, opens the device and the tiers (a missing or full swap directory is
@@ -155,6 +158,7 @@ class Session {
   /// Its work is waited for; nothing is planned or reported from it; each tensor holds its value
   /// from before the step or what the step's ops made of it. An error that left a Session call
   /// or an op's scope needs no such call: the next begin_iteration ends that step the same way.
+  /// From a thread other than the one inside a call or holding an op open, it does nothing.
   void abandon_iteration() noexcept;
 
   /// One op: inside the scope the tensors it names are resident, their device pointers valid,
