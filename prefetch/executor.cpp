@@ -119,10 +119,27 @@ void executor::check_readable(tensor_id id) {
   // A value dropped for a recomputation is remade by the rerun the plan puts before the read's
   // op; begin_op says so, naming the tensor, when no rerun did (Note [Drops for recomputation]).
   if (st.awaiting_rerun && in_iteration_ && st.dev == nullptr) return;
-  SPILLWAY_EXPECTS_T(usage_error, (st.dev != nullptr && st.dev_valid) || st.tier_current,
-                     "executor: read of tensor \"" + st.desc.name +
-                         "\", which holds no value: no op of this iteration has written it yet (a transient's value "
-                         "lasts from its first write to its release() or the end of the iteration)");
+  if ((st.dev == nullptr || !st.dev_valid) && !st.tier_current) throw_no_value(st, "a host read of");
+}
+
+// Note [Dropped gradients]
+// A gradient the recorded step overwrites before it reads it again (zero-filled by its first
+// accumulation, or written whole by the backward pass) is dead after its last use in the step,
+// and plans drop it there instead of copying it out. A read the recorded step does not make (a
+// log of its norm every hundred steps, a read after end_iteration) then finds no value, and the
+// error says how to get one: make the read where a plan sees it (every step, or the steps that
+// read under their own tag, planned with the read), or keep the value in optimizer state.
+void executor::throw_no_value(const tensor_state& st, const std::string& reader) {
+  if (st.desc.kind == tensor_kind::gradient)
+    throw usage_error("executor: " + reader + " gradient \"" + st.desc.name +
+                      "\", whose value the plan dropped after its last use in the step: the recorded step "
+                      "overwrites it before reading it again, so nothing kept it. Make the read one the plan was made "
+                      "with: read it inside the step (before end_iteration()) in every step, or in the steps that "
+                      "read it under their own tag (begin_iteration(\"log\")); or keep a value that must outlive the "
+                      "step in an optimizer_state tensor (Note [Dropped gradients] in prefetch/executor.cpp)");
+  throw usage_error("executor: " + reader + " tensor \"" + st.desc.name +
+                    "\", which holds no value: no op of this iteration has written it yet (a transient's value "
+                    "lasts from its first write to its release() or the end of the iteration)");
 }
 
 void executor::read(tensor_id id, void* host) {
@@ -183,11 +200,7 @@ bool executor::fetch(tensor_id id, bool on_demand) {
     if (!on_demand) return false;  // a prefetch: the op that reads it reports the error
     throw_awaiting_rerun(st, "op " + std::to_string(current_op_) + " (\"" + current_name_ + "\")");
   }
-  SPILLWAY_EXPECTS_T(usage_error, st.tier_current,
-                     "executor: op " + std::to_string(current_op_) + " reads tensor \"" + st.desc.name +
-                         "\", which holds no value: no op wrote it yet, or it is a gradient that the recorded trace "
-                         "overwrites before reading again, so its old value was dropped (this iteration departs from "
-                         "the trace; keep a value that must outlive the step in an optimizer_state tensor)");
+  if (!st.tier_current) throw_no_value(st, "op " + std::to_string(current_op_) + " (\"" + current_name_ + "\") reads");
   void* dev = allocate_for(id, h2d_, /*may_evict=*/on_demand);
   if (dev == nullptr) return false;  // a prefetch that does not fit now; fetched on demand later
   const auto where = backing_->where(id);

@@ -188,6 +188,9 @@ class executor {
   void note_op_outputs(op_index k);
   void free_rerun_temps(op_index k);
   [[noreturn]] void throw_awaiting_rerun(const tensor_state& st, const std::string& reader) const;
+  /// A read (`reader`: "op 3 (\"adam\") reads", "a host read of") of a tensor that holds no value: a
+  /// transient not yet written, or a gradient the plan dropped after its last use (Note [Dropped gradients]).
+  [[noreturn]] static void throw_no_value(const tensor_state& st, const std::string& reader);
   void defragment();
   bool evict_one(std::uint64_t needed);
   /// `keep`: tensors whose tier copies stay if the tier is full (Note [Redundant tier copies]);

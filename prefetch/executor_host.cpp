@@ -67,10 +67,7 @@ std::vector<void*> executor::begin_host_op(op_index k, std::span<const tensor_id
       continue;
     }
     if (st.awaiting_rerun) throw_awaiting_rerun(st, "host op " + std::to_string(k) + " (\"" + name + "\")");
-    throw usage_error("executor: host op " + std::to_string(k) + " (\"" + name + "\") reads tensor \"" + st.desc.name +
-                      "\", which holds no value: no op wrote it yet, or it is a gradient that the recorded trace "
-                      "overwrites before reading again, so its old value was dropped (this iteration departs from "
-                      "the trace; keep a value that must outlive the step in an optimizer_state tensor)");
+    throw_no_value(st, "host op " + std::to_string(k) + " (\"" + name + "\") reads");
   }
   // Device copies of what it writes are stale from now on.
   for (auto id : writes) {

@@ -426,4 +426,67 @@ TEST(SessionDepartures, AGradientReadBeforeTheTracesOverwriteIsAnErrorThatSaysWh
   }
 }
 
+// The same gradient read from the host (Note [Dropped gradients] in prefetch/executor.cpp): a log
+// of it inside one step in three, or after end_iteration, finds the value the plan dropped and is
+// an error that says how to read it; the steps that read it under their own tag are planned with
+// the read and give the value everything resident gives.
+TEST(SessionDepartures, AGradientLoggedFromTheHostIsReadUnderItsOwnTagAndOtherwiseRefusedWithHow) {
+  auto run = [](const char* policy, bool tag, std::vector<std::string>* errors) {
+    Session s(config_for(policy, 0));
+    std::vector<tensor_handle> w, g;
+    std::vector<std::uint32_t> init(words);
+    for (int i = 0; i < 4; ++i) {
+      for (std::size_t k = 0; k < words; ++k) init[k] = static_cast<std::uint32_t>(k * 5 + i);
+      w.push_back(s.add_persistent("w" + std::to_string(i), bytes, tensor_kind::parameter, init.data()));
+      g.push_back(s.add_persistent("g" + std::to_string(i), bytes, tensor_kind::gradient));
+    }
+    std::vector<std::vector<std::uint32_t>> logged;
+    std::vector<std::uint32_t> host(words);
+    for (int step = 1; step <= 9; ++step) {
+      const bool log = step % 3 == 0;
+      s.begin_iteration(log && tag ? "log" : "train");
+      for (int i = 3; i >= 0; --i) {
+        auto op = s.op("bwd" + std::to_string(i), {w[i]}, {g[i]});
+        op.run([&](const Session::op_scope::host_access& h) {
+          for (std::size_t k = 0; k < words; ++k) h.ptr<std::uint32_t>(g[i])[k] = h.ptr<std::uint32_t>(w[i])[k] * 3 + step;
+        });
+      }
+      for (int i = 0; i < 4; ++i) {
+        auto op = s.op("adam" + std::to_string(i), {w[i], g[i]}, {w[i]});
+        op.run([&](const Session::op_scope::host_access& h) {
+          for (std::size_t k = 0; k < words; ++k) h.ptr<std::uint32_t>(w[i])[k] += h.ptr<std::uint32_t>(g[i])[k] >> 4;
+        });
+      }
+      try {
+        if (log) {
+          s.read(g[0], host.data(), bytes);  // inside the step, after its last use
+          logged.push_back(host);
+        }
+        (void)s.end_iteration();
+        if (step == 1) s.set_device_budget(3 * bytes);
+        if (log && !tag) s.read(g[1], host.data(), bytes);  // after the step
+      } catch (const usage_error& e) {
+        if (errors == nullptr) throw;
+        errors->push_back(e.what());
+        s.abandon_iteration();
+      }
+    }
+    return logged;
+  };
+  const auto want = run("none", false, nullptr);
+  ASSERT_EQ(want.size(), 3u);
+  for (const char* policy : {"lms", "auto"}) {
+    SCOPED_TRACE(policy);
+    EXPECT_EQ(run(policy, true, nullptr), want) << "the steps under their own tag";
+    std::vector<std::string> errors;
+    (void)run(policy, false, &errors);
+    ASSERT_FALSE(errors.empty()) << "no plan dropped the gradients: the test checks nothing";
+    for (const auto& m : errors) {
+      EXPECT_TRUE(m.find("gradient \"g0\"") != std::string::npos || m.find("gradient \"g1\"") != std::string::npos) << m;
+      EXPECT_NE(m.find("dropped after its last use"), std::string::npos) << m;
+      EXPECT_NE(m.find("under their own tag"), std::string::npos) << m;
+    }
+  }
+}
+
 }  // namespace
