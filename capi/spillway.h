@@ -131,6 +131,9 @@ spw_status spw_add_view(spw_session* s, spw_tensor parent, uint64_t offset, uint
 spw_status spw_release(spw_session* s, spw_tensor t);
 /** Copies a tensor's current contents (`bytes`, its size) to host memory. */
 spw_status spw_read(spw_session* s, spw_tensor t, void* host, uint64_t bytes);
+/** Replaces a persistent tensor's contents with `bytes` (its size) from host memory, between
+ *  iterations. */
+spw_status spw_write(spw_session* s, spw_tensor t, const void* host, uint64_t bytes);
 
 /* ---- iterations --------------------------------------------------------------------------- */
 

@@ -217,6 +217,11 @@ spw_status spw_read(spw_session* s, spw_tensor t, void* host, uint64_t bytes) {
   return guarded([&] { s->session.read(handle(t), host, bytes); });
 }
 
+spw_status spw_write(spw_session* s, spw_tensor t, const void* host, uint64_t bytes) {
+  if (s == nullptr || host == nullptr) return null_argument("spw_write", s == nullptr ? "the session" : "host");
+  return guarded([&] { s->session.write(handle(t), host, bytes); });
+}
+
 spw_status spw_begin_iteration(spw_session* s, const char* tag) {
   if (s == nullptr) return null_argument("spw_begin_iteration", "the session");
   return guarded([&] { s->session.begin_iteration(tag == nullptr ? "train" : tag); });

@@ -211,6 +211,30 @@ void Session::read(tensor_handle t, void* host, std::uint64_t bytes) {
   impl_->read(t, host);
 }
 
+void Session::write(tensor_handle t, const void* host, std::uint64_t bytes) {
+  const session_detail::session_call claim(*impl_, "write");
+  auto& s = *impl_;
+  s.end_failed_step();  // as save and load do: a loop may write right after a failed step
+  s.check_handle(t);
+  const auto& d = s.tensors[t.id];
+  SPILLWAY_EXPECTS_T(usage_error, !s.in_iteration,
+                     "write(\"" + d.name + "\") inside an iteration; call it after end_iteration(), or write the "
+                     "tensor in an op (an op that writes it, with a copy on op.stream())");
+  SPILLWAY_EXPECTS_T(usage_error, is_persistent(d.kind),
+                     "write(\"" + d.name + "\"): a transient, which holds no value between iterations; write it in "
+                     "an op inside the iteration");
+  SPILLWAY_EXPECTS_T(usage_error, bytes == d.bytes,
+                     "write(\"" + d.name + "\"): given " + std::to_string(bytes) + " bytes; it has " +
+                         std::to_string(d.bytes));
+  SPILLWAY_EXPECTS_T(usage_error, host != nullptr, "write(\"" + d.name + "\"): host is null; give its bytes");
+  s.finalize_views();  // views added since the last iteration take their ranges first
+  if (!s.is_split(t.id)) {
+    s.exec->upload(t.id, host);
+    return;
+  }
+  for (const auto& pc : s.splits.at(t.id).pieces) s.exec->upload(pc.id, static_cast<const std::byte*>(host) + pc.offset);
+}
+
 void Session::begin_iteration(std::string_view tag) {
   const session_detail::session_call claim(*impl_, "begin_iteration");
   impl_->begin_iteration(tag);

@@ -133,6 +133,12 @@ class Session {
   /// the step, in steps under their own tag; Note [Dropped gradients] in prefetch/executor.cpp);
   /// parameters and optimizer state never are.
   void read(tensor_handle t, void* host, std::uint64_t bytes);
+  /// Replaces a persistent tensor's contents with `bytes` bytes (its size) from host memory,
+  /// between iterations, wherever the tensor lives: weights loaded from a file of the loop's own
+  /// format, an averaged copy swapped in for an evaluation and back, a layer initialised again.
+  /// A parent split into views is written whole, a view its own range. Inside an iteration,
+  /// write in an op instead (an op that writes the tensor, with a copy on op.stream()).
+  void write(tensor_handle t, const void* host, std::uint64_t bytes);
 
   /// Writes a checkpoint of every persistent tensor (wherever it lives: device, host or NVMe) to
   /// directory `dir`, with `meta` (the loop's own state: a step count, a data position) beside it.

@@ -138,6 +138,12 @@ static void op_read_write_accumulate(void) {
   }
   OK(spw_read(s, w, got, sizeof got));
   CHECK(memcmp(got, want_w, sizeof got) == 0);
+  /* Weights replaced between iterations are what the next read gives. */
+  for (int i = 0; i < N; ++i) want_w[i] = (float)i;
+  OK(spw_write(s, w, want_w, sizeof want_w));
+  OK(spw_read(s, w, got, sizeof got));
+  CHECK(memcmp(got, want_w, sizeof got) == 0);
+  FAILS(spw_write(s, w, want_w, 4), SPW_ERR_USAGE, "given 4 bytes");
   uint64_t budget = 0, footprint = 0, least = 0;
   OK(spw_device_budget(s, &budget));
   OK(spw_footprint_bytes(s, &footprint));
