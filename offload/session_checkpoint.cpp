@@ -19,16 +19,6 @@ namespace {
 // leaves the device and its value goes to the host tier (NVMe when the host tier is full), as a
 // tensor's initial value does; the next iteration brings it back as the plan says.
 
-/// False for a persistent tensor that holds no value (a gradient dropped after its last use).
-bool holds_value(executor& exec, tensor_id id) {
-  try {
-    exec.check_readable(id);  // persistent tensors are never released: the one refusal is "no value"
-    return true;
-  } catch (const usage_error&) {
-    return false;
-  }
-}
-
 }  // namespace
 
 void Session::save(const std::string& dir, std::string_view meta) {
@@ -53,7 +43,7 @@ void Session::save(const std::string& dir, std::string_view meta) {
       [&](std::size_t i, const checkpoint::chunk_sink& sink) {
         const tensor_id id = ids[i];
         if (buffer.size() < largest) buffer.resize(largest);
-        if (holds_value(*s.exec, id)) {
+        if (s.holds_value(id)) {
           s.exec->read(id, buffer.data());
         } else {
           std::memset(buffer.data(), 0, entries[i].bytes);

@@ -252,6 +252,7 @@ class session_impl {
 
   /// Ends a failed iteration (Note [Failed iterations]) without a report.
   void end_failed_iteration() noexcept {
+    forget_sums();
     in_iteration = false;
     iteration_failed = false;
     op_open = false;
@@ -313,6 +314,25 @@ class session_impl {
   std::uint32_t open_op(std::string_view name, std::span<const tensor_handle> reads,
                         std::span<const tensor_handle> writes, std::span<const tensor_handle> accumulates,
                         double flops, op_phase phase, bool recomputable = false, double host_bytes = -1);
+  /// Note [Sums no op read]: refuses a read of a sum whose earlier iterations' part a zero-fill
+  /// discarded, before any work, then notes what op `name` consumes, zeroes, overwrites and adds into.
+  void check_sums(const std::string& name, const std::vector<tensor_id>& consumed, const std::vector<tensor_id>& zeroed,
+                  const std::vector<tensor_id>& overwritten, const std::vector<tensor_id>& summed);
+  /// False for a persistent tensor that holds no value (a gradient dropped after its last use).
+  bool holds_value(tensor_id id) {
+    try {
+      exec->check_readable(id);  // persistent tensors are never released: the one refusal is "no value"
+      return true;
+    } catch (const usage_error&) {
+      return false;
+    }
+  }
+  /// A failed step's sums are given up with it: the next step's zero-fill loses nothing wanted.
+  void forget_sums() noexcept {
+    unread_sums.clear();
+    lost_sums.clear();
+    lossy_reads.clear();
+  }
   /// Session::recomputable_op's checks, before any work (Note [Recomputable ops] in session_ops.cpp).
   void check_recomputable(const std::string& name, std::span<const tensor_handle> reads,
                           std::span<const tensor_handle> writes) const;
@@ -416,6 +436,7 @@ class session_impl {
   iteration_report end_iteration() {
     SPILLWAY_EXPECTS_T(usage_error, in_iteration, "end_iteration() without begin_iteration()");
     const bool failed = std::exchange(iteration_failed, false);
+    if (failed) forget_sums();
     if (failed && op_open) {  // an op whose scope an exception left (Note [Failed iterations])
       op_open = false;
       open_on_host = false;
@@ -642,6 +663,11 @@ class session_impl {
   std::vector<Session::op_body> bodies;  // per op of this iteration: a recomputable op's body, else empty
   std::optional<op_index> rerunning;     // the op whose body runs again now (Note [Recomputable ops])
   std::unordered_set<tensor_id> touched;  // tensors an op of this iteration has read or written
+  // Note [Sums no op read], per piece: holding an accumulation nothing read since; the iterations
+  // whose such sums a zero-fill discarded since the piece was last read; last read after such a loss.
+  std::unordered_set<tensor_id> unread_sums;
+  std::unordered_map<tensor_id, int> lost_sums;
+  std::unordered_set<tensor_id> lossy_reads;
   std::unordered_set<tensor_id> added;    // transients added (again) in this iteration
   using shape_key = std::tuple<std::string, std::uint64_t, tensor_kind>;
   std::map<shape_key, std::vector<tensor_id>> shape_ids;  // each transient's ids per size (Note [Shapes])

@@ -96,6 +96,17 @@ std::uint32_t session_impl::open_op(std::string_view name, std::span<const tenso
     gather_bytes += device_budget::placed(tensors[n.id].bytes);
   }
 
+  {
+    std::vector<tensor_id> consumed, overwritten, summed;
+    for (auto t : reads)
+      for (auto id : pieces_of(t.id)) consumed.push_back(id);
+    for (auto t : writes)
+      for (auto id : pieces_of(t.id)) overwritten.push_back(id);
+    for (auto t : accumulates)
+      for (auto id : pieces_of(t.id)) summed.push_back(id);
+    check_sums(op_name, consumed, zero, overwritten, summed);
+  }
+
   const auto k = static_cast<op_index>(ops.size());
   if (following && !matches(k, d)) {
     following = false;
@@ -202,6 +213,7 @@ void session_impl::read(tensor_handle t, void* host) try {
     for (const auto& pc : splits.at(t.id).pieces) exec->read(pc.id, static_cast<std::byte*>(host) + pc.offset);
   };
   if (!in_iteration) {
+    check_sums("host read: " + tensors[t.id].name, ids, {}, {}, {});
     read_pieces();
     return;
   }
@@ -218,6 +230,58 @@ void session_impl::read(tensor_handle t, void* host) try {
 } catch (...) {
   note_failure();
   throw;
+}
+
+// Note [Sums no op read]
+// Note [Accumulation] zero-fills a tensor at its first accumulation in an iteration: the loop's
+// "zero the gradients, then +=" within one step. A loop that makes each micro-batch an iteration
+// and steps the optimizer every few of them (PyTorch's gradient accumulation, wrapped as it is)
+// would then lose what the earlier micro-batches added, silently: each iteration's zero-fill
+// discards the last one's sum, which nothing read. So the Session notes, per piece, a sum that no
+// op or host read has read since it was added to (unread_sums), and counts the iterations whose
+// such sum a zero-fill discarded since the piece was last read (lost_sums). An op or host read
+// of the piece is a usage_error, before its work (the optimizer does not apply part of the
+// gradient), that says how to keep the sum, when two or more iterations' sums were lost, or one
+// was and the read before found a loss too (two micro-batches a step, met at its second step),
+// or one was and the piece holds no value (a plan recorded from a micro-batch's iteration drops
+// the gradient after its last accumulation, Note [Dropped gradients]). One lost sum alone is
+// otherwise a step the loop skipped after its backward pass (a loss that was not finite), whose
+// sum is rightly dropped, so it refuses nothing. Neither does a sum never read (a frozen
+// layer's gradient); an op that overwrites the piece ends its sum; a failed step's sums go with it
+// (forget_sums).
+void session_impl::check_sums(const std::string& name, const std::vector<tensor_id>& consumed,
+                              const std::vector<tensor_id>& zeroed, const std::vector<tensor_id>& overwritten,
+                              const std::vector<tensor_id>& summed) {
+  for (auto id : consumed) {
+    const auto it = lost_sums.find(id);
+    const int lost = it == lost_sums.end() ? 0 : it->second;
+    if (lost < 1 || (lost < 2 && !lossy_reads.contains(id) && holds_value(id))) continue;
+    const auto p = parent_of.find(id);
+    const std::string& whole = tensors[p == parent_of.end() ? id : p->second].name;
+    throw usage_error("op \"" + name + "\" reads \"" + whole + "\", whose sums from " +
+                      (lost >= 2 ? std::to_string(lost) + " earlier iterations" : std::string("an earlier iteration")) +
+                      " no op read before the next iteration's first accumulation zeroed them (Note [Accumulation]): " +
+                      "what they added is lost. If each iteration is one micro-batch of a step, make one iteration " +
+                      "of the whole step (every micro-batch, then the optimizer); or keep the sum across iterations " +
+                      "yourself: list it in the ops' reads and writes instead of their accumulations. If each " +
+                      "iteration's sum alone is meant, name it in the writes of its first op in the iteration, which " +
+                      "overwrites what the last one left");
+  }
+  for (auto id : zeroed)
+    if (unread_sums.erase(id) > 0) ++lost_sums[id];
+  for (auto id : consumed) {
+    if (lost_sums.erase(id) > 0) {
+      lossy_reads.insert(id);
+    } else {
+      lossy_reads.erase(id);
+    }
+    unread_sums.erase(id);
+  }
+  for (auto id : overwritten) {
+    unread_sums.erase(id);
+    lost_sums.erase(id);
+  }
+  for (auto id : summed) unread_sums.insert(id);
 }
 
 // Note [Recomputable ops]

@@ -129,7 +129,7 @@ class Session {
   /// host reads each iteration (a loss, a metric) is best of kind tensor_kind::metric. Reading a
   /// transient after release() in the same iteration, or before any op wrote it, is a
   /// usage_error naming it. A gradient that the recorded iteration overwrites before reading
-  /// again may have been dropped after its last use (an error says so and how to read it: inside
+  /// again may have been dropped after its last read (an error says so and how to read it: inside
   /// the step, in steps under their own tag; Note [Dropped gradients] in prefetch/executor.cpp);
   /// parameters and optimizer state never are.
   void read(tensor_handle t, void* host, std::uint64_t bytes);

@@ -124,15 +124,16 @@ void executor::check_readable(tensor_id id) {
 
 // Note [Dropped gradients]
 // A gradient the recorded step overwrites before it reads it again (zero-filled by its first
-// accumulation, or written whole by the backward pass) is dead after its last use in the step,
-// and plans drop it there instead of copying it out. A read the recorded step does not make (a
+// accumulation, or written whole by the backward pass) is dead after its last read in the step
+// (the optimizer's), and plans drop it there instead of copying it out. A value no op has read
+// since it was written is never dead (value_dead_after). A read the recorded step does not make (a
 // log of its norm every hundred steps, a read after end_iteration) then finds no value, and the
 // error says how to get one: make the read where a plan sees it (every step, or the steps that
 // read under their own tag, planned with the read), or keep the value in optimizer state.
 void executor::throw_no_value(const tensor_state& st, const std::string& reader) {
   if (st.desc.kind == tensor_kind::gradient)
     throw usage_error("executor: " + reader + " gradient \"" + st.desc.name +
-                      "\", whose value the plan dropped after its last use in the step: the recorded step "
+                      "\", whose value the plan dropped after its last read in the step: the recorded step "
                       "overwrites it before reading it again, so nothing kept it. Make the read one the plan was made "
                       "with: read it inside the step (before end_iteration()) in every step, or in the steps that "
                       "read it under their own tag (begin_iteration(\"log\")); or keep a value that must outlive the "

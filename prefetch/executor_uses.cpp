@@ -2,6 +2,7 @@
 // order of on-demand evictions) and whether its value is dead after an op (a drop then loses
 // nothing).
 #include <algorithm>
+#include <iterator>
 #include <limits>
 
 #include "prefetch/executor.hpp"
@@ -46,6 +47,16 @@ bool executor::value_dead_after(tensor_id id, op_index k) const {
   if (is_persistent(kind) && kind != tensor_kind::gradient) return false;
   const auto& u = uses_[id];
   auto it = std::upper_bound(u.begin(), u.end(), k);
+  if (kind == tensor_kind::gradient) {
+    // A gradient's value that no op has read since it was written is never dead: the op that
+    // wrote it last (at or before k, else the iteration's last use) is a writer. A trace recorded
+    // from a step that never read the sum (a step skipped after its backward pass) would have it
+    // dropped, and the next step, which departs to read it, would find nothing (Note [Dropped
+    // gradients] in executor.cpp); the value is copied out instead, as a parameter's would be.
+    const op_index last = it != u.begin() ? *std::prev(it) : u.back();
+    const auto& w = trace_->ops[last].writes;
+    if (std::find(w.begin(), w.end(), id) != w.end()) return false;
+  }
   op_index next = 0;
   if (it != u.end()) {
     next = *it;

@@ -187,3 +187,184 @@ TEST(SessionAccumulate, ATensorAnEarlierOpSetIsAddedIntoNotZeroed) {
     (void)s.end_iteration();
   }
 }
+
+namespace {
+
+// Note [Sums no op read]: gradient accumulation wrapped with an iteration per micro-batch and the
+// optimizer every fourth. Each iteration's zero-fill would discard the last one's sum, so the
+// optimizer's read is refused before it applies a quarter of the gradient; the loop that makes
+// the whole step one iteration, and one that keeps the sum itself (reads and writes, zeroed by an
+// op after the optimizer), get the same weights; a step that failed midway, a sum nobody reads (a
+// frozen layer's) and a sum overwritten at each step's start refuse nothing.
+constexpr std::size_t n = 1024;
+
+struct accumulation_loop {
+  explicit accumulation_loop(Session& s) : s_(s) {
+    std::vector<std::uint32_t> init(n);
+    for (std::size_t i = 0; i < n; ++i) init[i] = static_cast<std::uint32_t>(i * 11 + 1);
+    w = s.add_persistent("w", n * 4, tensor_kind::parameter, init.data());
+    g = s.add_persistent("g", n * 4, tensor_kind::gradient);
+    frozen = s.add_persistent("frozen.grad", n * 4, tensor_kind::gradient);
+  }
+  enum class grad_op { accumulate, read_write, overwrite };
+  /// One micro-batch's forward and backward into g (and into the frozen layer's gradient).
+  void micro_batch(int mb, grad_op how) {
+    auto a = s_.add_transient("a", n * 4);
+    {
+      auto op = s_.op("fwd", {w}, {a});
+      op.run([&](const Session::op_scope::host_access& h) {
+        for (std::size_t i = 0; i < n; ++i) h.ptr<std::uint32_t>(a)[i] = h.ptr<std::uint32_t>(w)[i] * 7 + static_cast<std::uint32_t>(mb);
+      });
+    }
+    auto body = [&](const Session::op_scope::host_access& h) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint32_t add = h.ptr<std::uint32_t>(a)[i] >> 2;
+        h.ptr<std::uint32_t>(g)[i] = (how == grad_op::overwrite ? 0 : h.ptr<std::uint32_t>(g)[i]) + add;
+      }
+    };
+    if (how == grad_op::accumulate) {
+      auto op = s_.op("bwd", {a}, {}, {g, frozen});
+      op.run(body);
+    } else if (how == grad_op::read_write) {
+      auto op = s_.op("bwd", {a, g}, {g}, {frozen});
+      op.run(body);
+    } else {
+      auto op = s_.op("bwd", {a}, {g}, {frozen});
+      op.run(body);
+    }
+    s_.release(a);
+  }
+  void optimizer() {
+    auto op = s_.op("sgd", {w, g}, {w});
+    op.run([&](const Session::op_scope::host_access& h) {
+      for (std::size_t i = 0; i < n; ++i) h.ptr<std::uint32_t>(w)[i] += h.ptr<std::uint32_t>(g)[i] >> 5;
+    });
+  }
+  void zero_grad() {
+    auto op = s_.op("zero_grad", {}, {g});
+    op.run([&](const Session::op_scope::host_access& h) { std::fill_n(h.ptr<std::uint32_t>(g), n, 0u); });
+  }
+  std::vector<std::uint32_t> weights() {
+    std::vector<std::uint32_t> v(n);
+    s_.read(w, v.data(), n * 4);
+    return v;
+  }
+  Session& s_;
+  tensor_handle w, g, frozen;
+};
+
+session_config accumulation_config(const char* policy) {
+  session_config c;
+  c.backend = "cpu";
+  c.cpu_device_memory = 64_MiB;
+  c.link_gbps = 0;
+  c.policy = policy;
+  c.device_budget_ratio = std::string(policy) == "none" ? 0 : 0.75;
+  return c;
+}
+
+TEST(SessionAccumulate, AnIterationPerMicroBatchIsRefusedBeforeTheOptimizerAppliesPartOfTheSum) {
+  constexpr int steps = 3, k = 4;
+  std::vector<std::uint32_t> want;
+  {  // the whole step one iteration
+    Session s(accumulation_config("none"));
+    accumulation_loop l(s);
+    for (int step = 0; step < steps; ++step) {
+      s.begin_iteration();
+      for (int mb = 0; mb < k; ++mb) l.micro_batch(mb, accumulation_loop::grad_op::accumulate);
+      l.optimizer();
+      (void)s.end_iteration();
+    }
+    want = l.weights();
+  }
+  for (const char* policy : {"none", "lms", "auto"}) {
+    SCOPED_TRACE(policy);
+    {  // an iteration per micro-batch, accumulating: refused at the optimizer, w untouched
+      Session s(accumulation_config(policy));
+      accumulation_loop l(s);
+      const auto before = l.weights();
+      for (int mb = 0; mb < k - 1; ++mb) {
+        s.begin_iteration();
+        l.micro_batch(mb, accumulation_loop::grad_op::accumulate);
+        (void)s.end_iteration();
+      }
+      s.begin_iteration();
+      l.micro_batch(k - 1, accumulation_loop::grad_op::accumulate);
+      try {
+        l.optimizer();
+        ADD_FAILURE() << "the optimizer read a sum that lost three micro-batches";
+      } catch (const usage_error& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("op \"sgd\" reads \"g\""), std::string::npos) << m;
+        EXPECT_NE(m.find("one micro-batch of a step"), std::string::npos) << m;
+      }
+      s.abandon_iteration();
+      EXPECT_EQ(l.weights(), before) << "the refused optimizer step changed the weights";
+    }
+    {  // two micro-batches a step: refused by the second step's optimizer at the latest (one lost sum
+       // alone may be a skipped step; a plan made from a micro-batch's iteration drops the gradient)
+      Session s(accumulation_config(policy));
+      accumulation_loop l(s);
+      int refused_at = -1;
+      for (int it = 0; it < 4 && refused_at < 0; ++it) {
+        s.begin_iteration();
+        l.micro_batch(it % 2, accumulation_loop::grad_op::accumulate);
+        const auto before = l.weights();
+        try {
+          if (it % 2 == 1) l.optimizer();
+          (void)s.end_iteration();
+        } catch (const usage_error& e) {
+          refused_at = it;
+          EXPECT_NE(std::string(e.what()).find("sums from an earlier iteration"), std::string::npos) << e.what();
+          s.abandon_iteration();
+          EXPECT_EQ(l.weights(), before) << "the refused optimizer step changed the weights";
+        }
+      }
+      EXPECT_TRUE(refused_at == 1 || refused_at == 3) << refused_at;
+    }
+    {  // an iteration per micro-batch, the sum kept by the loop (reads and writes, zeroed after the step)
+      Session s(accumulation_config(policy));
+      accumulation_loop l(s);
+      for (int step = 0; step < steps; ++step)
+        for (int mb = 0; mb < k; ++mb) {
+          s.begin_iteration();
+          l.micro_batch(mb, accumulation_loop::grad_op::read_write);
+          if (mb == k - 1) {
+            l.optimizer();
+            l.zero_grad();
+          }
+          (void)s.end_iteration();
+        }
+      EXPECT_EQ(l.weights(), want);
+    }
+  }
+}
+
+TEST(SessionAccumulate, SkippedAndFailedStepsUnreadSumsAndOverwrittenSumsRefuseNothing) {
+  for (const char* policy : {"none", "lms", "auto"}) {
+    SCOPED_TRACE(policy);
+    Session s(accumulation_config(policy));
+    accumulation_loop l(s);
+    for (int step = 0; step < 10; ++step) {
+      s.begin_iteration();
+      const auto how = step < 7 || step % 2 == 0 ? accumulation_loop::grad_op::accumulate
+                                                 : accumulation_loop::grad_op::overwrite;
+      l.micro_batch(0, how);
+      l.micro_batch(1, accumulation_loop::grad_op::accumulate);
+      if (step == 1 || step == 8) {  // its own error after the backward pass: the step is abandoned
+        s.abandon_iteration();
+        continue;
+      }
+      if (step == 2 || step == 5) {  // a loss that was not finite: the step ends without the optimizer
+        (void)s.end_iteration();
+        continue;
+      }
+      ASSERT_NO_THROW(l.optimizer()) << "step " << step;
+      (void)s.end_iteration();
+    }
+    std::vector<std::uint32_t> host(n);
+    EXPECT_NO_THROW(s.read(l.w, host.data(), n * 4));
+  }
+}
+
+}  // namespace
