@@ -228,6 +228,10 @@ void Session::write(tensor_handle t, const void* host, std::uint64_t bytes) {
                          std::to_string(d.bytes));
   SPILLWAY_EXPECTS_T(usage_error, host != nullptr, "write(\"" + d.name + "\"): host is null; give its bytes");
   s.finalize_views();  // views added since the last iteration take their ranges first
+  for (const auto id : s.pieces_of(t.id)) {  // an overwrite ends any sum (Note [Sums no op read])
+    s.unread_sums.erase(id);
+    s.lost_sums.erase(id);
+  }
   if (!s.is_split(t.id)) {
     s.exec->upload(t.id, host);
     return;

@@ -77,6 +77,7 @@ std::string Session::load(const std::string& dir) {
     r.read(s.tensors[id].name, buffer.data());
     s.exec->upload(id, buffer.data());
   }
+  s.forget_sums();  // every tensor overwritten (Note [Sums no op read])
   return r.meta();
 }
 
