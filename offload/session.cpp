@@ -194,6 +194,7 @@ void Session::release(tensor_handle t) {
   try {
     impl_->check_handle(t);
     impl_->exec->release(t.id);
+    impl_->live.erase(t.id);
   } catch (...) {
     impl_->note_failure();
     throw;

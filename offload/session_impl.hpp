@@ -192,8 +192,12 @@ class session_impl {
       // A transient added again after its release() in this iteration (a loop over
       // micro-batches) starts a new value in the same tensor. Its first add in an iteration
       // takes the first id of its shape below, so every iteration names the same ids in turn.
-      if (d.bytes == bytes && d.kind == kind && added.contains(it->second)) {
+      // Added again while its value is live (a loop that names every layer's output "hidden"
+      // and releases them after the backward pass), it is another tensor of the same name: one
+      // more id of its shape below, so neither value overwrites the other.
+      if (d.bytes == bytes && d.kind == kind && added.contains(it->second) && !live.contains(it->second)) {
         exec->define(it->second, d);
+        live.insert(it->second);
         return it->second;
       }
     }
@@ -204,6 +208,7 @@ class session_impl {
         if (added.contains(before)) continue;  // its value may still be in use in this iteration
         by_name[name] = before;
         added.insert(before);
+        live.insert(before);
         exec->define(before, tensors[before]);
         return before;
       }
@@ -214,6 +219,7 @@ class session_impl {
     if (same_shape != nullptr) {
       same_shape->push_back(id);
       added.insert(id);
+      live.insert(id);
     }
     exec->define(id, tensors.back());
     return id;
@@ -304,6 +310,7 @@ class session_impl {
     bodies.clear();
     touched.clear();
     added.clear();
+    live.clear();
     op_gather.clear();
     iteration_start = std::chrono::steady_clock::now();
   }
@@ -669,6 +676,7 @@ class session_impl {
   std::unordered_map<tensor_id, int> lost_sums;
   std::unordered_set<tensor_id> lossy_reads;
   std::unordered_set<tensor_id> added;    // transients added (again) in this iteration
+  std::unordered_set<tensor_id> live;     // of those, the ones not released since
   using shape_key = std::tuple<std::string, std::uint64_t, tensor_kind>;
   std::map<shape_key, std::vector<tensor_id>> shape_ids;  // each transient's ids per size (Note [Shapes])
   std::map<const phase_state*, std::deque<phase_state>> shapes;  // per phase: its kept plans, newest first

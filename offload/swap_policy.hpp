@@ -109,7 +109,8 @@ class Session {
   /// A tensor created within the current iteration (activation, workspace, metric). Its first op must
   /// write it; release() it after its last use. The same name in every iteration is the same
   /// tensor as far as planning goes; added again after its release() in the same iteration (a
-  /// loop over micro-batches) it starts a new value.
+  /// loop over micro-batches) it starts a new value; added again while its value is live, it is
+  /// another tensor of the same name.
   tensor_handle add_transient(std::string name, std::uint64_t bytes, tensor_kind kind = tensor_kind::activation);
   /// A view: the bytes [offset, offset + bytes) of a persistent tensor, named on its own (empty
   /// `name`: "PARENT[offset:end]"). An op may name views, or the parent, which stands for all of

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -273,6 +274,74 @@ TEST(SessionShapes, SizesInTurnWithinAnIterationKeepTheirIds) {
   for (std::size_t i = 3; i < ids.size(); ++i) EXPECT_EQ(ids[i], ids[i % 3]) << "turn " << i % 3 << " of step " << i / 3 + 1;
   EXPECT_NE(ids[0], ids[2]) << "two values of one size live at once would share an id";
   for (std::size_t i = 2; i < reports.size(); ++i) EXPECT_TRUE(reports[i].planned) << "step " << i + 1;
+}
+
+
+// A loop that names every layer's output alike ("hidden") and releases them all after the
+// backward pass: a name added again while its value is live is another tensor, so no layer's
+// value overwrites another's; the ids repeat from step to step, so the steps follow their plan,
+// with the bits of a run that names each layer's output apart.
+TEST(SessionShapes, ALiveNameAddedAgainIsAnotherTensor) {
+  constexpr int depth = 4;
+  auto run_named = [](const session_config& c, bool alike, int steps) {
+    Session s(c);
+    std::vector<std::uint32_t> init(words);
+    std::vector<tensor_handle> w;
+    for (int l = 0; l < depth; ++l) {
+      for (std::size_t i = 0; i < words; ++i) init[i] = static_cast<std::uint32_t>(i * 3 + l);
+      w.push_back(s.add_persistent("w" + std::to_string(l), words * 4, tensor_kind::parameter, init.data()));
+    }
+    const auto g = s.add_persistent("g", words * 4, tensor_kind::gradient);
+    std::vector<iteration_report> reports;
+    std::vector<std::vector<std::uint32_t>> ids;
+    for (int it = 0; it < steps; ++it) {
+      s.begin_iteration();
+      std::vector<tensor_handle> h;
+      for (int l = 0; l < depth; ++l) {
+        h.push_back(s.add_transient(alike ? std::string("hidden") : "hidden" + std::to_string(l), words * 4));
+        std::vector<tensor_handle> reads{w[l]};
+        if (l > 0) reads.push_back(h[l - 1]);
+        const std::vector<tensor_handle> writes{h[l]};
+        auto op = s.op("fwd", reads, writes);
+        op.run([&](const Session::op_scope::host_access& a) {
+          for (std::size_t i = 0; i < words; ++i)
+            a.ptr<std::uint32_t>(h[l])[i] =
+                (l > 0 ? a.ptr<std::uint32_t>(h[l - 1])[i] * 2654435761u : static_cast<std::uint32_t>(it)) ^
+                a.ptr<std::uint32_t>(w[l])[i];
+        });
+      }
+      for (int l = depth - 1; l >= 0; --l) {
+        auto op = s.op("bwd", {h[l]}, {}, {g});
+        op.run([&](const Session::op_scope::host_access& a) {
+          for (std::size_t i = 0; i < words; ++i) a.ptr<std::uint32_t>(g)[i] += a.ptr<std::uint32_t>(h[l])[i] >> 3;
+        });
+      }
+      for (auto t : h) s.release(t);
+      {
+        auto op = s.op("step", {g, w[0]}, {w[0]});
+        op.run([&](const Session::op_scope::host_access& a) {
+          for (std::size_t i = 0; i < words; ++i) a.ptr<std::uint32_t>(w[0])[i] += a.ptr<std::uint32_t>(g)[i] >> 9;
+        });
+      }
+      reports.push_back(s.end_iteration());
+      std::vector<std::uint32_t> step_ids;
+      for (auto t : h) step_ids.push_back(t.id);
+      ids.push_back(step_ids);
+    }
+    std::vector<std::uint32_t> out(words);
+    s.read(w[0], out.data(), words * 4);
+    return std::tuple{out, reports, ids};
+  };
+  const auto want = std::get<0>(run_named(config_for("none", 0), false, 5));
+  for (const char* policy : {"none", "lms", "auto"}) {
+    SCOPED_TRACE(policy);
+    const auto [got, reports, ids] = run_named(config_for(policy, std::string(policy) == "none" ? 0 : 0.6), true, 5);
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(std::set<std::uint32_t>(ids[0].begin(), ids[0].end()).size(), static_cast<std::size_t>(depth))
+        << "live values of one name share a tensor";
+    for (std::size_t i = 1; i < ids.size(); ++i) EXPECT_EQ(ids[i], ids[0]) << "step " << i + 1;
+    for (std::size_t i = 2; i < reports.size(); ++i) EXPECT_TRUE(reports[i].planned) << "step " << i + 1;
+  }
 }
 
 }  // namespace
