@@ -11,6 +11,7 @@
 #include "device/error.hpp"
 #include "device/units.hpp"
 #include "offload/swap_policy.hpp"
+#include "loop_config.hpp"
 
 using namespace spillway;
 using namespace spillway::literals;
@@ -254,13 +255,7 @@ struct accumulation_loop {
 };
 
 session_config accumulation_config(const char* policy) {
-  session_config c;
-  c.backend = "cpu";
-  c.cpu_device_memory = 64_MiB;
-  c.link_gbps = 0;
-  c.policy = policy;
-  c.device_budget_ratio = std::string(policy) == "none" ? 0 : 0.75;
-  return c;
+  return spillway::testing::config_for(policy, std::string(policy) == "none" ? 0 : 0.75);
 }
 
 TEST(SessionAccumulate, AnIterationPerMicroBatchIsRefusedBeforeTheOptimizerAppliesPartOfTheSum) {
