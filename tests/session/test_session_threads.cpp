@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <future>
-#include <latch>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "device/error.hpp"
 #include "offload/swap_policy.hpp"

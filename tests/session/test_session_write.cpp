@@ -5,6 +5,7 @@
 // against a host model of the same integer arithmetic, at every policy and a tight budget.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
