@@ -323,8 +323,8 @@ class session_impl {
                         double flops, op_phase phase, bool recomputable = false, double host_bytes = -1);
   /// Note [Sums no op read]: refuses a read of a sum whose earlier iterations' part a zero-fill
   /// discarded, before any work, then notes what op `name` consumes, zeroes, overwrites and adds into.
-  void check_sums(const std::string& name, const std::vector<tensor_id>& consumed, const std::vector<tensor_id>& zeroed,
-                  const std::vector<tensor_id>& overwritten, const std::vector<tensor_id>& summed);
+  void check_sums(const std::string& name, std::span<const tensor_id> consumed, std::span<const tensor_id> zeroed,
+                  std::span<const tensor_id> overwritten, std::span<const tensor_id> summed);
   /// False for a persistent tensor that holds no value (a gradient dropped after its last use).
   bool holds_value(tensor_id id) {
     try {

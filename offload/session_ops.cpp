@@ -63,13 +63,15 @@ std::uint32_t session_impl::open_op(std::string_view name, std::span<const tenso
   d.flops = flops;
   d.phase = phase;
   d.recomputable = recomputable;
-  std::vector<tensor_id> zero;
+  std::vector<tensor_id> zero, summed;
   for (auto t : reads)
     for (auto id : pieces_of(t.id)) add_once(d.reads, id);
   for (auto t : writes)
     for (auto id : pieces_of(t.id)) add_once(d.writes, id);
+  const std::size_t consumed = d.reads.size(), overwritten = d.writes.size();  // before accumulations join them
   for (auto t : accumulates) {
     for (auto id : pieces_of(t.id)) {
+      summed.push_back(id);
       const bool first = !touched.contains(id) && std::find(d.reads.begin(), d.reads.end(), id) == d.reads.end() &&
                          std::find(zero.begin(), zero.end(), id) == zero.end();
       if (first) {
@@ -96,16 +98,7 @@ std::uint32_t session_impl::open_op(std::string_view name, std::span<const tenso
     gather_bytes += device_budget::placed(tensors[n.id].bytes);
   }
 
-  {
-    std::vector<tensor_id> consumed, overwritten, summed;
-    for (auto t : reads)
-      for (auto id : pieces_of(t.id)) consumed.push_back(id);
-    for (auto t : writes)
-      for (auto id : pieces_of(t.id)) overwritten.push_back(id);
-    for (auto t : accumulates)
-      for (auto id : pieces_of(t.id)) summed.push_back(id);
-    check_sums(op_name, consumed, zero, overwritten, summed);
-  }
+  check_sums(op_name, std::span(d.reads).first(consumed), zero, std::span(d.writes).first(overwritten), summed);
 
   const auto k = static_cast<op_index>(ops.size());
   if (following && !matches(k, d)) {
@@ -213,7 +206,7 @@ void session_impl::read(tensor_handle t, void* host) try {
     for (const auto& pc : splits.at(t.id).pieces) exec->read(pc.id, static_cast<std::byte*>(host) + pc.offset);
   };
   if (!in_iteration) {
-    check_sums("host read: " + tensors[t.id].name, ids, {}, {}, {});
+    check_sums("host read: " + tensors[t.id].name, ids, {}, {}, {});  // reads its pieces, as an op would
     read_pieces();
     return;
   }
@@ -249,9 +242,9 @@ void session_impl::read(tensor_handle t, void* host) try {
 // sum is rightly dropped, so it refuses nothing. Neither does a sum never read (a frozen
 // layer's gradient); an op that overwrites the piece ends its sum; a failed step's sums go with it
 // (forget_sums).
-void session_impl::check_sums(const std::string& name, const std::vector<tensor_id>& consumed,
-                              const std::vector<tensor_id>& zeroed, const std::vector<tensor_id>& overwritten,
-                              const std::vector<tensor_id>& summed) {
+void session_impl::check_sums(const std::string& name, std::span<const tensor_id> consumed,
+                              std::span<const tensor_id> zeroed, std::span<const tensor_id> overwritten,
+                              std::span<const tensor_id> summed) {
   for (auto id : consumed) {
     const auto it = lost_sums.find(id);
     const int lost = it == lost_sums.end() ? 0 : it->second;
