@@ -48,7 +48,9 @@ class timed_device final : public Device {
   [[nodiscard]] std::size_t free_memory() const override { return timed([&] { return inner_->free_memory(); }); }
   [[nodiscard]] void* allocate_pinned(std::size_t b) override { return timed([&] { return inner_->allocate_pinned(b); }); }
   void deallocate_pinned(void* p, std::size_t b) noexcept override { timed([&] { inner_->deallocate_pinned(p, b); }); }
-  [[nodiscard]] stream create_stream(stream_priority p) override { return timed([&] { return inner_->create_stream(p); }); }
+  [[nodiscard]] stream create_stream(stream_priority p, default_stream_order o) override {
+    return timed([&] { return inner_->create_stream(p, o); });
+  }
   void destroy_stream(stream s) noexcept override { timed([&] { inner_->destroy_stream(s); }); }
   void synchronize_stream(stream s) override { timed([&] { inner_->synchronize_stream(s); }); }
   [[nodiscard]] event create_event() override { return timed([&] { return inner_->create_event(); }); }

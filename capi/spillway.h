@@ -129,7 +129,8 @@ spw_status spw_add_view(spw_session* s, spw_tensor parent, uint64_t offset, uint
                         spw_tensor* out);
 /** Ends a transient's life in this iteration. */
 spw_status spw_release(spw_session* s, spw_tensor t);
-/** Copies a tensor's current contents (`bytes`, its size) to host memory. */
+/** Copies a tensor's current contents (`bytes`, its size) to host memory. Between iterations, a
+ *  metric the last iteration wrote and did not release gives its last value (Session::read). */
 spw_status spw_read(spw_session* s, spw_tensor t, void* host, uint64_t bytes);
 /** Replaces a persistent tensor's contents with `bytes` (its size) from host memory, between
  *  iterations. */
@@ -162,9 +163,13 @@ spw_status spw_op_begin(spw_session* s, const char* name, const spw_tensor* read
 spw_status spw_op_end(spw_op* op);
 /** Device pointer of a tensor the op names. */
 spw_status spw_op_ptr(const spw_op* op, spw_tensor t, void** out);
-/** The stream to launch the op's device work on: the cudaStream_t on the cuda backend (NULL may be
- *  the default stream there); on the cpu backend an opaque handle that CUDA must not be given. */
+/** The stream to launch the op's device work on: the cudaStream_t on the cuda backend; on the cpu
+ *  backend an opaque handle that CUDA must not be given. NULL only for a NULL op. */
 void* spw_op_stream(const spw_op* op);
+/** The stream every op's spw_op_stream is, for the session's life (Session::stream): a loop that
+ *  gives its library handles a stream once, at its start, gives them this one. On CUDA, work
+ *  launched with no stream inside an op is ordered with it too. NULL only for a NULL session. */
+void* spw_session_stream(const spw_session* s);
 /** `bytes` of device scratch for this op, valid on its stream until spw_op_end. */
 spw_status spw_op_workspace(const spw_op* op, uint64_t bytes, void** out);
 /** Runs `fn(h, user)` on the host in stream order, with host pointers to the op's tensors

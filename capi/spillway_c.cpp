@@ -283,6 +283,7 @@ spw_status spw_op_ptr(const spw_op* op, spw_tensor t, void** out) {
 }
 
 void* spw_op_stream(const spw_op* op) { return op == nullptr ? nullptr : op->scope.stream().handle; }
+void* spw_session_stream(const spw_session* s) { return s == nullptr ? nullptr : s->session.stream().handle; }
 
 spw_status spw_op_workspace(const spw_op* op, uint64_t bytes, void** out) {
   if (op == nullptr || out == nullptr) return null_argument("spw_op_workspace", op == nullptr ? "op" : "out");

@@ -315,7 +315,8 @@ void cpu_device::serve(stream_impl& q) {
   }
 }
 
-stream cpu_device::create_stream(stream_priority priority) {
+stream cpu_device::create_stream(stream_priority priority, default_stream_order /*order*/) {
+  // No default stream here: nothing runs outside the streams created here, so order changes nothing.
   check_caller("create_stream");
   std::lock_guard lock(streams_mutex_);
   auto& q = streams_.emplace_back();

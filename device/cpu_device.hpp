@@ -50,7 +50,7 @@ class cpu_device final : public Device {
   [[nodiscard]] void* allocate_pinned(std::size_t bytes) override;
   void deallocate_pinned(void* ptr, std::size_t bytes) noexcept override;
 
-  [[nodiscard]] stream create_stream(stream_priority priority) override;
+  [[nodiscard]] stream create_stream(stream_priority priority, default_stream_order order) override;
   void destroy_stream(stream s) noexcept override;
   void synchronize_stream(stream s) override;
 

@@ -132,14 +132,15 @@ class cuda_device final : public Device {
     ::munmap(ptr, round_up(bytes, page));
   }
 
-  stream create_stream(stream_priority priority) override {
+  stream create_stream(stream_priority priority, default_stream_order order) override {
     check_caller("create_stream");
     activate();
     int value = 0;  // CUDA: lower numbers are higher priority; 0 is the default
     if (priority == stream_priority::high) value = greatest_priority_;
     if (priority == stream_priority::low) value = least_priority_;
     cudaStream_t s = nullptr;
-    SPILLWAY_CUDA_TRY(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, value));
+    const unsigned flags = order == default_stream_order::ordered ? cudaStreamDefault : cudaStreamNonBlocking;
+    SPILLWAY_CUDA_TRY(cudaStreamCreateWithPriority(&s, flags, value));
     return stream{s};
   }
   void destroy_stream(stream s) noexcept override {

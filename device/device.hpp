@@ -57,6 +57,15 @@ const char* to_string(copy_kind k) noexcept;
 /// Priority of a stream: copies that feed the next kernel (prefetch) run ahead of the rest.
 enum class stream_priority { low, normal, high };
 
+/// Whether a stream is ordered with the device's default stream: on CUDA, the legacy stream 0
+/// that takes work launched with no stream (a kernel launched without one, a synchronous
+/// cudaMemcpy or cudaMemset, a cuBLAS handle never given a stream). `ordered` (cudaStreamDefault)
+/// makes such work wait for the stream's earlier work, and the stream's later work wait for it;
+/// `independent` (cudaStreamNonBlocking) leaves the two unordered. Neither orders the per-thread
+/// default stream (nvcc --default-stream per-thread) or other streams. The cpu backend has no
+/// default stream, nothing runs outside its streams, so the two are the same there.
+enum class default_stream_order { independent, ordered };
+
 /// A stream handle. Cheap to copy; the Device that created it owns what it refers to.
 struct stream {
   void* handle = nullptr;
@@ -142,7 +151,8 @@ class Device : public abstract_interface {
   virtual void deallocate_pinned(void* ptr, std::size_t bytes) noexcept = 0;
 
   // Streams.
-  [[nodiscard]] virtual stream create_stream(stream_priority priority = stream_priority::normal) = 0;
+  [[nodiscard]] virtual stream create_stream(stream_priority priority = stream_priority::normal,
+                                             default_stream_order order = default_stream_order::independent) = 0;
   virtual void destroy_stream(stream s) noexcept = 0;
   virtual void synchronize_stream(stream s) = 0;
 
@@ -207,7 +217,9 @@ class device_owned {
 /// RAII owner of a stream.
 class owned_stream : public device_owned<stream, &Device::destroy_stream> {
  public:
-  owned_stream(Device& d, stream_priority p = stream_priority::normal) : device_owned(d, d.create_stream(p)) {}
+  owned_stream(Device& d, stream_priority p = stream_priority::normal,
+               default_stream_order o = default_stream_order::independent)
+      : device_owned(d, d.create_stream(p, o)) {}
 };
 
 /// RAII owner of an event.

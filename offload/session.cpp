@@ -303,6 +303,7 @@ Session::op_scope::op_scope(op_scope&& other) noexcept : s_(other.s_), index_(ot
 }
 
 stream Session::op_scope::stream() const noexcept { return s_->exec->compute_stream(); }
+stream Session::stream() const noexcept { return impl_->exec->compute_stream(); }
 Device& Session::op_scope::device() const noexcept { return *s_->dev; }
 
 void* Session::op_scope::raw_ptr(tensor_handle t) const {

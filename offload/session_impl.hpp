@@ -283,6 +283,10 @@ class session_impl {
   void begin_iteration(std::string_view tag) {
     end_failed_step();
     if (ratio_refused) std::rethrow_exception(ratio_refused);
+    SPILLWAY_EXPECTS_T(usage_error, !in_iteration || !op_open,
+                       "begin_iteration() while op \"" + (ops.empty() ? std::string() : ops.back().name) +
+                           "\" of the last iteration is still open: end its scope (the op_scope object going out "
+                           "of scope) before end_iteration()");
     SPILLWAY_EXPECTS_T(usage_error, !in_iteration,
                        "begin_iteration() called twice without end_iteration(); a loop that gives up a step part "
                        "way, on an exception of its own, ends it with abandon_iteration()");
@@ -311,6 +315,7 @@ class session_impl {
     touched.clear();
     added.clear();
     live.clear();
+    last_metrics.clear();
     op_gather.clear();
     iteration_start = std::chrono::steady_clock::now();
   }
@@ -325,10 +330,13 @@ class session_impl {
   /// discarded, before any work, then notes what op `name` consumes, zeroes, overwrites and adds into.
   void check_sums(const std::string& name, std::span<const tensor_id> consumed, std::span<const tensor_id> zeroed,
                   std::span<const tensor_id> overwritten, std::span<const tensor_id> summed);
-  /// False for a persistent tensor that holds no value (a gradient dropped after its last use).
+  /// Note [Metrics after the step]: keeps the values of the iteration's unreleased metrics.
+  void keep_metrics();
+  /// False for a persistent tensor that holds no value (a gradient dropped after its last use),
+  /// or a live transient that none has (no op wrote it).
   bool holds_value(tensor_id id) {
     try {
-      exec->check_readable(id);  // persistent tensors are never released: the one refusal is "no value"
+      exec->check_readable(id);  // neither is released: the one refusal is "no value"
       return true;
     } catch (const usage_error&) {
       return false;
@@ -465,6 +473,7 @@ class session_impl {
     r.planned_step_ms = followed ? active->predicted_ms : 0;
     std::exception_ptr io_failure;
     executor_stats st;
+    if (!failed) keep_metrics();
     try {
       st = exec->end_iteration();
     } catch (const io_error&) {
@@ -677,6 +686,7 @@ class session_impl {
   std::unordered_set<tensor_id> lossy_reads;
   std::unordered_set<tensor_id> added;    // transients added (again) in this iteration
   std::unordered_set<tensor_id> live;     // of those, the ones not released since
+  std::unordered_map<tensor_id, std::vector<std::byte>> last_metrics;  // Note [Metrics after the step]
   using shape_key = std::tuple<std::string, std::uint64_t, tensor_kind>;
   std::map<shape_key, std::vector<tensor_id>> shape_ids;  // each transient's ids per size (Note [Shapes])
   std::map<const phase_state*, std::deque<phase_state>> shapes;  // per phase: its kept plans, newest first

@@ -1,6 +1,7 @@
 // Session ops and host reads: how an op's lists, as the loop names them (parents, views,
 // accumulations), become the trace's reads and writes and the executor's work.
 #include <algorithm>
+#include <cstring>
 
 #include "offload/session_call.hpp"
 #include "offload/session_impl.hpp"
@@ -193,9 +194,43 @@ void* session_impl::op_ptr(tensor_handle t) const {
   return it->gather != nullptr ? it->gather : exec->device_ptr(t.id);
 }
 
+// Note [Metrics after the step]
+// A loop written without Spillway in mind prints its loss after the step: the read comes after
+// end_iteration(), when every transient's value has ended with its iteration. So end_iteration
+// copies the value of each transient of kind metric that the iteration did not release (and that
+// an op wrote) to the host, and read() between iterations gives that copy, until the next
+// begin_iteration(). Metrics are what the host reads, and small, so the copies cost next to
+// nothing, and nothing is kept of other kinds: a read of another transient between iterations is
+// a usage_error that says how to read it. The copy counts as the host's read of the value (Note
+// [Sums no op read]).
+void session_impl::keep_metrics() {
+  for (const auto id : live) {
+    if (tensors[id].kind != tensor_kind::metric || !holds_value(id)) continue;
+    auto& copy = last_metrics[id];
+    copy.resize(tensors[id].bytes);
+    try {
+      exec->read(id, copy.data());
+    } catch (...) {  // the device's or tier's error is the iteration's, reported by its end
+      last_metrics.erase(id);
+      continue;
+    }
+    unread_sums.erase(id);
+  }
+}
+
 void session_impl::read(tensor_handle t, void* host) try {
   check_handle(t);
   finalize_views();
+  if (!in_iteration && !is_persistent(tensors[t.id].kind)) {
+    const auto kept = last_metrics.find(t.id);
+    SPILLWAY_EXPECTS_T(usage_error, kept != last_metrics.end(),
+                       "read(\"" + tensors[t.id].name + "\") between iterations: a transient's value ends with its " +
+                           "iteration. Read it inside the iteration, after the op that writes it; or add it as a " +
+                           "tensor_kind::metric and do not release() it, and its last value stays readable until " +
+                           "the next begin_iteration()");
+    std::memcpy(host, kept->second.data(), kept->second.size());
+    return;
+  }
   const auto ids = pieces_of(t.id);
   for (auto id : ids) exec->check_readable(id);  // a released tensor, or one with no value, is an error naming it
   auto read_pieces = [&] {

@@ -86,6 +86,11 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   [[nodiscard]] Device& device();
+  /// The stream every op's stream() is, the same for the Session's life: a loop that gives its
+  /// library handles a stream once, at its start (cublasSetStream, cudnnSetStream), gives them
+  /// this one. On CUDA, work launched with no stream inside an op's scope is ordered with it too
+  /// (Note [The default stream] in prefetch/executor.cpp); a stream of the loop's own is not.
+  [[nodiscard]] spillway::stream stream() const noexcept;
   [[nodiscard]] const session_config& config() const noexcept;
   /// The device budget in force (the config's, or the device's free memory when it gave none,
   /// or the last set_device_budget's): every device byte the Session holds, tensors and op
@@ -129,7 +134,10 @@ class Session {
   /// so the plan keeps or brings back the value for it, in every iteration; a transient the
   /// host reads each iteration (a loss, a metric) is best of kind tensor_kind::metric. Reading a
   /// transient after release() in the same iteration, or before any op wrote it, is a
-  /// usage_error naming it. A gradient that the recorded iteration overwrites before reading
+  /// usage_error naming it. Between iterations a transient has no value, but for the metrics
+  /// (tensor_kind::metric) the last iteration wrote and did not release: their last values stay
+  /// readable until the next begin_iteration(), for a loop that prints its loss after the step
+  /// (Note [Metrics after the step] in session_ops.cpp). A gradient that the recorded iteration overwrites before reading
   /// again may have been dropped after its last read (an error says so and how to read it: inside
   /// the step, in steps under their own tag; Note [Dropped gradients] in prefetch/executor.cpp);
   /// parameters and optimizer state never are.

@@ -41,6 +41,16 @@ namespace spillway {
 // plan expects it; make_layout (layout.cpp) mirrors this with the release points it is given.
 
 
+// Note [The default stream]
+// A loop ported to the Session launches its work on op.stream(), but code it did not write often
+// launches on none: a kernel with no stream argument, a synchronous cudaMemcpy of the loss into a
+// host variable, a library handle never given a stream. On CUDA that is the legacy default
+// stream, which is ordered with every stream made without cudaStreamNonBlocking. So the compute
+// stream is made ordered (default_stream_order::ordered): such work inside an op's scope runs
+// after the fetches the op waits for and before the swap-outs behind it, and a host copy of the
+// loss sees the value. The copy streams stay independent, so default-stream work never waits for
+// a prefetch the op does not need. The library itself launches nothing on the default stream.
+
 // Note [Timing events] is in executor_timing.cpp, Note [Failed loads] in executor_failures.cpp.
 
 executor::executor(Device& device, arena_allocator& arena, tensor_backing& backing, executor_options options)
@@ -48,7 +58,7 @@ executor::executor(Device& device, arena_allocator& arena, tensor_backing& backi
       arena_(&arena),
       backing_(&backing),
       options_(options),
-      compute_(device, stream_priority::normal),
+      compute_(device, stream_priority::normal, default_stream_order::ordered),  // Note [The default stream]
       h2d_(device, stream_priority::high),
       d2h_(device, stream_priority::low),
       op_done_(device),
@@ -140,7 +150,9 @@ void executor::throw_no_value(const tensor_state& st, const std::string& reader)
                       "step in an optimizer_state tensor (Note [Dropped gradients] in prefetch/executor.cpp)");
   throw usage_error("executor: " + reader + " tensor \"" + st.desc.name +
                     "\", which holds no value: no op of this iteration has written it yet (a transient's value "
-                    "lasts from its first write to its release() or the end of the iteration)");
+                    "lasts from its first write to its release() or the end of the iteration). A value one iteration "
+                    "hands to the next (a recurrent state, a cache) belongs in a persistent tensor: add_persistent, "
+                    "of kind optimizer_state, whose value no plan drops");
 }
 
 void executor::read(tensor_id id, void* host) {

@@ -278,6 +278,8 @@ static void op_pointers_stream_workspace(void) {
   spw_tensor unknown = {777};
   CHECK(spw_op_ptr(op, unknown, &p) == SPW_ERR_USAGE);
   CHECK(spw_op_stream(op) != NULL);
+  CHECK(spw_op_stream(op) == spw_session_stream(s));
+  CHECK(spw_session_stream(NULL) == NULL);
   CHECK(spw_op_workspace(op, 4096, &scratch) == SPW_OK && scratch != NULL);
   OK(spw_op_end(op));
   OK(spw_end_iteration(s, NULL));

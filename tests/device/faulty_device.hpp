@@ -67,7 +67,9 @@ class faulty_device final : public Device {
     return inner_->allocate_pinned(b);
   }
   void deallocate_pinned(void* p, std::size_t b) noexcept override { inner_->deallocate_pinned(p, b); }
-  [[nodiscard]] stream create_stream(stream_priority p) override { return inner_->create_stream(p); }
+  [[nodiscard]] stream create_stream(stream_priority p, default_stream_order o) override {
+    return inner_->create_stream(p, o);
+  }
   void destroy_stream(stream s) noexcept override { inner_->destroy_stream(s); }
   void synchronize_stream(stream s) override { inner_->synchronize_stream(s); }
   [[nodiscard]] event create_event() override {

@@ -558,6 +558,20 @@ TEST(Session, MisuseIsAUsageErrorAndBadInputAConfigError) {
     EXPECT_NE(std::string(e.what()).find(" [at "), std::string::npos) << "misuse carries a location: " << e.what();
   }
   (void)s.end_iteration();
+  // An op's scope held past the step (kept in a member): the step cannot end, and the next
+  // begin_iteration says which op is still open; once the scope goes, the step ends.
+  s.begin_iteration();
+  std::optional<Session::op_scope> held(s.op("held.forward", {w}, {}));
+  EXPECT_THROW((void)s.end_iteration(), usage_error);
+  try {
+    s.begin_iteration();
+    FAIL();
+  } catch (const usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("op \"held.forward\" of the last iteration is still open"), std::string::npos)
+        << e.what();
+  }
+  held.reset();
+  (void)s.end_iteration();
 }
 
 // A persistent tensor's name is the tensor: a second add_persistent of it, as a loop gives when

@@ -107,6 +107,9 @@ result plain(int steps) {
   return r;
 }
 
+/// Ops, first runs and reruns, whose stream() was not the Session's stream() (Session::stream).
+int foreign_streams = 0;
+
 /// The loop on a Session, its forward ops recomputable (all of them when `recompute`).
 /// `plain_from`: from that step on, the forward ops are plain op()s (a change of the trace).
 result wrapped(Session& s, int steps, int plain_from = 1 << 30) {
@@ -121,7 +124,11 @@ result wrapped(Session& s, int steps, int plain_from = 1 << 30) {
     s.begin_iteration();
     const bool rec = step < plain_from;
     auto fwd = [&](const std::string& name, std::initializer_list<tensor_handle> reads,
-                   std::initializer_list<tensor_handle> writes, const Session::op_body& body) {
+                   std::initializer_list<tensor_handle> writes, const Session::op_body& op_body) {
+      const Session::op_body body = [&s, op_body](const Session::op_scope& op) {
+        if (op.stream() != s.stream()) ++foreign_streams;
+        op_body(op);
+      };
       if (rec) {
         s.recomputable_op(name, reads, writes, body);
       } else {
@@ -237,6 +244,22 @@ TEST(SessionRecompute, CheckpointRecomputesAtHalfTheFootprintAndKeepsTheBits) {
   EXPECT_EQ(s.history().back().recomputes, s.current_plan()->recompute_count());
   EXPECT_EQ(s.history().back().on_demand_fetches, 0u);
   EXPECT_LE(s.history().back().peak_device_bytes, budget);
+}
+
+// A loop that gives its library handles one stream at its start gives them Session::stream():
+// every op's stream(), first runs and reruns, is that stream, and a new budget keeps it.
+TEST(SessionRecompute, EveryOpAndEveryRerunIsOnTheSessionsOneStream) {
+  Session probe(config_for("none", 0));
+  (void)wrapped(probe, 1);
+  Session s(config_for("checkpoint", probe.footprint_bytes() / 2));
+  const stream first = s.stream();
+  EXPECT_NE(first.handle, nullptr);
+  foreign_streams = 0;
+  EXPECT_EQ(wrapped(s, 4), plain(4));
+  EXPECT_GT(total_recomputes(s), 0u) << "no rerun: the test would not see their streams";
+  EXPECT_EQ(foreign_streams, 0);
+  s.set_device_budget(probe.footprint_bytes() / 3 * 2);
+  EXPECT_EQ(s.stream(), first);
 }
 
 // Reruns show on a track of their own in the Chrome trace: checkpoint at half the footprint runs
