@@ -182,6 +182,37 @@ spw_status spw_op_run(spw_op* op, void (*fn)(const spw_host* h, void* user), voi
  *  name it returns NULL, and spw_op_run then returns SPW_ERR_USAGE with the message. */
 void* spw_host_ptr(const spw_host* h, spw_tensor t);
 
+/* ---- ops the plan may run again, or run on the host ------------------------------------- */
+
+/** The device side of a recomputable or host-capable op: launches the op's work through `op`
+ *  (spw_op_ptr, spw_op_stream, spw_op_workspace, spw_op_run) and returns SPW_OK, or a failure:
+ *  the status an spw_ call returned (its message stays with it) or a code of its own. A failure
+ *  fails the op as an exception from a C++ body does. `op` is the library's for the body's run:
+ *  the body must not spw_op_end it nor keep it. */
+typedef spw_status (*spw_op_body)(spw_op* op, void* user);
+/** The host side of a host-capable op: host code over host pointers to its tensors (spw_host_ptr). */
+typedef void (*spw_host_body)(const spw_host* h, void* user);
+
+/** A recomputable op (Session::recomputable_op): runs body(op, user) once now, as op `name` over
+ *  `reads` and `writes`, and lets the plan run it again later in this iteration, before an op that
+ *  needs what it wrote, instead of keeping or swapping that. So the body must depend only on its
+ *  reads and give the same bits every time; it writes only transients, none that it also reads;
+ *  `user`, and what the body reads through it, must stay valid and unchanged until
+ *  spw_end_iteration. A breach of these rules that the library can see is SPW_ERR_USAGE naming
+ *  the op, before any work. `flops` feeds the planner's estimate (0: unknown). */
+spw_status spw_recomputable_op(spw_session* s, const char* name, const spw_tensor* reads, size_t n_reads,
+                               const spw_tensor* writes, size_t n_writes, spw_op_body body, void* user,
+                               double flops);
+/** An op with a device and a host implementation, such as an optimizer step
+ *  (Session::host_capable_op): the plan decides where it runs, device_body(op, user) on the device
+ *  or host_body(h, user) on the calling thread over the host-tier copies of its tensors. Both must
+ *  give the same bits from the same inputs. `writes` lists what it overwrites; a tensor it updates
+ *  in place goes in both lists. `host_bytes`: the bytes host_body streams through memory (0: its
+ *  tensors' bytes). */
+spw_status spw_host_capable_op(spw_session* s, const char* name, const spw_tensor* reads, size_t n_reads,
+                               const spw_tensor* writes, size_t n_writes, spw_op_body device_body,
+                               spw_host_body host_body, void* user, double flops, double host_bytes);
+
 /* ---- checkpoints -------------------------------------------------------------------------- */
 
 /** Writes every persistent tensor to directory `dir` with `meta_len` bytes of `meta` (the loop's

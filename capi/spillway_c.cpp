@@ -2,9 +2,12 @@
 // pointers, and every exception stops at this file's boundary as an spw_status and a message.
 #include "capi/spillway.h"
 
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <new>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -15,8 +18,13 @@ struct spw_session {
   spillway::Session session;
 };
 
+// An op: spw_op_begin's owns its scope; the op a body of spw_recomputable_op or
+// spw_host_capable_op is given borrows the library's scope for the body's run.
 struct spw_op {
-  spillway::Session::op_scope scope;
+  explicit spw_op(spillway::Session::op_scope&& own) : owned(std::move(own)), scope(&*owned) {}
+  explicit spw_op(const spillway::Session::op_scope& borrowed) : scope(&borrowed) {}
+  std::optional<spillway::Session::op_scope> owned;
+  const spillway::Session::op_scope* scope;
 };
 
 // Inside spw_op_run: the C++ host access, and the first failure spw_host_ptr met (it must not
@@ -31,12 +39,16 @@ namespace {
 struct last_error_state {
   spw_status status = SPW_OK;
   std::string message;
+  std::exception_ptr exception;  // the exception behind it, if one was (Note [Body failures])
+  std::uint64_t count = 0;       // failing calls so far on this thread
 };
 thread_local last_error_state last_error;
 
-spw_status fail(spw_status status, const char* message) {
+spw_status fail(spw_status status, const char* message, std::exception_ptr exception = nullptr) {
   last_error.status = status;
   last_error.message = message;
+  last_error.exception = std::move(exception);
+  ++last_error.count;
   return status;
 }
 
@@ -46,23 +58,23 @@ spw_status from_current_exception() {
   try {
     throw;
   } catch (const spillway::corruption_error& e) {
-    return fail(SPW_ERR_CORRUPTION, e.what());
+    return fail(SPW_ERR_CORRUPTION, e.what(), std::current_exception());
   } catch (const spillway::io_error& e) {
-    return fail(SPW_ERR_IO, e.what());
+    return fail(SPW_ERR_IO, e.what(), std::current_exception());
   } catch (const spillway::config_error& e) {
-    return fail(SPW_ERR_CONFIG, e.what());
+    return fail(SPW_ERR_CONFIG, e.what(), std::current_exception());
   } catch (const spillway::usage_error& e) {
-    return fail(SPW_ERR_USAGE, e.what());
+    return fail(SPW_ERR_USAGE, e.what(), std::current_exception());
   } catch (const spillway::out_of_memory& e) {
-    return fail(SPW_ERR_OUT_OF_MEMORY, e.what());
+    return fail(SPW_ERR_OUT_OF_MEMORY, e.what(), std::current_exception());
   } catch (const spillway::cuda_error& e) {
-    return fail(SPW_ERR_CUDA, e.what());
+    return fail(SPW_ERR_CUDA, e.what(), std::current_exception());
   } catch (const std::bad_alloc& e) {
-    return fail(SPW_ERR_OUT_OF_MEMORY, (std::string("host memory: ") + e.what()).c_str());
+    return fail(SPW_ERR_OUT_OF_MEMORY, (std::string("host memory: ") + e.what()).c_str(), std::current_exception());
   } catch (const std::exception& e) {
-    return fail(SPW_ERR_OTHER, e.what());
+    return fail(SPW_ERR_OTHER, e.what(), std::current_exception());
   } catch (...) {
-    return fail(SPW_ERR_OTHER, "an exception that is not a std::exception");
+    return fail(SPW_ERR_OTHER, "an exception that is not a std::exception", std::current_exception());
   }
 }
 
@@ -79,6 +91,41 @@ spw_status guarded(F&& f) noexcept {
 
 spw_status null_argument(const char* call, const char* what) {
   return fail(SPW_ERR_USAGE, (std::string(call) + ": " + what + " is NULL").c_str());
+}
+
+// Note [Body failures]
+// A body of spw_recomputable_op or spw_host_capable_op is C: it reports a failure as a status,
+// and the Session above it needs the exception a C++ body would throw, so that the op fails
+// the same way and the caller's call (or the later op whose rerun ran the body) returns the
+// same status and message. When the failure is what an spw_ call inside the body returned, the
+// exception behind it is thrown again as it was; a code of the body's own becomes the error
+// kind it names, with a message naming the op.
+[[noreturn]] void throw_status(spw_status status, const std::string& op, std::uint64_t failures_before) {
+  if (last_error.count != failures_before && last_error.status == status) {
+    if (last_error.exception) std::rethrow_exception(last_error.exception);
+    throw spillway::usage_error(last_error.message);  // an argument an spw_ call refused (null_argument)
+  }
+  const std::string what = "op \"" + op + "\": its body returned the status " + spw_status_name(status) +
+                           " (its own: no spw_ call in it failed)";
+  switch (status) {
+    case SPW_ERR_CONFIG: throw spillway::config_error(what);
+    case SPW_ERR_USAGE: throw spillway::usage_error(what);
+    case SPW_ERR_IO: throw spillway::io_error(what, 0);
+    case SPW_ERR_CORRUPTION: throw spillway::corruption_error(what);
+    case SPW_ERR_OUT_OF_MEMORY: throw spillway::out_of_memory(what);
+    case SPW_ERR_CUDA: throw spillway::cuda_error(what);
+    default: throw std::runtime_error(what);
+  }
+}
+
+// A C body as the Session's op_body: its op borrows the scope the library gives it.
+spillway::Session::op_body device_body(const char* name, spw_op_body body, void* user) {
+  return [op_name = std::string(name), body, user](const spillway::Session::op_scope& scope) {
+    spw_op op(scope);
+    const std::uint64_t before = last_error.count;
+    const spw_status status = body(&op, user);
+    if (status != SPW_OK) throw_status(status, op_name, before);
+  };
 }
 
 spillway::tensor_handle handle(spw_tensor t) { return spillway::tensor_handle{t.id}; }
@@ -265,35 +312,38 @@ spw_status spw_op_begin(spw_session* s, const char* name, const spw_tensor* read
     const auto r = handles(call, "reads", reads, n_reads);
     const auto w = handles(call, "writes", writes, n_writes);
     const auto a = handles(call, "accumulates", accumulates, n_accumulates);
-    *out = new spw_op{s->session.op(name, std::span<const spillway::tensor_handle>(r),
+    *out = new spw_op(s->session.op(name, std::span<const spillway::tensor_handle>(r),
                                     std::span<const spillway::tensor_handle>(w),
-                                    std::span<const spillway::tensor_handle>(a))};
+                                    std::span<const spillway::tensor_handle>(a)));
   });
 }
 
 spw_status spw_op_end(spw_op* op) {
   if (op == nullptr) return null_argument("spw_op_end", "op");
+  if (!op->owned)
+    return fail(SPW_ERR_USAGE, "spw_op_end: the op of a recomputable or host-capable op's body, which the library "
+                               "ends when the body returns; return from the body instead");
   // The scope's destructor ends the op and may throw; `op` is freed either way.
   return guarded([&] { delete op; });
 }
 
 spw_status spw_op_ptr(const spw_op* op, spw_tensor t, void** out) {
   if (op == nullptr || out == nullptr) return null_argument("spw_op_ptr", op == nullptr ? "op" : "out");
-  return guarded([&] { *out = op->scope.ptr(handle(t)); });
+  return guarded([&] { *out = op->scope->ptr(handle(t)); });
 }
 
-void* spw_op_stream(const spw_op* op) { return op == nullptr ? nullptr : op->scope.stream().handle; }
+void* spw_op_stream(const spw_op* op) { return op == nullptr ? nullptr : op->scope->stream().handle; }
 void* spw_session_stream(const spw_session* s) { return s == nullptr ? nullptr : s->session.stream().handle; }
 
 spw_status spw_op_workspace(const spw_op* op, uint64_t bytes, void** out) {
   if (op == nullptr || out == nullptr) return null_argument("spw_op_workspace", op == nullptr ? "op" : "out");
-  return guarded([&] { *out = op->scope.workspace(bytes); });
+  return guarded([&] { *out = op->scope->workspace(bytes); });
 }
 
 spw_status spw_op_run(spw_op* op, void (*fn)(const spw_host* h, void* user), void* user) {
   if (op == nullptr || fn == nullptr) return null_argument("spw_op_run", op == nullptr ? "op" : "fn");
   return guarded([&] {
-    op->scope.run([&](const spillway::Session::op_scope::host_access& access) {
+    op->scope->run([&](const spillway::Session::op_scope::host_access& access) {
       spw_host h{&access, nullptr};
       fn(&h, user);
       if (h.failure) std::rethrow_exception(h.failure);
@@ -309,6 +359,42 @@ void* spw_host_ptr(const spw_host* h, spw_tensor t) {
     if (!h->failure) h->failure = std::current_exception();
     return nullptr;
   }
+}
+
+spw_status spw_recomputable_op(spw_session* s, const char* name, const spw_tensor* reads, size_t n_reads,
+                               const spw_tensor* writes, size_t n_writes, spw_op_body body, void* user,
+                               double flops) {
+  constexpr const char* call = "spw_recomputable_op";
+  if (s == nullptr || name == nullptr || body == nullptr)
+    return null_argument(call, s == nullptr ? "the session" : name == nullptr ? "name" : "body");
+  return guarded([&] {
+    const auto r = handles(call, "reads", reads, n_reads);
+    const auto w = handles(call, "writes", writes, n_writes);
+    s->session.recomputable_op(name, std::span<const spillway::tensor_handle>(r),
+                               std::span<const spillway::tensor_handle>(w), device_body(name, body, user), flops);
+  });
+}
+
+spw_status spw_host_capable_op(spw_session* s, const char* name, const spw_tensor* reads, size_t n_reads,
+                               const spw_tensor* writes, size_t n_writes, spw_op_body device_side,
+                               spw_host_body host_side, void* user, double flops, double host_bytes) {
+  constexpr const char* call = "spw_host_capable_op";
+  if (s == nullptr || name == nullptr || device_side == nullptr || host_side == nullptr)
+    return null_argument(call, s == nullptr ? "the session" : name == nullptr ? "name"
+                               : device_side == nullptr ? "device_body" : "host_body");
+  return guarded([&] {
+    const auto r = handles(call, "reads", reads, n_reads);
+    const auto w = handles(call, "writes", writes, n_writes);
+    s->session.host_capable_op(
+        name, std::span<const spillway::tensor_handle>(r), std::span<const spillway::tensor_handle>(w),
+        device_body(name, device_side, user),
+        [host_side, user](const spillway::Session::op_scope::host_access& access) {
+          spw_host h{&access, nullptr};
+          host_side(&h, user);
+          if (h.failure) std::rethrow_exception(h.failure);
+        },
+        flops, host_bytes);
+  });
 }
 
 spw_status spw_save(spw_session* s, const char* dir, const void* meta, size_t meta_len) {

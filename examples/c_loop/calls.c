@@ -28,19 +28,68 @@ static void on_host(const spw_host* h, void* user) {
   hc->fn(p, hc->c);
 }
 
-void op_call(spw_session* s, const char* name, thunk fn, const arg* args, int n, const call_args* c) {
-  spw_tensor lists[3][MAX_ARGS];
-  size_t counts[3] = {0, 0, 0};
+/* The op's read, write and accumulate lists from the roles of its arguments. */
+typedef struct op_lists {
+  spw_tensor t[3][MAX_ARGS];
+  size_t n[3];
+} op_lists;
+static void lists_of(const arg* args, int n, op_lists* l) {
+  l->n[0] = l->n[1] = l->n[2] = 0;
   for (int i = 0; i < n; ++i) {
-    if (args[i].role == RD || args[i].role == RW) lists[0][counts[0]++] = args[i].t;
-    if (args[i].role == WR || args[i].role == RW) lists[1][counts[1]++] = args[i].t;
-    if (args[i].role == AC) lists[2][counts[2]++] = args[i].t;
+    if (args[i].role == RD || args[i].role == RW) l->t[0][l->n[0]++] = args[i].t;
+    if (args[i].role == WR || args[i].role == RW) l->t[1][l->n[1]++] = args[i].t;
+    if (args[i].role == AC) l->t[2][l->n[2]++] = args[i].t;
   }
+}
+
+void op_call(spw_session* s, const char* name, thunk fn, const arg* args, int n, const call_args* c) {
+  op_lists l;
+  lists_of(args, n, &l);
   spw_op* op;
-  check(spw_op_begin(s, name, lists[0], counts[0], lists[1], counts[1], lists[2], counts[2], &op), name);
+  check(spw_op_begin(s, name, l.t[0], l.n[0], l.t[1], l.n[1], l.t[2], l.n[2], &op), name);
   struct host_call hc = {fn, args, n, c};
   check(spw_op_run(op, on_host, &hc), name);
   check(spw_op_end(op), name);
+}
+
+/* A call a body may make again later in the iteration (a rerun of a recomputable op) or on the
+ * host: its arguments copied here, kept until the iteration ends (end_iteration). */
+enum { MAX_KEPT = 1024 };
+struct kept_call {
+  struct host_call hc;
+  arg args[MAX_ARGS];
+  call_args c;
+};
+static struct kept_call kept[MAX_KEPT];
+static int kept_count;
+
+static struct kept_call* keep(const char* name, thunk fn, const arg* args, int n, const call_args* c) {
+  if (kept_count == MAX_KEPT || n > MAX_ARGS) {
+    fprintf(stderr, "c_loop_wrapped: %s: more than %d kept calls in one iteration\n", name, MAX_KEPT);
+    exit(1);
+  }
+  struct kept_call* k = &kept[kept_count++];
+  for (int i = 0; i < n; ++i) k->args[i] = args[i];
+  k->c = *c;
+  k->hc = (struct host_call){fn, k->args, n, &k->c};
+  return k;
+}
+
+static spw_status on_device(spw_op* op, void* user) { return spw_op_run(op, on_host, &((struct kept_call*)user)->hc); }
+static void on_host_side(const spw_host* h, void* user) { on_host(h, &((struct kept_call*)user)->hc); }
+
+void recomputable_call(spw_session* s, const char* name, thunk fn, const arg* args, int n, const call_args* c) {
+  op_lists l;
+  lists_of(args, n, &l);
+  check(spw_recomputable_op(s, name, l.t[0], l.n[0], l.t[1], l.n[1], on_device, keep(name, fn, args, n, c), 0), name);
+}
+
+void host_capable_call(spw_session* s, const char* name, thunk fn, const arg* args, int n, const call_args* c) {
+  op_lists l;
+  lists_of(args, n, &l);
+  check(spw_host_capable_op(s, name, l.t[0], l.n[0], l.t[1], l.n[1], on_device, on_host_side,
+                            keep(name, fn, args, n, c), 0, 0),
+        name);
 }
 
 spw_tensor transient(spw_session* s, const char* name, int layer, size_t floats, spw_kind kind) {
@@ -62,6 +111,7 @@ static uint64_t train_footprint; /* footprint of the first (train) iteration */
 void end_iteration(spw_session* s) {
   spw_iteration_report r;
   check(spw_end_iteration(s, &r), "end_iteration");
+  kept_count = 0; /* no rerun reaches past the iteration */
   const char* verbose = getenv("C_LOOP_REPORTS");
   if (verbose != NULL && *verbose != '\0' && *verbose != '0')
     fprintf(stderr, "iteration %llu planned %d policy %s peak %llu h2d %llu d2h %llu fetches %llu evictions %llu\n",

@@ -35,6 +35,11 @@ typedef void (*thunk)(float* const* p, const call_args* c);
 void check(spw_status status, const char* what);
 /* One op named `name` over `args`, running `fn` on their host pointers. */
 void op_call(spw_session* s, const char* name, thunk fn, const arg* args, int n, const call_args* c);
+/* The same as a recomputable op (a forward call: it only reads some tensors and writes others),
+ * which the plan may run again in the iteration instead of keeping what it wrote. */
+void recomputable_call(spw_session* s, const char* name, thunk fn, const arg* args, int n, const call_args* c);
+/* The same as a host-capable op (the optimizer's step), which the plan may run on the host. */
+void host_capable_call(spw_session* s, const char* name, thunk fn, const arg* args, int n, const call_args* c);
 spw_tensor transient(spw_session* s, const char* name, int layer, size_t floats, spw_kind kind);
 void release(spw_session* s, spw_tensor t);
 /* spw_end_iteration, keeping the report's figures for summarize(). */

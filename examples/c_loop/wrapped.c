@@ -1,7 +1,9 @@
 /* c_loop_wrapped: plain.c with Spillway around its calls (C API, capi/spillway.h): the flat
  * buffers are persistent tensors with a view per parameter tensor, activations are transients
  * released after their last use, each layer call is an op naming the views it touches and runs
- * the unchanged layer function of layers.c on host pointers (calls.c), gradients accumulate.
+ * the unchanged layer function of layers.c on host pointers (calls.c), gradients accumulate. The
+ * forward calls are recomputable ops (plans may run them again instead of keeping what they
+ * wrote) and the AdamW steps host-capable ops (plans may run them on the host).
  * Usage: c_loop_wrapped [--steps N] [--eval-every N] [--least-budget] [--config FILE]
  * (or C_LOOP_STEPS, C_LOOP_EVAL_EVERY); Session settings from SPILLWAY_* (or FILE). A summary line
  * goes to stderr at the end; C_LOOP_REPORTS=1 adds a line per iteration. */
@@ -36,6 +38,7 @@ typedef struct model {
 } model;
 
 #define OP(name, fn, args, ...) op_call(S, name, fn, args, __VA_ARGS__)
+#define FWD(name, fn, args, ...) recomputable_call(S, name, fn, args, __VA_ARGS__) /* plans may rerun it */
 
 /* The activations of block l, as transients of this iteration. */
 static void add_layer_acts(spw_session* S, layer_acts* y, int l) {
@@ -109,31 +112,31 @@ static float forward(model* M, const int* inputs, const int* targets) {
   acts* a = &M->a;
   const spw_tensor* p = M->p;
   a->enc = transient(S, "enc", -1, (size_t)(BT * C), SPW_ACTIVATION);
-  OP("encoder.forward", encoder_forward_t, ARGS(W(a->enc), R(p[WTE]), R(p[WPE])), TOKENS(inputs, B, T, C));
+  FWD("encoder.forward", encoder_forward_t, ARGS(W(a->enc), R(p[WTE]), R(p[WPE])), TOKENS(inputs, B, T, C));
   for (int l = 0; l < cfg.layers; ++l) {
     layer_acts* y = &a->l[l];
     add_layer_acts(S, y, l);
     const spw_tensor x = l == 0 ? a->enc : a->l[l - 1].out;
-    OP("ln1.forward", layernorm_forward_t, ARGS(W(y->ln1), W(y->mean1), W(y->rstd1), R(x), R(p[LW(l, P_LN1W)]), R(p[LW(l, P_LN1B)])), INTS(BT, C));
-    OP("qkv.forward", matmul_forward_t, ARGS(W(y->qkv), R(y->ln1), R(p[LW(l, P_QKVW)]), R(p[LW(l, P_QKVB)])), INTS(BT, C, 3 * C));
-    OP("attention.forward", attention_forward_t, ARGS(W(y->atty), W(y->att), R(y->qkv)), INTS(B, T, C, NH));
-    OP("proj.forward", matmul_forward_t, ARGS(W(y->proj), R(y->atty), R(p[LW(l, P_PROJW)]), R(p[LW(l, P_PROJB)])), INTS(BT, C, C));
-    OP("residual1.forward", residual_forward_t, ARGS(W(y->x2), R(x), R(y->proj)), INTS(BT * C));
+    FWD("ln1.forward", layernorm_forward_t, ARGS(W(y->ln1), W(y->mean1), W(y->rstd1), R(x), R(p[LW(l, P_LN1W)]), R(p[LW(l, P_LN1B)])), INTS(BT, C));
+    FWD("qkv.forward", matmul_forward_t, ARGS(W(y->qkv), R(y->ln1), R(p[LW(l, P_QKVW)]), R(p[LW(l, P_QKVB)])), INTS(BT, C, 3 * C));
+    FWD("attention.forward", attention_forward_t, ARGS(W(y->atty), W(y->att), R(y->qkv)), INTS(B, T, C, NH));
+    FWD("proj.forward", matmul_forward_t, ARGS(W(y->proj), R(y->atty), R(p[LW(l, P_PROJW)]), R(p[LW(l, P_PROJB)])), INTS(BT, C, C));
+    FWD("residual1.forward", residual_forward_t, ARGS(W(y->x2), R(x), R(y->proj)), INTS(BT * C));
     release(S, y->proj);
-    OP("ln2.forward", layernorm_forward_t, ARGS(W(y->ln2), W(y->mean2), W(y->rstd2), R(y->x2), R(p[LW(l, P_LN2W)]), R(p[LW(l, P_LN2B)])), INTS(BT, C));
-    OP("fc.forward", matmul_forward_t, ARGS(W(y->fc), R(y->ln2), R(p[LW(l, P_FCW)]), R(p[LW(l, P_FCB)])), INTS(BT, C, 4 * C));
-    OP("gelu.forward", gelu_forward_t, ARGS(W(y->gelu), R(y->fc)), INTS(BT * 4 * C));
-    OP("fcproj.forward", matmul_forward_t, ARGS(W(y->fcproj), R(y->gelu), R(p[LW(l, P_FCPROJW)]), R(p[LW(l, P_FCPROJB)])), INTS(BT, 4 * C, C));
-    OP("residual2.forward", residual_forward_t, ARGS(W(y->out), R(y->x2), R(y->fcproj)), INTS(BT * C));
+    FWD("ln2.forward", layernorm_forward_t, ARGS(W(y->ln2), W(y->mean2), W(y->rstd2), R(y->x2), R(p[LW(l, P_LN2W)]), R(p[LW(l, P_LN2B)])), INTS(BT, C));
+    FWD("fc.forward", matmul_forward_t, ARGS(W(y->fc), R(y->ln2), R(p[LW(l, P_FCW)]), R(p[LW(l, P_FCB)])), INTS(BT, C, 4 * C));
+    FWD("gelu.forward", gelu_forward_t, ARGS(W(y->gelu), R(y->fc)), INTS(BT * 4 * C));
+    FWD("fcproj.forward", matmul_forward_t, ARGS(W(y->fcproj), R(y->gelu), R(p[LW(l, P_FCPROJW)]), R(p[LW(l, P_FCPROJB)])), INTS(BT, 4 * C, C));
+    FWD("residual2.forward", residual_forward_t, ARGS(W(y->out), R(y->x2), R(y->fcproj)), INTS(BT * C));
     release(S, y->fcproj);
   }
   const spw_tensor last = a->l[cfg.layers - 1].out;
   a->lnf = transient(S, "lnf", -1, (size_t)(BT * C), SPW_ACTIVATION), a->meanf = transient(S, "meanf", -1, (size_t)BT, SPW_ACTIVATION);
   a->rstdf = transient(S, "rstdf", -1, (size_t)BT, SPW_ACTIVATION), a->logits = transient(S, "logits", -1, (size_t)(BT * V), SPW_ACTIVATION);
   a->probs = transient(S, "probs", -1, (size_t)(BT * V), SPW_ACTIVATION), a->losses = transient(S, "losses", -1, (size_t)BT, SPW_METRIC);
-  OP("lnf.forward", layernorm_forward_t, ARGS(W(a->lnf), W(a->meanf), W(a->rstdf), R(last), R(p[LNFW(&cfg)]), R(p[LNFB(&cfg)])), INTS(BT, C));
-  OP("logits.forward", matmul_forward_nobias_t, ARGS(W(a->logits), R(a->lnf), R(p[WTE])), INTS(BT, C, V));
-  OP("loss.forward", crossentropy_forward_t, ARGS(W(a->losses), W(a->probs), R(a->logits)), TOKENS(targets, BT, V));
+  FWD("lnf.forward", layernorm_forward_t, ARGS(W(a->lnf), W(a->meanf), W(a->rstdf), R(last), R(p[LNFW(&cfg)]), R(p[LNFB(&cfg)])), INTS(BT, C));
+  FWD("logits.forward", matmul_forward_nobias_t, ARGS(W(a->logits), R(a->lnf), R(p[WTE])), INTS(BT, C, V));
+  FWD("loss.forward", crossentropy_forward_t, ARGS(W(a->losses), W(a->probs), R(a->logits)), TOKENS(targets, BT, V));
   release(S, a->logits);
   float losses[1024];
   check(spw_read(S, a->losses, losses, sizeof(float) * (size_t)BT), "read losses");
@@ -192,7 +195,7 @@ static float train_step(model* M, const int* inputs, const int* targets, int ste
   const float loss = forward(M, inputs, targets);
   backward(M, inputs, targets);
   for (int t = 0; t < M->lay.tensors; ++t) /* AdamW per view: elementwise, so the same bits */
-    OP("adamw.step", adamw_update_t, ARGS(RW(M->p[t]), R(M->g[t]), RW(M->pm[t]), RW(M->pv[t])), &(const call_args){.i = {(int)M->lay.count[t], step}, .f = {lr, beta1, beta2, eps, weight_decay}});
+    host_capable_call(S, "adamw.step", adamw_update_t, ARGS(RW(M->p[t]), R(M->g[t]), RW(M->pm[t]), RW(M->pv[t])), &(const call_args){.i = {(int)M->lay.count[t], step}, .f = {lr, beta1, beta2, eps, weight_decay}});
   end_iteration(S);
   return loss;
 }

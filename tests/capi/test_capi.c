@@ -8,38 +8,7 @@
 #include <unistd.h>
 
 #include "capi/spillway.h"
-
-static int failures = 0;
-
-#define CHECK(cond)                                                                           \
-  do {                                                                                        \
-    if (!(cond)) {                                                                            \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed (last error: %s)\n", __FILE__, __LINE__, #cond, \
-              spw_last_error());                                                              \
-      ++failures;                                                                             \
-    }                                                                                         \
-  } while (0)
-/* A call that must succeed; the case stops when it does not. */
-#define OK(call)                                                                                         \
-  do {                                                                                                   \
-    spw_status st_ = (call);                                                                             \
-    if (st_ != SPW_OK) {                                                                                 \
-      fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__, #call, spw_status_name(st_), \
-              spw_last_error());                                                                         \
-      ++failures;                                                                                        \
-      return;                                                                                            \
-    }                                                                                                    \
-  } while (0)
-/* A call that must fail with `code` and a message that contains `part`. */
-#define FAILS(call, code, part)                                                                               \
-  do {                                                                                                        \
-    spw_status st_ = (call);                                                                                  \
-    if (st_ != (code) || spw_last_status() != (code) || strstr(spw_last_error(), (part)) == NULL) {           \
-      fprintf(stderr, "%s:%d: %s returned %s (\"%s\"), want %s with \"%s\"\n", __FILE__, __LINE__, #call,     \
-              spw_status_name(st_), spw_last_error(), spw_status_name(code), (part));                          \
-      ++failures;                                                                                             \
-    }                                                                                                         \
-  } while (0)
+#include "capi_check.h"
 
 enum { N = 1024 }; /* floats per tensor: 4 KiB */
 static const char* small_device = "{\"backend\": \"cpu\", \"cpu_device_memory\": \"16MiB\", \"policy\": \"auto\"}";
@@ -85,15 +54,6 @@ static void asks_for_unnamed(const spw_host* h, void* user) {
   if (spw_host_ptr(h, *t) != NULL) ++failures;
 }
 
-static spw_status run_op(spw_session* s, const char* name, const spw_tensor* r, size_t nr, const spw_tensor* w,
-                         size_t nw, const spw_tensor* acc, size_t na, void (*fn)(const spw_host*, void*), void* user) {
-  spw_op* op;
-  spw_status st = spw_op_begin(s, name, r, nr, w, nw, acc, na, &op);
-  if (st != SPW_OK) return st;
-  st = spw_op_run(op, fn, user);
-  spw_status end = spw_op_end(op);
-  return st != SPW_OK ? st : end;
-}
 
 /* ---- cases --------------------------------------------------------------------------------- */
 
@@ -378,10 +338,7 @@ static void checkpoint_round_trip(void) {
   CHECK(system(cmd) == 0);
 }
 
-static const struct {
-  const char* name;
-  void (*run)(void);
-} cases[] = {
+static const capi_case cases[] = {
     {"op_read_write_accumulate", op_read_write_accumulate},
     {"errors_are_codes_with_messages", errors_are_codes_with_messages},
     {"views_of_a_flat_buffer", views_of_a_flat_buffer},
@@ -390,20 +347,4 @@ static const struct {
     {"a_step_the_loop_gives_up_is_abandoned", a_step_the_loop_gives_up_is_abandoned},
 };
 
-int main(int argc, char** argv) {
-  const size_t n = sizeof cases / sizeof cases[0];
-  if (argc != 2) {
-    fprintf(stderr, "usage: %s CASE (cases:", argv[0]);
-    for (size_t i = 0; i < n; ++i) fprintf(stderr, " %s", cases[i].name);
-    fprintf(stderr, ")\n");
-    return 2;
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (strcmp(argv[1], cases[i].name) != 0) continue;
-    cases[i].run();
-    printf("%s: %s\n", cases[i].name, failures ? "FAILED" : "ok");
-    return failures ? 1 : 0;
-  }
-  fprintf(stderr, "%s: no case %s\n", argv[0], argv[1]);
-  return 2;
-}
+int main(int argc, char** argv) { return run_case(cases, sizeof cases / sizeof cases[0], argc, argv); }
