@@ -422,30 +422,41 @@ class session_impl {
     return least;
   }
 
-  /// The device_budget_ratio setting, after the first recording: budget = ratio x footprint.
+  /// The device_budget_ratio setting, after the first recording: budget = ratio x footprint. A
+  /// ratio that gives no budget this Session can use (below the least any plan needs, above the
+  /// device, more than the device can give now) refuses every later step the same way
+  /// (begin_iteration), so a loop that catches a step's error and goes on does not train on at a
+  /// budget it did not ask for; set_device_budget lifts it.
   void apply_budget_ratio() {
     ratio_applied = true;
     const double ratio = cfg.device_budget_ratio;
     const std::uint64_t footprint = active->footprint;
     const auto bytes = static_cast<std::uint64_t>(std::llround(ratio * static_cast<double>(footprint)));
     const std::uint64_t least = least_of_all();
-    if (bytes < least) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%g", ratio);
-      char need[64];
-      std::snprintf(need, sizeof need, "%.4g",
-                    std::ceil(static_cast<double>(least) / static_cast<double>(footprint) * 1e4) / 1e4);
-      // Every later step is refused the same way (begin_iteration), so a loop that catches a
-      // step's error and goes on does not train on at a budget it did not ask for.
+    const std::uint64_t total = dev->properties().total_memory;
+    // The ratio's bound, rounded to four places toward the ratios that work.
+    const auto refuse = [&](const std::string& why, double bound, bool least_ratio) {
+      const double rounded = least_ratio ? std::ceil(bound * 1e4) / 1e4 : std::floor(bound * 1e4) / 1e4;
+      const char* which = least_ratio ? "at least" : "at most";
       ratio_refused = std::make_exception_ptr(
-          config_error(cfg.source_of("device_budget_ratio") + ": " + buf + " gives a device budget of " +
-                       format_bytes(bytes) + " (of a " + format_bytes(footprint) +
-                       " footprint), below the least any plan needs: " + format_bytes(least) +
-                       " (the largest single op's working set); give a ratio of at least " + need +
+          config_error(cfg.source_of("device_budget_ratio") + ": " + format_real(ratio) + " gives a device budget of " +
+                       format_bytes(bytes) + " (of a " + format_bytes(footprint) + " footprint), " + why +
+                       "; give a ratio of " + which + " " + format_real(rounded) +
                        ", or a budget with set_device_budget"));
       std::rethrow_exception(ratio_refused);
+    };
+    if (bytes < least)
+      refuse("below the least any plan needs: " + format_bytes(least) + " (the largest single op's working set)",
+             static_cast<double>(least) / static_cast<double>(footprint), true);
+    if (bytes > total)
+      refuse("more than the device's " + format_bytes(total) + " (" + dev->properties().name + ")",
+             static_cast<double>(total) / static_cast<double>(footprint), false);
+    try {
+      set_device_budget(bytes);
+    } catch (const out_of_memory&) {  // memory others hold on a GPU: the old budget stays
+      ratio_refused = std::current_exception();
+      throw;
     }
-    set_device_budget(bytes);
   }
 
   iteration_report end_iteration() {

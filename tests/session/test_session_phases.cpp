@@ -400,3 +400,54 @@ TEST(session_phases, a_ratio_below_the_least_budget_names_the_setting_and_the_le
 }
 
 }  // namespace
+
+// A model larger than the device: the recording step runs at the whole device (evicting on
+// demand), and a ratio whose budget is more than the device holds is refused, naming the setting
+// and the most ratio that fits, at this step and every later one until the loop sets a budget.
+TEST(session_phases, a_ratio_above_the_device_names_the_setting_and_the_most_ratio) {
+  session_config c = config_for("auto", 0);
+  c.cpu_device_memory = std::uint64_t{1} << 20;
+  c.set("device_budget_ratio", "0.75", "--device-budget-ratio");
+  Session s(c);
+  constexpr std::uint64_t big = 256 << 10;
+  std::vector<tensor_handle> w;
+  for (int l = 0; l < 8; ++l) w.push_back(s.add_persistent("big" + std::to_string(l), big, tensor_kind::parameter));
+  auto step = [&] {
+    s.begin_iteration();
+    auto x = s.add_transient("x", big);
+    {
+      auto op = s.op("fwd.in", {}, {x});
+      op.run([&](const host_access& h) { std::memset(h.ptr(x), 1, big); });
+    }
+    for (int l = 0; l < 8; ++l) {
+      auto op = s.op("fwd.l" + std::to_string(l), {w[l], x}, {w[l]});
+      op.run([&](const host_access& h) {
+        for (std::uint64_t i = 0; i < big; ++i) h.ptr<std::uint8_t>(w[l])[i] += h.ptr<std::uint8_t>(x)[i];
+      });
+    }
+    s.release(x);
+    return s.end_iteration();
+  };
+  std::string first;
+  try {
+    (void)step();
+    ADD_FAILURE() << "no error for a budget above the device";
+  } catch (const config_error& e) {
+    first = e.what();
+  }
+  EXPECT_NE(first.find("--device-budget-ratio: 0.75 gives"), std::string::npos) << first;
+  EXPECT_NE(first.find("more than the device's 1.00 MiB"), std::string::npos) << first;
+  const auto at = first.find("give a ratio of at most ");
+  ASSERT_NE(at, std::string::npos) << first;
+  const double most = std::stod(first.substr(at + std::strlen("give a ratio of at most ")));
+  const std::uint64_t footprint = s.footprint_bytes();
+  EXPECT_GT(footprint, c.cpu_device_memory) << "the model fits the device: the test would not test";
+  EXPECT_LE(static_cast<std::uint64_t>(std::llround(most * static_cast<double>(footprint))), c.cpu_device_memory);
+  EXPECT_GT(static_cast<std::uint64_t>(std::llround((most + 0.001) * static_cast<double>(footprint))), c.cpu_device_memory)
+      << "the most ratio named is not the most that fits";
+  EXPECT_THROW((void)step(), config_error) << "a later step ran at a budget the loop did not ask for";
+  s.set_device_budget(static_cast<std::uint64_t>(std::llround(most * static_cast<double>(footprint))));
+  const auto r = step();
+  EXPECT_TRUE(r.planned);
+  EXPECT_LE(r.peak_device_bytes, s.device_budget());
+}
