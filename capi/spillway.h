@@ -79,6 +79,8 @@ typedef struct spw_iteration_report {
   uint64_t on_demand_fetches;   /**< tensors fetched because the plan missed them */
   uint64_t on_demand_evictions; /**< tensors evicted because an allocation would exceed the budget */
   uint64_t prefetches_deferred; /**< planned prefetches that found no room at their op */
+  uint64_t recomputes;          /**< runs again of recomputable ops (spw_recomputable_op) */
+  uint64_t host_ops;            /**< host-capable ops the plan ran on the host (spw_host_capable_op) */
 } spw_iteration_report;
 
 /* ---- errors ------------------------------------------------------------------------------- */

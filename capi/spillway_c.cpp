@@ -293,6 +293,8 @@ spw_status spw_end_iteration(spw_session* s, spw_iteration_report* report) {
     report->on_demand_fetches = r.on_demand_fetches;
     report->on_demand_evictions = r.on_demand_evictions;
     report->prefetches_deferred = r.prefetches_deferred;
+    report->recomputes = r.recomputes;
+    report->host_ops = r.host_ops;
   });
 }
 

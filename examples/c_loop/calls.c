@@ -125,6 +125,7 @@ void end_iteration(spw_session* s) {
   totals.nvme_read_bytes += r.nvme_read_bytes, totals.nvme_write_bytes += r.nvme_write_bytes;
   totals.on_demand_fetches += r.on_demand_fetches, totals.on_demand_evictions += r.on_demand_evictions;
   totals.stall_ms += r.stall_ms, totals.step_ms += r.step_ms;
+  totals.recomputes += r.recomputes, totals.host_ops += r.host_ops;
 }
 
 void summarize(spw_session* s, FILE* out) {
@@ -133,13 +134,13 @@ void summarize(spw_session* s, FILE* out) {
   check(spw_least_budget_bytes(s, &least), "least_budget_bytes");
   fprintf(out,
           "summary: iterations %llu budget %llu footprint %llu least %llu peak %llu h2d %llu d2h %llu nvme_read %llu "
-          "nvme_write %llu on_demand_fetches %llu on_demand_evictions %llu time_ms %.1f\n",
+          "nvme_write %llu on_demand_fetches %llu on_demand_evictions %llu recomputes %llu host_ops %llu time_ms %.1f\n",
           (unsigned long long)totals.iteration, (unsigned long long)budget, (unsigned long long)footprint,
           (unsigned long long)least, (unsigned long long)totals.peak_device_bytes,
           (unsigned long long)totals.h2d_bytes, (unsigned long long)totals.d2h_bytes,
           (unsigned long long)totals.nvme_read_bytes, (unsigned long long)totals.nvme_write_bytes,
           (unsigned long long)totals.on_demand_fetches, (unsigned long long)totals.on_demand_evictions,
-          totals.step_ms);
+          (unsigned long long)totals.recomputes, (unsigned long long)totals.host_ops, totals.step_ms);
 }
 
 void encoder_forward_t(float* const* p, const call_args* c) {

@@ -107,6 +107,10 @@ def main():
                     problems.append("nothing moved below the footprint")
                 if nvme and s["nvme_write"] == 0:
                     problems.append("nothing spilled to NVMe under a host tier of 128 KiB")
+                if policy == "checkpoint" and budget != "least" and not nvme and s["recomputes"] == 0:
+                    problems.append("checkpoint ran no forward call again")
+                if policy == "none" and s["recomputes"] + s["host_ops"] > 0:
+                    problems.append("policy none recomputed or ran an op on the host")
             report(not problems, name, "\n".join(problems))
 
         r = run([wrapped] + STEPS, clean_env({"SPILLWAY_POLICY": "auto", "SPILLWAY_DEVICE_BUDGET_RATIO": "0.25",
