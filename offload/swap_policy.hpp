@@ -137,10 +137,10 @@ class Session {
   /// usage_error naming it. Between iterations a transient has no value, but for the metrics
   /// (tensor_kind::metric) the last iteration wrote and did not release: their last values stay
   /// readable until the next begin_iteration(), for a loop that prints its loss after the step
-  /// (Note [Metrics after the step] in session_ops.cpp). A gradient that the recorded iteration overwrites before reading
-  /// again may have been dropped after its last read (an error says so and how to read it: inside
-  /// the step, in steps under their own tag; Note [Dropped gradients] in prefetch/executor.cpp);
-  /// parameters and optimizer state never are.
+  /// (Note [Metrics after the step] in session_ops.cpp). A gradient that the recorded iteration
+  /// overwrites before reading again may have been dropped after its last read (an error says so
+  /// and how to read it: inside the step, in steps under their own tag; Note [Dropped gradients]
+  /// in prefetch/executor.cpp); parameters and optimizer state never are.
   void read(tensor_handle t, void* host, std::uint64_t bytes);
   /// Replaces a persistent tensor's contents with `bytes` bytes (its size) from host memory,
   /// between iterations, wherever the tensor lives: weights loaded from a file of the loop's own
