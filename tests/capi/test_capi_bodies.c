@@ -27,9 +27,10 @@ static void layer_on_host(const spw_host* h, void* user) {
   float* out = spw_host_ptr(h, l->out);
   for (int i = 0; i < N; ++i) out[i] = (in != NULL ? in[i] : (float)(l->step + i % 7)) * 0.5f + w[i];
 }
+static int failing_call; /* the forward body's run, counted over a training, that fails (0: none) */
 static spw_status layer_forward(spw_op* op, void* user) {
   const struct layer* l = user;
-  ++*l->calls;
+  if (++*l->calls == failing_call) return SPW_ERR_IO;
   return spw_op_run(op, layer_on_host, user);
 }
 
@@ -78,15 +79,20 @@ static void update_host(const spw_host* h, void* user) {
 }
 
 
-/* What a run gave: the weights after STEPS steps, and how often each body ran. */
+/* What a run gave: the weights after STEPS steps, how often each body ran, and the first step
+ * whose backward pass failed (a rerun's body failing), which the loop gave up. */
 struct outcome {
   float w[LAYERS][N];
   int forward_calls, device_updates, host_updates;
+  int failed_step;
+  spw_status failure;
+  char message[512];
 };
 
 /* STEPS steps of the chain under the session settings `json` (a failing call counts a failure). */
 static void train(const char* json, struct outcome* o) {
   memset(o, 0, sizeof *o);
+  o->failed_step = -1;
   spw_session* s;
   OK(spw_session_from_json_text(json, &s));
   spw_tensor w[LAYERS], g[LAYERS];
@@ -118,13 +124,22 @@ static void train(const char* json, struct outcome* o) {
     struct back seed = {w[0], a[LAYERS], d, g[0]};
     OK(run_op(s, "loss.backward", &a[LAYERS], 1, &d, 1, NULL, 0, seed_gradient, &seed));
     OK(spw_release(s, a[LAYERS]));
-    for (int l = LAYERS - 1; l >= 1; --l) {
+    spw_status st = SPW_OK; /* a rerun before a backward op may fail: the loop gives the step up */
+    for (int l = LAYERS - 1; l >= 1 && st == SPW_OK; --l) {
       struct back b = {w[l], a[l], d, g[l]};
       const spw_tensor reads[] = {w[l], a[l], d};
       char name[32];
       snprintf(name, sizeof name, "l%d.backward", l);
-      OK(run_op(s, name, reads, 3, &d, 1, &g[l], 1, layer_backward, &b));
-      OK(spw_release(s, a[l]));
+      st = run_op(s, name, reads, 3, &d, 1, &g[l], 1, layer_backward, &b);
+      if (st == SPW_OK) st = spw_release(s, a[l]);
+    }
+    if (st != SPW_OK) {
+      if (o->failed_step < 0) {
+        o->failed_step = step, o->failure = st;
+        snprintf(o->message, sizeof o->message, "%s", spw_last_error());
+      }
+      OK(spw_abandon_iteration(s));
+      continue;
     }
     OK(spw_release(s, d));
     for (int l = 1; l < LAYERS; ++l) {
@@ -153,12 +168,14 @@ static void recomputed_chains_give_the_same_bits(void) {
   static struct outcome resident, o;
   train(SETTINGS("none", "1", "device"), &resident);
   if (failures) return;
+  CHECK(resident.failed_step < 0);
   CHECK(resident.forward_calls == LAYERS * STEPS);
   const char* settings[] = {SETTINGS("checkpoint", "0.5", "device"), SETTINGS("checkpoint", "0.34", "device"),
                             SETTINGS("capuchin", "0.5", "device"), SETTINGS("auto", "0.34", "device")};
   for (size_t k = 0; k < sizeof settings / sizeof settings[0]; ++k) {
     train(settings[k], &o);
     if (failures) return;
+    CHECK(o.failed_step < 0);
     if (memcmp(o.w, resident.w, sizeof o.w) != 0) {
       fprintf(stderr, "%s: weights differ from the everything-resident run\n", settings[k]);
       ++failures;
@@ -178,6 +195,23 @@ static void host_capable_updates_give_the_same_bits(void) {
   CHECK(host.host_updates > 0);
   CHECK(host.host_updates + host.device_updates == (LAYERS - 1) * STEPS);
   CHECK(memcmp(host.w, device.w, sizeof host.w) == 0);
+  CHECK(host.failed_step < 0 && device.failed_step < 0);
+}
+
+/* A rerun whose body fails (its own code, at the first rerun of the first planned step): the
+ * backward op that needed it returns that status, with a message naming the op run again; the
+ * loop gives the step up, and the later steps run and rerun as before. */
+static void a_failing_rerun_fails_the_op_that_needed_it(void) {
+  static struct outcome o;
+  failing_call = 2 * LAYERS + 1; /* step 0 records (LAYERS runs), step 1 runs LAYERS, then reruns */
+  train(SETTINGS("checkpoint", "0.5", "device"), &o);
+  failing_call = 0;
+  if (failures) return;
+  CHECK(o.failed_step == 1);
+  CHECK(o.failure == SPW_ERR_IO);
+  CHECK(strstr(o.message, ".forward\": its body returned the status io") != NULL);
+  CHECK(o.forward_calls > LAYERS * STEPS + 2); /* the steps after it ran and reran */
+  if (failures) fprintf(stderr, "failed step %d, status %s, message: %s\n", o.failed_step, spw_status_name(o.failure), o.message);
 }
 
 /* Bodies that fail, and misuse, each an error with its status and a message that names it. */
@@ -229,6 +263,7 @@ static const capi_case cases[] = {
     {"recomputed_chains_give_the_same_bits", recomputed_chains_give_the_same_bits},
     {"host_capable_updates_give_the_same_bits", host_capable_updates_give_the_same_bits},
     {"body_failures_and_misuse", body_failures_and_misuse},
+    {"a_failing_rerun_fails_the_op_that_needed_it", a_failing_rerun_fails_the_op_that_needed_it},
 };
 
 int main(int argc, char** argv) { return run_case(cases, sizeof cases / sizeof cases[0], argc, argv); }
