@@ -89,6 +89,6 @@ TEST_P(SessionDefaultStream, WorkWithNoStreamInsideAnOpIsOrderedWithIt) {
 
 INSTANTIATE_TEST_SUITE_P(Policies, SessionDefaultStream,
                          ::testing::Values(std::pair<const char*, double>{"none", 0.0},
-                                           std::pair<const char*, double>{"lms", 0.5}));
+                                           std::pair<const char*, double>{"lms", 0.75}));
 
 }  // namespace
