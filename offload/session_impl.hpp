@@ -332,11 +332,11 @@ class session_impl {
                   std::span<const tensor_id> overwritten, std::span<const tensor_id> summed);
   /// Note [Metrics after the step]: keeps the values of the iteration's unreleased metrics.
   void keep_metrics();
-  /// False for a persistent tensor that holds no value (a gradient dropped after its last use),
-  /// or a live transient that none has (no op wrote it).
+  /// False for a tensor that holds no value: a gradient dropped after its last use, a transient
+  /// released or that no op wrote.
   bool holds_value(tensor_id id) {
     try {
-      exec->check_readable(id);  // neither is released: the one refusal is "no value"
+      exec->check_readable(id);
       return true;
     } catch (const usage_error&) {
       return false;

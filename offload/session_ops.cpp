@@ -197,14 +197,14 @@ void* session_impl::op_ptr(tensor_handle t) const {
 // Note [Metrics after the step]
 // A loop written without Spillway in mind prints its loss after the step: the read comes after
 // end_iteration(), when every transient's value has ended with its iteration. So end_iteration
-// copies the value of each transient of kind metric that the iteration did not release (and that
-// an op wrote) to the host, and read() between iterations gives that copy, until the next
+// copies the value of each transient of kind metric that an op of the iteration wrote and that
+// it did not release (added in the iteration, or added once and written every step) to the host, and read() between iterations gives that copy, until the next
 // begin_iteration(). Metrics are what the host reads, and small, so the copies cost next to
 // nothing, and nothing is kept of other kinds: a read of another transient between iterations is
 // a usage_error that says how to read it. The copy counts as the host's read of the value (Note
 // [Sums no op read]).
 void session_impl::keep_metrics() {
-  for (const auto id : live) {
+  for (const auto id : touched) {  // added this iteration, or added once and written every step
     if (tensors[id].kind != tensor_kind::metric || !holds_value(id)) continue;
     auto& copy = last_metrics[id];
     copy.resize(tensors[id].bytes);
@@ -230,6 +230,12 @@ void session_impl::read(tensor_handle t, void* host) try {
                            "the next begin_iteration()");
     std::memcpy(host, kept->second.data(), kept->second.size());
     return;
+  }
+  if (in_iteration && !is_persistent(tensors[t.id].kind) && !added.contains(t.id) && !holds_value(t.id)) {
+    throw usage_error("read(\"" + tensors[t.id].name + "\"): a transient of an earlier iteration, whose value " +
+                      "ended with it, and no op of this iteration has written it. Read it after an op of this " +
+                      "iteration writes it (or, for a metric the earlier iteration did not release, after that " +
+                      "iteration's end)");
   }
   const auto ids = pieces_of(t.id);
   for (auto id : ids) exec->check_readable(id);  // a released tensor, or one with no value, is an error naming it
