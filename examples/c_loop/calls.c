@@ -33,7 +33,11 @@ typedef struct op_lists {
   spw_tensor t[3][MAX_ARGS];
   size_t n[3];
 } op_lists;
-static void lists_of(const arg* args, int n, op_lists* l) {
+static void lists_of(const char* name, const arg* args, int n, op_lists* l) {
+  if (n > MAX_ARGS) {
+    fprintf(stderr, "c_loop_wrapped: %s: %d tensors, more than the %d a call may pass\n", name, n, MAX_ARGS);
+    exit(1);
+  }
   l->n[0] = l->n[1] = l->n[2] = 0;
   for (int i = 0; i < n; ++i) {
     if (args[i].role == RD || args[i].role == RW) l->t[0][l->n[0]++] = args[i].t;
@@ -44,7 +48,7 @@ static void lists_of(const arg* args, int n, op_lists* l) {
 
 void op_call(spw_session* s, const char* name, thunk fn, const arg* args, int n, const call_args* c) {
   op_lists l;
-  lists_of(args, n, &l);
+  lists_of(name, args, n, &l);
   spw_op* op;
   check(spw_op_begin(s, name, l.t[0], l.n[0], l.t[1], l.n[1], l.t[2], l.n[2], &op), name);
   struct host_call hc = {fn, args, n, c};
@@ -64,7 +68,7 @@ static struct kept_call kept[MAX_KEPT];
 static int kept_count;
 
 static struct kept_call* keep(const char* name, thunk fn, const arg* args, int n, const call_args* c) {
-  if (kept_count == MAX_KEPT || n > MAX_ARGS) {
+  if (kept_count == MAX_KEPT) {
     fprintf(stderr, "c_loop_wrapped: %s: more than %d kept calls in one iteration\n", name, MAX_KEPT);
     exit(1);
   }
@@ -80,13 +84,13 @@ static void on_host_side(const spw_host* h, void* user) { on_host(h, &((struct k
 
 void recomputable_call(spw_session* s, const char* name, thunk fn, const arg* args, int n, const call_args* c) {
   op_lists l;
-  lists_of(args, n, &l);
+  lists_of(name, args, n, &l);
   check(spw_recomputable_op(s, name, l.t[0], l.n[0], l.t[1], l.n[1], on_device, keep(name, fn, args, n, c), 0), name);
 }
 
 void host_capable_call(spw_session* s, const char* name, thunk fn, const arg* args, int n, const call_args* c) {
   op_lists l;
-  lists_of(args, n, &l);
+  lists_of(name, args, n, &l);
   check(spw_host_capable_op(s, name, l.t[0], l.n[0], l.t[1], l.n[1], on_device, on_host_side,
                             keep(name, fn, args, n, c), 0, 0),
         name);
