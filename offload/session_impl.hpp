@@ -88,6 +88,22 @@ std::pair<double, double> measure_link(Device& dev);
 // made for the old one.
 inline constexpr std::size_t shapes_kept = 8;
 
+// Note [Shape churn]
+// Where nearly every step brings sizes its phase has not planned (sequences of any length,
+// unpadded; tokens routed to experts), planning each new shape costs more than its plan saves:
+// the step after it is another new shape, which departs at its first op of a new size and runs on
+// demand anyway. So once a phase has planned churn_streak new shapes in a row (no step between
+// them followed its plan to the end), it plans only every churn_every-th new shape after that;
+// the others run on demand, and the phase keeps the plan it follows. Kept plans are still taken
+// back. A step that follows its plan to the end ends the streak. Sizes from a few buckets (Note
+// [Shapes]) meet no new shape once each is planned; under their own tags every step follows a plan.
+inline constexpr int churn_streak = 4;
+inline constexpr int churn_every = 8;
+struct shape_churn {
+  int planned_in_a_row = 0;  // new shapes planned since the streak began
+  int skipped = 0;           // new shapes not planned since the last one that was
+};
+
 /// One phase's recording and plan (Note [Phases]).
 struct phase_state {
   trace recorded;      // the trace its plan was made from
@@ -408,6 +424,7 @@ class session_impl {
     stack->set_device_budget(budget);  // every tensor leaves for its tier; the arena is reserved again
     ratio_refused = nullptr;           // the loop chose the budget itself
     shapes.clear();                    // made for the old budget (Note [Shapes])
+    churn.clear();
     for (auto& [tag, ph] : phases) {   // every phase's plan, made again for the new budget
       if (!ph.have_plan) continue;
       ph.margin_doublings = 0;
@@ -498,6 +515,7 @@ class session_impl {
       replan(st);
       if (cfg.device_budget_ratio > 0 && !ratio_applied) apply_budget_ratio();
     } else if (followed) {
+      churn[active] = shape_churn{};  // it followed its plan to the end (Note [Shape churn])
       // The plan did not fit in practice (packing and rounding took more than the margin left
       // for them): plan the same trace again with the margin doubled (Note [Headroom]). And the
       // first planned iteration's op times (Note [Timing the plan's ops]).
@@ -539,11 +557,14 @@ class session_impl {
   }
 
   /// An iteration of the active phase departed from its plan (Note [Shapes]): when its ops are
-  /// those of a kept shape, that plan becomes the phase's again and true is returned; otherwise
-  /// the plan it had is kept (the oldest kept one leaves) and false is returned, to plan anew.
+  /// those of a kept shape, that plan becomes the phase's again and true is returned; when the
+  /// phase churns through new shapes and this one is not to be planned (Note [Shape churn]), its
+  /// plan stays and true is returned; otherwise the plan it had is kept (the oldest kept one
+  /// leaves) and false is returned, to plan anew.
   bool take_kept_shape() {
     if (!active->have_plan) return false;
     auto& kept = shapes[active];
+    auto& c = churn[active];
     const auto same = std::find_if(kept.begin(), kept.end(), [&](const phase_state& k) { return same_ops(k.recorded); });
     if (same != kept.end()) {
       std::swap(*active, *same);  // the plan it followed is kept in its place
@@ -551,6 +572,9 @@ class session_impl {
       exec->follow(&active->recorded, &active->p, &active->layout);
       return true;
     }
+    if (c.planned_in_a_row >= churn_streak && ++c.skipped < churn_every) return true;  // Note [Shape churn]
+    c.skipped = 0;
+    ++c.planned_in_a_row;
     kept.push_front(std::move(*active));
     if (kept.size() > shapes_kept) kept.pop_back();
     *active = phase_state{};
@@ -701,6 +725,7 @@ class session_impl {
   using shape_key = std::tuple<std::string, std::uint64_t, tensor_kind>;
   std::map<shape_key, std::vector<tensor_id>> shape_ids;  // each transient's ids per size (Note [Shapes])
   std::map<const phase_state*, std::deque<phase_state>> shapes;  // per phase: its kept plans, newest first
+  std::map<const phase_state*, shape_churn> churn;                 // per phase (Note [Shape churn])
   std::vector<std::uint64_t> op_gather;   // this iteration's ops' gather scratch (Note [Views])
 
   /// The open op's tensors as the loop named them (a parent, not its pieces).

@@ -196,6 +196,32 @@ TEST(SessionShapes, BucketsInRandomOrderGiveTheResidentBitsAndBoundedPlans) {
   }
 }
 
+// Note [Shape churn]: sizes new at nearly every step (unpadded lengths) are planned four times
+// in a row, then one new shape in eight; the bits are the resident run's, and once the sizes
+// settle on one the steps follow its plan again.
+TEST(SessionShapes, SizesNewAtEveryStepArePlannedInAStreakThenOneInEight) {
+  spillway::testing::watchdog dog("churn", std::chrono::seconds(240));
+  std::vector<int> batches{12};  // the largest first: the budget is a ratio of its footprint
+  for (int b = 1; b <= 11; ++b) batches.push_back(b);         // 11 sizes, each new
+  for (int b = 1; b <= 11; ++b) batches.push_back(12 - b);    // the same again: kept or new
+  for (int i = 0; i < 8; ++i) batches.push_back(5);           // then they settle
+  const outcome want = run(config_for("none", 0), batches);
+  for (const char* policy : {"lms", "auto"}) {
+    SCOPED_TRACE(policy);
+    const outcome got = run(config_for(policy, 0.5), batches);
+    EXPECT_EQ(got.losses, want.losses);
+    EXPECT_EQ(got.params, want.params);
+    // Steps 2-5 are new shapes, each planned (the budget ratio's change plans the first shape
+    // once more, and its retiming once); from step 6 on one new shape in eight is planned.
+    const std::size_t after_streak = got.plans_after[4];
+    EXPECT_LE(got.plans_after[22] - after_streak, 3u) << "a plan per new shape after the streak";
+    EXPECT_GT(got.plans_after[22], after_streak) << "no new shape planned after the streak";
+    // Settled on one size: a plan for it, then every step follows it.
+    EXPECT_TRUE(got.reports.back().planned);
+    EXPECT_TRUE(got.reports[got.reports.size() - 2].planned);
+  }
+}
+
 // Sizes that alternate every step, each under its own tag (Note [Phases]): after each tag's
 // recording and the step that times its plan, every step follows its tag's plan.
 TEST(SessionShapes, SizesUnderTheirOwnTagsFollowTheirPlansEveryStep) {
