@@ -2,7 +2,8 @@
 """The C example's invariant (examples/c_loop), as TAP: c_loop_wrapped, the plain C GPT with its
 layer calls wrapped in Spillway ops through the C API, prints the same train and eval losses, bit
 for bit (%.9g of every float), as c_loop_plain, at the policies none, lms, vdnn, checkpoint (which
-runs forward calls again) and auto (which runs the AdamW steps on the host), at device budgets of 1/2 and 1/4
+runs forward calls again where nothing spills to NVMe) and auto (whose plans may run the AdamW steps
+on the host), at device budgets of 1/2 and 1/4
 of the footprint (SPILLWAY_DEVICE_BUDGET_RATIO) and the least any plan needs (--least-budget:
 spw_least_budget_bytes then spw_set_device_budget), each with and without NVMe spill (a swap
 directory and a host tier too small for what leaves the device). The run's summary line must
