@@ -151,6 +151,19 @@ outcome run(const session_config& c, const std::vector<int>& batches, bool tagge
   return out;
 }
 
+/// The loop at half its footprint under lms and auto (in that order), each checked against the
+/// everything-resident run's bits.
+std::vector<outcome> at_half_against_resident(const std::vector<int>& batches) {
+  const outcome want = run(config_for("none", 0), batches);
+  std::vector<outcome> got;
+  for (const char* policy : {"lms", "auto"}) {
+    got.push_back(run(config_for(policy, 0.5), batches));
+    EXPECT_EQ(got.back().losses, want.losses) << policy;
+    EXPECT_EQ(got.back().params, want.params) << policy;
+  }
+  return got;
+}
+
 /// Epochs of three full batches and a smaller last one.
 std::vector<int> epochs(int n) {
   std::vector<int> b;
@@ -160,13 +173,10 @@ std::vector<int> epochs(int n) {
 
 TEST(SessionShapes, AnEpochsSmallerLastBatchPlansEachShapeOnce) {
   spillway::testing::watchdog dog("epochs", std::chrono::seconds(240));
-  const auto batches = epochs(4);
-  const outcome want = run(config_for("none", 0), batches);
-  for (const char* policy : {"lms", "auto"}) {
-    SCOPED_TRACE(policy);
-    const outcome got = run(config_for(policy, 0.5), batches);
-    EXPECT_EQ(got.losses, want.losses);
-    EXPECT_EQ(got.params, want.params);
+  const auto runs = at_half_against_resident(epochs(4));
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    SCOPED_TRACE(k == 0 ? "lms" : "auto");
+    const outcome& got = runs[k];
     // Epochs 3 and 4 meet only shapes planned before: no plan is made, and the trace the Session
     // keeps does not grow.
     EXPECT_GT(got.plans_after[7], 0u);
@@ -205,12 +215,10 @@ TEST(SessionShapes, SizesNewAtEveryStepArePlannedInAStreakThenOneInEight) {
   for (int b = 1; b <= 11; ++b) batches.push_back(b);         // 11 sizes, each new
   for (int b = 1; b <= 11; ++b) batches.push_back(12 - b);    // the same again: kept or new
   for (int i = 0; i < 8; ++i) batches.push_back(5);           // then they settle
-  const outcome want = run(config_for("none", 0), batches);
-  for (const char* policy : {"lms", "auto"}) {
-    SCOPED_TRACE(policy);
-    const outcome got = run(config_for(policy, 0.5), batches);
-    EXPECT_EQ(got.losses, want.losses);
-    EXPECT_EQ(got.params, want.params);
+  const auto runs = at_half_against_resident(batches);
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    SCOPED_TRACE(k == 0 ? "lms" : "auto");
+    const outcome& got = runs[k];
     // Steps 2-5 are new shapes, each planned (the budget ratio's change plans the first shape
     // once more, and its retiming once); from step 6 on one new shape in eight is planned.
     const std::size_t after_streak = got.plans_after[4];
