@@ -183,6 +183,8 @@ const row rows[] = {
      read_as::text, place<std::string>{&sc::vdnn_variant}},
     {{"chrome_trace", "FILE", "write a Chrome trace of the real iterations here"},
      read_as::text, place<std::string>{&sc::chrome_trace}},
+    {{"check_reruns", "true|false", "debug: compare each rerun of a recomputable op with its first run, bit for bit; a difference is an error naming the op and the value (each such op waits for its stream)"},
+     read_as::boolean, place<bool>{&sc::check_reruns}},
 };
 
 const row* find_row(std::string_view key) {

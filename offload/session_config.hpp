@@ -62,8 +62,11 @@ struct session_config {
   std::uint64_t lms_swapin_groupby = 0;   ///< lms: swap-ins issued together within this many ops
   std::string vdnn_variant = "all";       ///< vdnn: "all" or "conv"
 
-  // Reports.
+  // Reports and checks.
   std::string chrome_trace;               ///< write a Chrome trace of real iterations here
+  /// Debug: each rerun of a recomputable op is compared, bit for bit, with the op's first run in
+  /// the iteration; a difference is a usage_error (Note [Checking reruns] in session_rerun_check.cpp).
+  bool check_reruns = false;
 
   /// One setting: its key, what its value looks like, and a line of help for flags and docs.
   struct setting {

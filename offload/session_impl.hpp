@@ -328,6 +328,7 @@ class session_impl {
     }
     ops.clear();
     bodies.clear();
+    plan_rerun_checks();
     touched.clear();
     added.clear();
     live.clear();
@@ -369,6 +370,11 @@ class session_impl {
                           std::span<const tensor_handle> writes) const;
   /// The executor's rerun callback: runs op o's body again (Note [Recomputable ops]).
   void rerun(op_index o);
+  /// Note [Checking reruns] (session_rerun_check.cpp): which ops the followed plan reruns, at
+  /// begin_iteration; the checksums of what op k wrote in its first run; a rerun's against them.
+  void plan_rerun_checks();
+  void note_first_run(op_index k);
+  void check_rerun(op_index o);
   /// Scatters what the op wrote into named parents back to their pieces, then ends the op.
   void end_op(std::uint32_t k);
   /// The device pointer of a tensor the open op named (a parent's: its gathered copy).
@@ -713,6 +719,8 @@ class session_impl {
   std::vector<op_desc> ops;  // this iteration's, as recorded
   std::vector<Session::op_body> bodies;  // per op of this iteration: a recomputable op's body, else empty
   std::optional<op_index> rerunning;     // the op whose body runs again now (Note [Recomputable ops])
+  std::vector<char> reruns_planned;      // per op: the followed plan reruns it (Note [Checking reruns])
+  std::unordered_map<op_index, std::vector<std::pair<tensor_id, std::uint32_t>>> first_runs;  // and what it wrote
   std::unordered_set<tensor_id> touched;  // tensors an op of this iteration has read or written
   // Note [Sums no op read], per piece: holding an accumulation nothing read since; the iterations
   // whose such sums a zero-fill discarded since the piece was last read; last read after such a loss.

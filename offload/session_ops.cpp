@@ -369,6 +369,7 @@ void session_impl::rerun(op_index o) {
   try {
     const Session::op_scope scope(this, static_cast<std::uint32_t>(o), /*rerun=*/true);
     bodies[o](scope);
+    check_rerun(o);
   } catch (...) {
     restore();
     throw;
@@ -392,6 +393,7 @@ void Session::recomputable_op(std::string_view name, std::span<const tensor_hand
   op_scope scope(impl_.get(), k);
   impl_->bodies.at(k) = body;
   body(scope);
+  impl_->note_first_run(k);
 }
 
 }  // namespace spillway
