@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "device/error.hpp"
 #include "device/units.hpp"
@@ -88,6 +89,26 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
     });
+
+// The examples' forward ops keep the promise a recomputable op makes (Note [Checking reruns] in
+// offload/session_rerun_check.cpp): with check_reruns on, every rerun of checkpoint at 1/2 and of
+// auto at 1/4 of the footprint writes the bits of its first run, and the losses stay resident's.
+TEST(examples_reruns, forward_bodies_pass_check_reruns) {
+  for (const std::string example : {"gpt", "cnn"}) {
+    const run_result& base = resident(example);
+    const std::pair<std::string, std::uint64_t> runs[] = {{"checkpoint", base.footprint_bytes / 2},
+                                                          {"auto", base.footprint_bytes / 4}};
+    for (const auto& [policy, budget] : runs) {
+      auto o = tiny_options(policy, budget);
+      o.check_reruns = true;
+      const run_result r = runner_for(example)(o);
+      EXPECT_EQ(losses_text(r), losses_text(base)) << example << " " << policy;
+      if (policy == "checkpoint") {
+        EXPECT_GT(r.recomputes, 0u) << example << ": checkpoint reruns no forward op, nothing checked";
+      }
+    }
+  }
+}
 
 class example_basics : public ::testing::TestWithParam<std::string> {};
 
