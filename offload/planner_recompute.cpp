@@ -121,7 +121,15 @@ namespace spillway::offload::detail {
 //     gpt2-small at 1/4 22.35 -> 24.40 ms.
 //   - The pinned search open to values that may be remade: no row changes (a 189 MiB block output
 //     kept for the whole step leaves no plan). The last block output kept on the device only
-//     between its two copies in (ops 290-302): 1.53 -> 1.44 GiB copied in, but 61.62 ms.
+//     between its two copies in (ops 290-302): 1.53 -> 1.44 GiB copied in, but 61.62 ms. Kept
+//     by the trace itself (read by every op from 38 to 300), auto plans 63.55 ms: its gradient
+//     (189 MiB, written at op 293, read at 301) crosses the link instead.
+//   - By hand, every value dropped but the block outputs, each block's conv1 and relu2 outputs,
+//     the stem's pool output and the images, swaps by auto's sweep: 86.6 ms, the forward pass
+//     35 ms of copies out beside 6.1 ms of compute (the sweep sends every stage's block outputs
+//     out, not only the first stage's).
+//   - The optimal reference (bench/plan_optimal.cpp, its 400-op limit raised for this 442-op
+//     trace): CBC had given no solution after 40 minutes under a 25-minute limit.
 //   - Those block outputs remade early, in the backward pass of the last stages (where an op
 //     holds under 100 MiB), and copied out there, where that direction idles. Spread by depth
 //     (Note [Rerun schedules]), a block's batch norms, add and ReLU land on one op and hold at
