@@ -168,6 +168,11 @@ spw_status spw_op_ptr(const spw_op* op, spw_tensor t, void** out);
 /** The stream to launch the op's device work on: the cudaStream_t on the cuda backend; on the cpu
  *  backend an opaque handle that CUDA must not be given. NULL only for a NULL op. */
 void* spw_op_stream(const spw_op* op);
+/** A seed for the op's random draws (a dropout mask), the same at its first run and at every rerun,
+ *  other for every other op and iteration (op_scope::seed): a recomputable op seeds a
+ *  counter-based generator with it, so a rerun draws what the first run drew. 0 only for a NULL
+ *  op. */
+uint64_t spw_op_seed(const spw_op* op);
 /** The stream every op's spw_op_stream is, for the session's life (Session::stream): a loop that
  *  gives its library handles a stream once, at its start, gives them this one. On CUDA, work
  *  launched with no stream inside an op is ordered with it too. NULL only for a NULL session. */

@@ -335,6 +335,13 @@ spw_status spw_op_ptr(const spw_op* op, spw_tensor t, void** out) {
 }
 
 void* spw_op_stream(const spw_op* op) { return op == nullptr ? nullptr : op->scope->stream().handle; }
+uint64_t spw_op_seed(const spw_op* op) {
+  try {
+    return op == nullptr ? 0 : op->scope->seed();
+  } catch (...) {  // a scope moved from, which a spw_op never holds
+    return 0;
+  }
+}
 void* spw_session_stream(const spw_session* s) { return s == nullptr ? nullptr : s->session.stream().handle; }
 
 spw_status spw_op_workspace(const spw_op* op, uint64_t bytes, void** out) {

@@ -318,6 +318,7 @@ class session_impl {
       }
     }
     in_iteration = true;
+    ++iterations_begun;
     following = active->have_plan;
     exec->set_timing(!active->have_plan || active->retime);
     try {
@@ -719,6 +720,7 @@ class session_impl {
   std::vector<op_desc> ops;  // this iteration's, as recorded
   std::vector<Session::op_body> bodies;  // per op of this iteration: a recomputable op's body, else empty
   std::optional<op_index> rerunning;     // the op whose body runs again now (Note [Recomputable ops])
+  std::uint64_t iterations_begun = 0;    // begin_iteration()s that began one (Note [Op seeds] in session.cpp)
   std::vector<char> reruns_planned;      // per op: the followed plan reruns it (Note [Checking reruns])
   std::unordered_map<op_index, std::vector<std::pair<tensor_id, std::uint32_t>>> first_runs;  // and what it wrote
   std::unordered_set<tensor_id> touched;  // tensors an op of this iteration has read or written

@@ -194,6 +194,12 @@ class Session {
     }
     [[nodiscard]] spillway::stream stream() const noexcept;
     [[nodiscard]] Device& device() const noexcept;
+    /// A seed for the op's random draws (a dropout mask): the same at the op's first run and at
+    /// each of its reruns, different for every other op and iteration (Note [Op seeds] in
+    /// session.cpp). A recomputable op that draws random numbers seeds a counter-based generator
+    /// with it (Philox, as curand's is, or a generator made afresh from it) instead of drawing
+    /// from one that moves on at every call, so a rerun draws what the first run drew.
+    [[nodiscard]] std::uint64_t seed() const;
     /// Host pointers to the op's tensors, inside run().
     class host_access {
      public:

@@ -14,11 +14,15 @@ enum { N = 1024, LAYERS = 6, STEPS = 4 }; /* floats per tensor: 4 KiB */
 
 /* ---- the chain -------------------------------------------------------------------------------- */
 
-/* out = in * 0.5 + w (the first layer's input made from the step). Reruns count in `calls`. */
+/* out = in * 0.5 + w (the first layer's input made from the step). Reruns count in `calls`; each
+ * run's spw_op_seed is compared with the first run's (`seed`, 0 until then), a difference counted
+ * in `seed_differs`. */
 struct layer {
   spw_tensor w, in, out;
   int first, step;
   int* calls;
+  uint64_t seed;
+  int* seed_differs;
 };
 static void layer_on_host(const spw_host* h, void* user) {
   const struct layer* l = user;
@@ -31,6 +35,10 @@ static int failing_call; /* the forward body's run, counted over a training, tha
 static spw_status layer_forward(spw_op* op, void* user) {
   const struct layer* l = user;
   if (++*l->calls == failing_call) return SPW_ERR_IO;
+  struct layer* m = user;
+  const uint64_t seed = spw_op_seed(op);
+  if (m->seed == 0) m->seed = seed;
+  if (seed != m->seed || seed == 0) ++*m->seed_differs;
   return spw_op_run(op, layer_on_host, user);
 }
 
@@ -84,6 +92,8 @@ static void update_host(const spw_host* h, void* user) {
 struct outcome {
   float w[LAYERS][N];
   int forward_calls, device_updates, host_updates;
+  int seed_differs; /* forward runs whose spw_op_seed was not their first run's */
+  uint64_t first_seeds[STEPS][LAYERS];
   int failed_step;
   spw_status failure;
   char message[512];
@@ -114,7 +124,7 @@ static void train(const char* json, struct outcome* o) {
       char name[32];
       snprintf(name, sizeof name, "a%d", l + 1);
       OK(spw_add_transient(s, name, sizeof init, SPW_ACTIVATION, &a[l + 1]));
-      layers[l] = (struct layer){w[l], a[l], a[l + 1], l == 0, step, &o->forward_calls};
+      layers[l] = (struct layer){w[l], a[l], a[l + 1], l == 0, step, &o->forward_calls, 0, &o->seed_differs};
       const spw_tensor reads[] = {w[l], a[l]};
       snprintf(name, sizeof name, "l%d.forward", l);
       OK(spw_recomputable_op(s, name, reads, l == 0 ? 1 : 2, &a[l + 1], 1, layer_forward, &layers[l], 0));
@@ -151,6 +161,7 @@ static void train(const char* json, struct outcome* o) {
     }
     spw_iteration_report r;
     OK(spw_end_iteration(s, &r));
+    for (int l = 0; l < LAYERS; ++l) o->first_seeds[step][l] = layers[l].seed;
   }
   for (int l = 0; l < LAYERS; ++l) OK(spw_read(s, w[l], o->w[l], sizeof o->w[l]));
   spw_session_destroy(s);
@@ -181,7 +192,12 @@ static void recomputed_chains_give_the_same_bits(void) {
       ++failures;
     }
     if (k == 0) CHECK(o.forward_calls > LAYERS * STEPS); /* reruns happened */
+    CHECK(o.seed_differs == 0); /* each rerun saw its first run's spw_op_seed */
   }
+  /* one seed per op and step: no two alike (resident's, from the steps that ran whole) */
+  for (int i = 0; i < STEPS * LAYERS; ++i)
+    for (int j = i + 1; j < STEPS * LAYERS; ++j)
+      CHECK(resident.first_seeds[i / LAYERS][i % LAYERS] != resident.first_seeds[j / LAYERS][j % LAYERS]);
 }
 
 /* The updates as host-capable ops: placed on the host by host_ops "host", on the device by

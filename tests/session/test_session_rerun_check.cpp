@@ -2,12 +2,17 @@
 // whose rerun writes other bits than its first run is an error naming the op and the value,
 // where without the check the loop would train on other numbers than the plain loop; bodies
 // that keep their promise pass the check with the plain loop's bits, and a workspace's contents
-// are not held to it.
+// are not held to it. op_scope::seed() (Note [Op seeds] in offload/session.cpp): the same for an
+// op's first run and its reruns, so a dropout mask drawn from it passes the check.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <random>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "device/error.hpp"
@@ -44,6 +49,9 @@ std::uint32_t mix(std::uint32_t a, std::uint32_t b) { return (a * 2654435761u) ^
 struct bodies {
   bool drift = false;      // layer 1's second forward op adds how often it ran in this iteration, less one
   bool noisy_ws = false;   // each first forward op also writes a workspace with what its run count gives
+  bool dropout = false;    // each second forward op zeroes words by a mask drawn from op.seed()
+  // Where given: per (step, op name), each seed() a run of that op saw.
+  std::map<std::pair<int, std::string>, std::vector<std::uint64_t>>* seeds = nullptr;
 };
 
 struct result {
@@ -131,9 +139,18 @@ result run(Session* s, int steps, const bodies& b) {
         });
       }
       const bool drifts = b.drift && l == 1;
-      s->recomputable_op("l" + std::to_string(l) + ".g.forward", {mid}, {out}, [=, &drift_runs](const Session::op_scope& op) {
+      const std::string g_name = "l" + std::to_string(l) + ".g.forward";
+      s->recomputable_op(g_name, {mid}, {out}, [=, &drift_runs](const Session::op_scope& op) {
         const std::uint32_t add = drifts ? drift_runs++ : 0;
-        op.run([&](const host_access& x) { gfun(x.ptr<std::uint32_t>(mid), x.ptr<std::uint32_t>(out), add); });
+        const std::uint64_t seed = op.seed();
+        if (b.seeds != nullptr) (*b.seeds)[{step, g_name}].push_back(seed);
+        op.run([&](const host_access& x) {
+          gfun(x.ptr<std::uint32_t>(mid), x.ptr<std::uint32_t>(out), add);
+          if (!b.dropout) return;
+          std::mt19937_64 gen(seed);  // a generator made afresh from the op's seed at every run
+          for (std::size_t i = 0; i < words; ++i)
+            if ((gen() & 3u) == 0) x.ptr<std::uint32_t>(out)[i] = 0;
+        });
       });
     }
     auto loss = s->add_transient("loss", sizeof(std::uint32_t), tensor_kind::metric);
@@ -286,4 +303,43 @@ TEST(SessionRerunCheck, AWorkspaceMayHoldOtherBitsAfterARerun) {
     reran += plan_reruns(s, ".f.forward") ? 1 : 0;
   }
   EXPECT_GT(reran, 0) << "no op that writes a workspace ran again: the test would check nothing";
+}
+
+// A dropout mask drawn from a generator made afresh from op.seed() at each run: the reruns draw
+// the first run's mask, so the check passes and the losses and weights are those of the run with
+// everything resident (the same seeds: same iterations, same ops).
+TEST(SessionOpSeeds, ADropoutDrawnFromTheOpsSeedPassesTheCheckWithResidentsBits) {
+  bodies b;
+  b.dropout = true;
+  Session resident(config_for("none", 0, false));
+  const auto want = run(&resident, 4, b);
+  EXPECT_NE(want, run(nullptr, 4, b)) << "the masks dropped nothing: the test would test nothing";
+  for (const auto& [policy, budget] : settings(footprint(b))) {
+    Session s(config_for(policy, budget, true));
+    EXPECT_EQ(run(&s, 4, b), want) << policy << " at " << budget;
+    EXPECT_GT(reruns(s), 0u) << policy << " at " << budget;
+  }
+}
+
+// seed(): one value per op and iteration, the same at its first run and each rerun, and no two
+// ops or iterations share one.
+TEST(SessionOpSeeds, AnOpsRerunsGetItsSeedOtherOpsAndIterationsOthers) {
+  std::size_t rerun_seen = 0;
+  for (const auto& [policy, budget] : settings(footprint(bodies{}))) {
+    std::map<std::pair<int, std::string>, std::vector<std::uint64_t>> seeds;
+    bodies b;
+    b.seeds = &seeds;
+    Session s(config_for(policy, budget, false));
+    (void)run(&s, 4, b);
+    std::set<std::uint64_t> distinct;
+    for (const auto& [key, list] : seeds) {
+      ASSERT_FALSE(list.empty());
+      for (const auto v : list) EXPECT_EQ(v, list.front()) << policy << ": step " << key.first << " " << key.second;
+      rerun_seen += list.size() - 1;
+      distinct.insert(list.front());
+    }
+    EXPECT_EQ(seeds.size(), 4u * layers) << policy;
+    EXPECT_EQ(distinct.size(), seeds.size()) << policy << ": two ops or iterations share a seed";
+  }
+  EXPECT_GT(rerun_seen, 0u) << "no rerun of a second forward op: the test would check only first runs";
 }
