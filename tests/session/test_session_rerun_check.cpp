@@ -219,8 +219,9 @@ std::uint64_t footprint(const bodies& b) {
   return probe.footprint_bytes();
 }
 
-// The plans the tests run: they rerun ops, but which ones depends on the op times the Session
-// measures, so each test looks over all of them for the reruns it needs.
+// The plans the tests run: they rerun ops, but which ones (and whether auto reruns any) depends
+// on the op times the Session measures, so each test looks over all of them for the reruns it
+// needs.
 struct setting {
   const char* policy;
   std::uint64_t budget;
@@ -246,11 +247,13 @@ bool plan_reruns(const Session& s, const std::string& suffix) {
 TEST(SessionRerunCheck, BodiesThatKeepThePromisePassWithThePlainLoopsBits) {
   const bodies b;
   const auto want = run(nullptr, 4, b);
+  std::uint64_t checked = 0;
   for (const auto& [policy, budget] : settings(footprint(b))) {
     Session s(config_for(policy, budget, true));
     EXPECT_EQ(run(&s, 4, b), want) << policy << " at " << budget;
-    EXPECT_GT(reruns(s), 0u) << policy << " at " << budget << ": no rerun, nothing checked";
+    checked += reruns(s);
   }
+  EXPECT_GT(checked, 0u) << "no plan reran anything: nothing was checked";
 }
 
 // A body that counts its runs (as a dropout generator moves on): without the check a plan that
@@ -314,11 +317,13 @@ TEST(SessionOpSeeds, ADropoutDrawnFromTheOpsSeedPassesTheCheckWithResidentsBits)
   Session resident(config_for("none", 0, false));
   const auto want = run(&resident, 4, b);
   EXPECT_NE(want, run(nullptr, 4, b)) << "the masks dropped nothing: the test would test nothing";
+  std::uint64_t checked = 0;
   for (const auto& [policy, budget] : settings(footprint(b))) {
     Session s(config_for(policy, budget, true));
     EXPECT_EQ(run(&s, 4, b), want) << policy << " at " << budget;
-    EXPECT_GT(reruns(s), 0u) << policy << " at " << budget;
+    checked += reruns(s);
   }
+  EXPECT_GT(checked, 0u) << "no plan reran anything: nothing was checked";
 }
 
 // seed(): one value per op and iteration, the same at its first run and each rerun, and no two
