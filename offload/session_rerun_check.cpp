@@ -21,8 +21,8 @@ namespace spillway {
 // the rerun ran before. Workspaces are left out: no later op reads what a workspace holds after
 // its op, so a rerun may leave other bits there. Each read waits for the compute stream, so the
 // check costs those ops their overlap with the copies: a debug setting, off by default. An
-// iteration that records (no plan yet) or departs from its plan reruns nothing and checks
-// nothing.
+// iteration that records (no plan yet) reruns nothing and checks nothing; the reruns of one that
+// departs from its plan (Note [Recomputable ops]) are checked as the plan's are.
 
 namespace {
 
@@ -31,20 +31,6 @@ std::string hex(std::uint32_t v) {
   std::snprintf(buf, sizeof buf, "0x%08x", v);
   return buf;
 }
-
-}  // namespace
-
-void session_impl::plan_rerun_checks() {
-  reruns_planned.clear();
-  first_runs.clear();
-  if (!cfg.check_reruns || !following) return;
-  reruns_planned.assign(active->p.steps.size(), 0);
-  for (const auto& step : active->p.steps)
-    for (const op_index o : step.recomputes)
-      if (o < reruns_planned.size()) reruns_planned[o] = 1;
-}
-
-namespace {
 
 // The CRC32C of each value op `k` wrote (its pieces where it names a parent split into views),
 // read back from the device on the compute stream; workspaces left out.
@@ -66,6 +52,16 @@ std::vector<std::pair<tensor_id, std::uint32_t>> written_checksums(session_impl&
 
 }  // namespace
 
+void session_impl::plan_rerun_checks() {
+  reruns_planned.clear();
+  first_runs.clear();
+  if (!cfg.check_reruns || !following) return;
+  reruns_planned.assign(active->p.steps.size(), 0);
+  for (const auto& step : active->p.steps)
+    for (const op_index o : step.recomputes)
+      if (o < reruns_planned.size()) reruns_planned[o] = 1;
+}
+
 void session_impl::note_first_run(op_index k) {
   if (k >= reruns_planned.size() || reruns_planned[k] == 0) return;
   first_runs[k] = written_checksums(*this, k);
@@ -82,8 +78,9 @@ void session_impl::check_rerun(op_index o) {
                       "iteration (CRC32C " + hex(first->second[i].second) + ", then " + hex(again[i].second) +
                       "). A recomputable op must write what its reads alone decide, the same way at every run: look "
                       "for state its body keeps between runs (a random generator, a counter, a value captured from "
-                      "the loop) or work whose order varies (atomic sums); fix the body, or give the op with op() "
-                      "so that no plan runs it again");
+                      "the loop) or work whose order varies (atomic sums). Draw random numbers from a generator "
+                      "seeded with op.seed() (the same at every run of the op), fix the body, or give the op with "
+                      "op() so that no plan runs it again");
   }
 }
 
