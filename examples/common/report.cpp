@@ -79,6 +79,9 @@ std::string format_summary(const run_result& r) {
                      static_cast<unsigned long long>(r.on_demand_evictions),
                      static_cast<unsigned long long>(r.prefetches_deferred),
                      static_cast<unsigned long long>(r.fragmented_allocations));
+  if (r.recomputes + r.host_ops > 0)
+    s += printf_string("reruns        %llu runs again of recomputable ops, %llu ops on the host\n",
+                       static_cast<unsigned long long>(r.recomputes), static_cast<unsigned long long>(r.host_ops));
   double total = 0;
   for (double ms : r.step_ms()) total += ms;
   s += printf_string("time          %.1f ms total, median step %.1f ms (without recording), stalls %.1f ms (%.1f%% overhead)\n",
@@ -112,6 +115,8 @@ nlohmann::json report_json(const run_result& r) {
                      {"on_demand_evictions", it.on_demand_evictions},
                      {"prefetches_deferred", it.prefetches_deferred},
                      {"fragmented_allocations", it.fragmented_allocations},
+                     {"recomputes", it.recomputes},
+                     {"host_ops", it.host_ops},
                      {"layout", it.layout},
                      {"layout_misses", it.layout_misses}});
   }
@@ -137,6 +142,8 @@ nlohmann::json report_json(const run_result& r) {
           {"on_demand_evictions", r.on_demand_evictions},
           {"prefetches_deferred", r.prefetches_deferred},
           {"fragmented_allocations", r.fragmented_allocations},
+          {"recomputes", r.recomputes},
+          {"host_ops", r.host_ops},
           {"chrome_trace", r.chrome_trace},
           {"steps", steps}};
 }

@@ -12,6 +12,8 @@
 #include <tuple>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "device/error.hpp"
 #include "device/units.hpp"
 #include "examples/cnn/cnn_model.hpp"
@@ -105,6 +107,10 @@ TEST(examples_reruns, forward_bodies_pass_check_reruns) {
       EXPECT_EQ(losses_text(r), losses_text(base)) << example << " " << policy;
       if (policy == "checkpoint") {
         EXPECT_GT(r.recomputes, 0u) << example << ": checkpoint reruns no forward op, nothing checked";
+        // The summary and the --report file say how many reruns there were.
+        EXPECT_EQ(report_json(r).at("recomputes").get<std::uint64_t>(), r.recomputes);
+        EXPECT_NE(format_summary(r).find("reruns        " + std::to_string(r.recomputes) + " runs again"), std::string::npos)
+            << format_summary(r);
       }
     }
   }
