@@ -240,13 +240,9 @@ bool plan_reruns(const Session& s, const std::string& suffix) {
   return false;
 }
 
-}  // namespace
-
-// The plain loop's bits under checkpoint and auto with the check on: bodies that keep their
-// promise are never refused, and the plans do rerun them (else the check would check nothing).
-TEST(SessionRerunCheck, BodiesThatKeepThePromisePassWithThePlainLoopsBits) {
-  const bodies b;
-  const auto want = run(nullptr, 4, b);
+// Each of settings() with check_reruns on gives `want`, refusing nothing; some plan reran an op
+// (else nothing was checked).
+void expect_checked_runs_give(const bodies& b, const result& want) {
   std::uint64_t checked = 0;
   for (const auto& [policy, budget] : settings(footprint(b))) {
     Session s(config_for(policy, budget, true));
@@ -254,6 +250,16 @@ TEST(SessionRerunCheck, BodiesThatKeepThePromisePassWithThePlainLoopsBits) {
     checked += reruns(s);
   }
   EXPECT_GT(checked, 0u) << "no plan reran anything: nothing was checked";
+}
+
+}  // namespace
+
+// The plain loop's bits under checkpoint and auto with the check on: bodies that keep their
+// promise are never refused, and the plans do rerun them (else the check would check nothing).
+TEST(SessionRerunCheck, BodiesThatKeepThePromisePassWithThePlainLoopsBits) {
+  const bodies b;
+  const auto want = run(nullptr, 4, b);
+  expect_checked_runs_give(b, want);
 }
 
 // A body that counts its runs (as a dropout generator moves on): without the check a plan that
@@ -317,13 +323,7 @@ TEST(SessionOpSeeds, ADropoutDrawnFromTheOpsSeedPassesTheCheckWithResidentsBits)
   Session resident(config_for("none", 0, false));
   const auto want = run(&resident, 4, b);
   EXPECT_NE(want, run(nullptr, 4, b)) << "the masks dropped nothing: the test would test nothing";
-  std::uint64_t checked = 0;
-  for (const auto& [policy, budget] : settings(footprint(b))) {
-    Session s(config_for(policy, budget, true));
-    EXPECT_EQ(run(&s, 4, b), want) << policy << " at " << budget;
-    checked += reruns(s);
-  }
-  EXPECT_GT(checked, 0u) << "no plan reran anything: nothing was checked";
+  expect_checked_runs_give(b, want);
 }
 
 // seed(): one value per op and iteration, the same at its first run and each rerun, and no two
