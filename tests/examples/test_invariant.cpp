@@ -116,6 +116,27 @@ TEST(examples_reruns, forward_bodies_pass_check_reruns) {
   }
 }
 
+// auto weighs a rerun against a copy on the link the Session measured (Note [Recomputing
+// planners] in offload/planner_recompute.cpp). At 1/4 of the tiny GPT's footprint a planned
+// step copies about 0.33 MB each way beside about 2 ms of compute: over 100 GB/s that is a few
+// microseconds, no rerun can shorten the step, and auto makes nothing again; over 10 MB/s it is
+// over 30 ms each way, and auto makes values again instead of copying them (in one run: 20
+// reruns, 0.21 MB brought back in place of 0.32). The losses are resident's either way.
+TEST(examples_reruns, auto_makes_values_again_only_where_copies_cost_more) {
+  const run_result& base = resident("gpt");
+  for (const double gbps : {100.0, 0.01}) {
+    auto o = tiny_options("auto", base.footprint_bytes / 4);
+    o.link_gbps = gbps;
+    const run_result r = runner_for("gpt")(o);
+    EXPECT_EQ(losses_text(r), losses_text(base)) << gbps << " GB/s";
+    EXPECT_GT(r.h2d_bytes + r.d2h_bytes + r.recomputes, 0u) << gbps << " GB/s: the budget tested nothing";
+    if (gbps > 1)
+      EXPECT_EQ(r.recomputes, 0u) << "auto reran ops over a link on which every copy hides";
+    else
+      EXPECT_GT(r.recomputes, 0u) << "auto copied everything over a link too slow for its copies to hide";
+  }
+}
+
 class example_basics : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(example_basics, resident_run_is_sane) {
