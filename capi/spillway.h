@@ -170,8 +170,9 @@ spw_status spw_op_ptr(const spw_op* op, spw_tensor t, void** out);
 void* spw_op_stream(const spw_op* op);
 /** A seed for the op's random draws (a dropout mask), the same at its first run and at every rerun,
  *  other for every other op and iteration (op_scope::seed): a recomputable op seeds a
- *  counter-based generator with it, so a rerun draws what the first run drew. 0 only for a NULL
- *  op. */
+ *  counter-based generator with it, so a rerun draws what the first run drew. Iterations are
+ *  numbered by those ended, so a failed step run again draws what its failed attempt drew. 0 only
+ *  for a NULL op. */
 uint64_t spw_op_seed(const spw_op* op);
 /** The stream every op's spw_op_stream is, for the session's life (Session::stream): a loop that
  *  gives its library handles a stream once, at its start, gives them this one. On CUDA, work
@@ -223,11 +224,13 @@ spw_status spw_host_capable_op(spw_session* s, const char* name, const spw_tenso
 /* ---- checkpoints -------------------------------------------------------------------------- */
 
 /** Writes every persistent tensor to directory `dir` with `meta_len` bytes of `meta` (the loop's
- *  own state; NULL when meta_len is 0) beside them. Outside an iteration. */
+ *  own state; NULL when meta_len is 0) beside them, and the count of iterations ended, which
+ *  numbers spw_op_seed. Outside an iteration. */
 spw_status spw_save(spw_session* s, const char* dir, const void* meta, size_t meta_len);
-/** Loads a checkpoint spw_save wrote into the registered persistent tensors. Its meta is copied
- *  to `meta` (at most `capacity` bytes; NUL-terminated when there is room) and its full length
- *  stored in *meta_len when meta_len is not NULL; `meta` may be NULL when capacity is 0. */
+/** Loads a checkpoint spw_save wrote into the registered persistent tensors, and counts the
+ *  iterations on from the saved count (spw_op_seed goes on as in the run that saved). Its meta is
+ *  copied to `meta` (at most `capacity` bytes; NUL-terminated when there is room) and its full
+ *  length stored in *meta_len when meta_len is not NULL; `meta` may be NULL when capacity is 0. */
 spw_status spw_load(spw_session* s, const char* dir, void* meta, size_t capacity, size_t* meta_len);
 
 #ifdef __cplusplus

@@ -24,7 +24,8 @@ namespace spillway::checkpoint {
 namespace {
 
 constexpr char magic[8] = {'S', 'P', 'W', 'C', 'K', 'P', 'T', '1'};
-constexpr std::uint32_t format_version = 1;
+constexpr std::uint32_t format_version = 2;  // Note [Checkpoint format]; 1 is read too
+constexpr std::uint32_t oldest_format = 1;
 constexpr std::size_t header_bytes = 64;
 constexpr std::size_t header_crc_span = 36;  // magic, version, 0, index offset, index bytes, index CRC
 constexpr std::size_t io_chunk = std::size_t{4} << 20;
@@ -182,7 +183,7 @@ std::string describe(const entry& e) {
 }  // namespace
 
 void write(const std::string& dir, const std::vector<entry>& entries, const tensor_source& source,
-           std::string_view meta, const write_options& options) {
+           std::string_view meta, const write_options& options, const session_state& state) {
   {
     std::unordered_set<std::string_view> names;
     for (const auto& e : entries)
@@ -228,6 +229,7 @@ void write(const std::string& dir, const std::vector<entry>& entries, const tens
       put_u32(index, crc);
       offset += e.bytes;
     }
+    put_u64(index, state.iterations);
     out.append(index.data(), index.size());
     out.flush();
     std::string header(magic, sizeof magic);
@@ -277,9 +279,9 @@ reader::reader(const std::string& dir) : path_(dir + "/" + std::string(file_name
     const auto index_crc = static_cast<std::uint32_t>(h.u(4)), header_crc = static_cast<std::uint32_t>(h.u(4));
     if (crc32c(header.data(), header_crc_span) != header_crc)
       throw corruption_error("checkpoint '" + path_ + "': its header fails its CRC; the file is damaged");
-    if (version != format_version)
-      throw config_error("checkpoint '" + path_ + "' has format " + std::to_string(version) + "; this Spillway reads format " +
-                         std::to_string(format_version));
+    if (version < oldest_format || version > format_version)
+      throw config_error("checkpoint '" + path_ + "' has format " + std::to_string(version) + "; this Spillway reads formats " +
+                         std::to_string(oldest_format) + " to " + std::to_string(format_version));
     if (index_offset < header_bytes || index_offset > size || index_bytes != size - index_offset)
       throw corruption_error("checkpoint '" + path_ + "' is " + std::to_string(size) + " bytes; its header says " +
                              std::to_string(index_offset + index_bytes) + ": the file was cut or extended");
@@ -306,6 +308,7 @@ reader::reader(const std::string& dir) : path_(dir + "/" + std::string(file_name
         throw corruption_error("checkpoint '" + path_ + "': tensor \"" + it.e.name + "\" appears twice in its index");
       items_.push_back(std::move(it));
     }
+    if (version >= 2) state_ = session_state{c.u(8)};
     if (!c.done()) throw corruption_error("checkpoint '" + path_ + "': its index has bytes after its last tensor");
   } catch (...) {
     ::close(fd_);

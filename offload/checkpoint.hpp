@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -22,11 +23,13 @@ namespace spillway::checkpoint {
 // Note [Checkpoint format]
 // Little-endian throughout. A 64-byte header, the tensors' bytes one after another, then an
 // index:
-//   header: magic "SPWCKPT1" (8), format version u32 (= 1), 0 u32, index offset u64, index
+//   header: magic "SPWCKPT1" (8), format version u32 (= 2), 0 u32, index offset u64, index
 //           bytes u64, CRC32C of the index u32, CRC32C of the header's first 36 bytes u32, zeros.
 //   index:  meta length u64 and its bytes; tensor count u64; per tensor: name length u32, name,
 //           kind length u32, kind (as to_string(tensor_kind) writes it), bytes u64, offset of its
-//           bytes in the file u64, CRC32C of its bytes u32.
+//           bytes in the file u64, CRC32C of its bytes u32; then the Session's state: the
+//           iterations it had ended u64 (session_state).
+// Format 1 is format 2 without the Session's state; the reader takes both.
 // The header is written last (at offset 0, once the index is known), then the file is synced
 // and renamed into place: a file that ends early or lost its header is refused as such.
 
@@ -48,20 +51,28 @@ using chunk_sink = std::function<void(const void* data, std::uint64_t bytes)>;
 /// the entry's size.
 using tensor_source = std::function<void(std::size_t index, const chunk_sink& sink)>;
 
+/// What a checkpoint keeps of the Session besides its tensors.
+struct session_state {
+  /// Iterations the Session had ended, which number its op seeds (Note [Op seeds] in
+  /// offload/session.cpp).
+  std::uint64_t iterations = 0;
+};
+
 struct write_options {
   /// Called after each write to the temporary file with the file's bytes so far (tests use it to
   /// stop a save midway). Null: not called.
   std::function<void(std::uint64_t bytes_written)> on_progress;
 };
 
-/// Writes a checkpoint of `entries` (bytes from `source`) with `meta` into folder `dir`, which is
-/// made when missing (its parent must exist). The file is written as a temporary file in `dir`,
-/// synced, renamed over DIR/checkpoint.spw and the folder synced: a crash at any point leaves
-/// the previous checkpoint whole. Temporary files of saves that died (their process is gone) are
-/// removed; none is left behind by this one, whether it succeeds or throws. Names must be unique.
+/// Writes a checkpoint of `entries` (bytes from `source`) with `meta` and `state` into folder
+/// `dir`, which is made when missing (its parent must exist). The file is written as a temporary
+/// file in `dir`, synced, renamed over DIR/checkpoint.spw and the folder synced: a crash at any
+/// point leaves the previous checkpoint whole. Temporary files of saves that died (their process
+/// is gone) are removed; none is left behind by this one, whether it succeeds or throws. Names
+/// must be unique.
 /// Errors: config_error for a `dir` that cannot be a folder, io_error naming the file and errno.
 void write(const std::string& dir, const std::vector<entry>& entries, const tensor_source& source,
-           std::string_view meta, const write_options& options = {});
+           std::string_view meta, const write_options& options = {}, const session_state& state = {});
 
 /// An open checkpoint: its index, read and checked when it opens.
 class reader {
@@ -76,6 +87,8 @@ class reader {
 
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
   [[nodiscard]] const std::string& meta() const noexcept { return meta_; }
+  /// The Session's state when it saved; none for a format 1 file, which does not keep it.
+  [[nodiscard]] const std::optional<session_state>& state() const noexcept { return state_; }
   [[nodiscard]] std::vector<entry> entries() const;
 
   /// config_error naming the first difference between the checkpoint and `expected` (matched by
@@ -100,6 +113,7 @@ class reader {
   std::string path_;
   int fd_ = -1;
   std::string meta_;
+  std::optional<session_state> state_;
   std::vector<item> items_;
   std::unordered_map<std::string, std::size_t> by_name_;  // index into items_
 };

@@ -307,14 +307,18 @@ stream Session::stream() const noexcept { return impl_->exec->compute_stream(); 
 Device& Session::op_scope::device() const noexcept { return *s_->dev; }
 
 // Note [Op seeds]
-// op_scope::seed() mixes the number of the iteration (those begun since the Session opened,
-// failed ones included) with the op's index in it, through splitmix64's finalizer, so nearby
-// pairs give unrelated seeds. A rerun's scope carries the index of the op it runs again, so it
-// gets the first run's seed. A loop resumed from a checkpoint in a new Session counts its
-// iterations from one again; one that wants the whole run's draws mixes its own step number in.
+// op_scope::seed() mixes the number of the iteration with the op's index in it, through
+// splitmix64's finalizer, so nearby pairs give unrelated seeds. A rerun's scope carries the index
+// of the op it runs again, so it gets the first run's seed. The iteration's number is how many
+// iterations the Session has ended: one that failed (Note [Failed iterations]) or was abandoned
+// does not count, so a loop that runs a failed step again draws what the failed attempt drew,
+// as a loop that never failed draws; save() keeps the number in the checkpoint and load() takes
+// it back (Note [Checkpoint format] in checkpoint.hpp), so a run resumed in a new Session draws
+// what the run that saved would have drawn next. A checkpoint of format 1, which does not keep
+// it, leaves the Session's own count.
 std::uint64_t Session::op_scope::seed() const {
   SPILLWAY_EXPECTS_T(usage_error, s_ != nullptr, "seed() of an op scope that was moved from");
-  std::uint64_t z = (s_->iterations_begun << 32) + index_ + 0x9e3779b97f4a7c15ull;
+  std::uint64_t z = (s_->iterations_ended << 32) + index_ + 0x9e3779b97f4a7c15ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);

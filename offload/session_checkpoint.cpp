@@ -50,7 +50,7 @@ void Session::save(const std::string& dir, std::string_view meta) {
         }
         sink(buffer.data(), entries[i].bytes);
       },
-      meta);
+      meta, {}, checkpoint::session_state{s.iterations_ended});
 }
 
 std::string Session::load(const std::string& dir) {
@@ -78,6 +78,7 @@ std::string Session::load(const std::string& dir) {
     s.exec->upload(id, buffer.data());
   }
   s.forget_sums();  // every tensor overwritten (Note [Sums no op read])
+  if (r.state()) s.iterations_ended = r.state()->iterations;  // Note [Op seeds] in session.cpp
   return r.meta();
 }
 

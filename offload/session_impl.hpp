@@ -318,7 +318,6 @@ class session_impl {
       }
     }
     in_iteration = true;
-    ++iterations_begun;
     following = active->have_plan;
     exec->set_timing(!active->have_plan || active->retime);
     try {
@@ -514,6 +513,7 @@ class session_impl {
     } catch (const io_error&) {
       io_failure = std::current_exception();  // report after the bookkeeping: nothing is lost
     }
+    if (!failed && !io_failure) ++iterations_ended;  // Note [Op seeds] in session.cpp
     r.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - iteration_start).count();
     static_cast<iteration_counters&>(r) = st;  // every counter, as the executor counted it
     for (auto& [name, ms] : st.stalls) r.stalls.push_back(stall_record{name, ms});
@@ -720,7 +720,7 @@ class session_impl {
   std::vector<op_desc> ops;  // this iteration's, as recorded
   std::vector<Session::op_body> bodies;  // per op of this iteration: a recomputable op's body, else empty
   std::optional<op_index> rerunning;     // the op whose body runs again now (Note [Recomputable ops])
-  std::uint64_t iterations_begun = 0;    // begin_iteration()s that began one (Note [Op seeds] in session.cpp)
+  std::uint64_t iterations_ended = 0;    // ended without failing, and before a load (Note [Op seeds] in session.cpp)
   std::vector<char> reruns_planned;      // per op: the followed plan reruns it (Note [Checking reruns])
   std::unordered_map<op_index, std::vector<std::pair<tensor_id, std::uint32_t>>> first_runs;  // and what it wrote
   std::unordered_set<tensor_id> touched;  // tensors an op of this iteration has read or written

@@ -152,13 +152,15 @@ class Session {
   /// Writes a checkpoint of every persistent tensor (wherever it lives: device, host or NVMe) to
   /// directory `dir`, with `meta` (the loop's own state: a step count, a data position) beside it.
   /// Each tensor carries a CRC; the checkpoint is written to temporary files, synced and renamed
-  /// into place, so a crash during save leaves the previous checkpoint in `dir` whole. Outside an
-  /// iteration only.
+  /// into place, so a crash during save leaves the previous checkpoint in `dir` whole. It also
+  /// keeps how many iterations the Session has ended, which numbers op seeds (op_scope::seed).
+  /// Outside an iteration only.
   void save(const std::string& dir, std::string_view meta = {});
   /// Loads a checkpoint that save() wrote into the registered persistent tensors and returns its
   /// `meta`. A checkpoint whose tensors differ from those registered (a name, a size, a kind, one
   /// missing or extra) or whose bytes fail their CRC is a corruption_error or config_error naming
-  /// the first difference, and changes no tensor. Outside an iteration only.
+  /// the first difference, and changes no tensor. The Session then counts its iterations on from
+  /// the saved count, so op seeds go on as in the run that saved. Outside an iteration only.
   std::string load(const std::string& dir);
 
   /// Starts an iteration of the phase `tag` ("train", "eval", ...). Each phase keeps its own
@@ -195,8 +197,8 @@ class Session {
     [[nodiscard]] spillway::stream stream() const noexcept;
     [[nodiscard]] Device& device() const noexcept;
     /// A seed for the op's random draws (a dropout mask): the same at the op's first run and at
-    /// each of its reruns, different for every other op and iteration (Note [Op seeds] in
-    /// session.cpp). A recomputable op that draws random numbers seeds a counter-based generator
+    /// each of its reruns, different for every other op and iteration, the same again when a
+    /// failed step is run again or a saved run resumes (Note [Op seeds] in session.cpp). A recomputable op that draws random numbers seeds a counter-based generator
     /// with it (Philox, as curand's is, or a generator made afresh from it) instead of drawing
     /// from one that moves on at every call, so a rerun draws what the first run drew.
     [[nodiscard]] std::uint64_t seed() const;

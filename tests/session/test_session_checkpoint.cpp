@@ -17,6 +17,7 @@
 #include "device/units.hpp"
 #include "offload/checkpoint.hpp"
 #include "offload/swap_policy.hpp"
+#include "swap/crc32c.hpp"
 #include "../swap/swap_test_support.hpp"
 
 using namespace spillway;
@@ -58,6 +59,35 @@ void flip_byte(const std::string& path, std::uint64_t offset) {
 
 std::string checkpoint_path(const std::string& dir) { return dir + "/" + std::string(ck::file_name); }
 
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+void put_le(std::string& b, std::size_t at, std::uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) b[at + static_cast<std::size_t>(i)] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+std::uint64_t get_le(const std::string& b, std::size_t at, int n) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < n; ++i) v |= std::uint64_t{static_cast<unsigned char>(b[at + static_cast<std::size_t>(i)])} << (8 * i);
+  return v;
+}
+
+/// Rewrites a checkpoint file of format 2 as format `version` (Note [Checkpoint format]): for 1,
+/// its index without the Session's state; the CRCs of the index and the header made again.
+void rewrite_as_format(const std::string& path, std::uint32_t version) {
+  std::string b = file_bytes(path);
+  const auto index_offset = get_le(b, 16, 8), index_bytes = get_le(b, 24, 8);
+  ASSERT_EQ(index_offset + index_bytes, b.size());
+  if (version == 1) {
+    b.resize(b.size() - 8);  // the iteration count, the index's last field
+    put_le(b, 24, index_bytes - 8, 8);
+  }
+  put_le(b, 8, version, 4);
+  put_le(b, 32, crc32c(b.data() + index_offset, b.size() - index_offset), 4);
+  put_le(b, 36, crc32c(b.data(), 36), 4);
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(b.data(), static_cast<std::streamsize>(b.size()));
+}
+
 }  // namespace
 
 // ---- the file unit ----
@@ -81,6 +111,39 @@ TEST(CheckpointFile, RoundTripInChunksWithMetaAndNoTemporaryLeft) {
     std::vector<unsigned char> back(entries[i].bytes);
     r.read(entries[i].name, back.data());
     EXPECT_EQ(back, data[i]) << entries[i].name;
+  }
+}
+
+// The Session's state (the iterations it had ended) comes back as saved; a file of format 1,
+// written before the format kept it, still reads, tensors and meta whole, with no state; a format
+// this Spillway does not know is refused naming the formats it reads.
+TEST(CheckpointFile, KeepsTheSessionsStateAndReadsFormatOneWithout) {
+  test::temp_dir dir;
+  const std::vector<ck::entry> entries{{"w", 1000, tensor_kind::parameter}, {"m", 24, tensor_kind::optimizer_state}};
+  std::vector<std::vector<unsigned char>> data{pattern(1000, 0, 3), pattern(24, 1, 3)};
+  ck::write(dir.path(), entries, source_of(data, 100), "step 9", {}, ck::session_state{0x1234'5678'9abcULL});
+  {
+    const ck::reader r(dir.path());
+    ASSERT_TRUE(r.state().has_value());
+    EXPECT_EQ(r.state()->iterations, 0x1234'5678'9abcULL);
+  }
+  rewrite_as_format(checkpoint_path(dir.path()), 1);
+  {
+    const ck::reader r(dir.path());
+    EXPECT_FALSE(r.state().has_value()) << "a format 1 file has no Session state to give";
+    EXPECT_EQ(r.meta(), "step 9");
+    r.check_matches(entries, "the test's tensors");
+    r.verify();
+    std::vector<unsigned char> back(1000);
+    r.read("w", back.data());
+    EXPECT_EQ(back, data[0]);
+  }
+  rewrite_as_format(checkpoint_path(dir.path()), 3);
+  try {
+    const ck::reader r(dir.path());
+    FAIL() << "a format 3 file was read";
+  } catch (const config_error& e) {
+    EXPECT_TRUE(has(e.what(), "has format 3; this Spillway reads formats 1 to 2")) << e.what();
   }
 }
 
