@@ -144,6 +144,7 @@ double planned_per_step(const run_result& r) {
   return per_step(r, [](const iteration_report& i) { return i.planned_step_ms; });
 }
 double stall_per_step(const run_result& r) { return per_step(r, [](const iteration_report& i) { return i.stall_ms; }); }
+double reruns_per_step(const run_result& r) { return per_step(r, [](const iteration_report& i) { return i.recomputes; }); }
 
 std::string table_line(const std::string& policy, const std::string& budget, const run_result& r, double ratio,
                        const std::string& match) {
@@ -152,9 +153,9 @@ std::string table_line(const std::string& policy, const std::string& budget, con
   const bool timed = std::isfinite(ratio);
   const std::string planned = timed ? fmt("%.1f", planned_per_step(r)) : "-";
   const std::string ratio_text = timed ? fmt("%.3f", ratio) : "-";
-  return fmt("%-15s %-16s %9.1f %9s %7s %11s %11s %11s %11s %9.1f %6s", policy.c_str(), budget.c_str(), r.median_step_ms(),
+  return fmt("%-15s %-16s %9.1f %9s %7s %11s %11s %11s %11s %9.1f %7.0f %6s", policy.c_str(), budget.c_str(), r.median_step_ms(),
              planned.c_str(), ratio_text.c_str(), bytes(h2d_per_step(r)).c_str(), bytes(d2h_per_step(r)).c_str(), bytes(nvme_per_step(r)).c_str(),
-             format_bytes(r.peak_device_bytes).c_str(), stall_per_step(r), match.c_str());
+             format_bytes(r.peak_device_bytes).c_str(), stall_per_step(r), reruns_per_step(r), match.c_str());
 }
 
 nlohmann::json row_json(const std::string& example, const row& w, const run_result& resident) {
@@ -188,6 +189,7 @@ nlohmann::json row_json(const std::string& example, const row& w, const run_resu
           {"host_op_ms_per_step", per_step(r, [](const iteration_report& i) { return i.host_op_ms; })},
           {"host_op_wait_ms_per_step", per_step(r, [](const iteration_report& i) { return i.host_op_wait_ms; })},
           {"recomputes", r.recomputes},
+          {"recomputes_per_step", reruns_per_step(r)},
           {"host_ops", r.host_ops},
           {"step_ms_all", r.step_ms()},
           {"skipped", false}};
@@ -275,14 +277,14 @@ int run(const train_args& a) {
   std::cout << "train " << a.example << ": " << resident.model << "\n"
             << "backend " << resident.backend;
   if (cpu)
-    std::cout << ", link " << (base.link_gbps > 0 ? fmt("%.1f GB/s each way (PCIe-like)", base.link_gbps) : std::string("unlimited"));
+    std::cout << ", link " << (base.link_gbps > 0 ? fmt("%.3g GB/s each way (PCIe-like)", base.link_gbps) : std::string("unlimited"));
   std::cout << ", " << a.steps << " steps (median without the recording step), footprint "
             << format_bytes(footprint) << ", least budget " << format_bytes(least) << "\n"
             << "runs interleaved step by step; ratio = median over planned steps of step time / the resident "
                "step just before it; plan ms: the simulator's step for the plan followed, on the measured "
-               "hardware; h2d, d2h, nvme and stall: median per planned step\n\n";
-  std::cout << fmt("%-15s %-16s %9s %9s %7s %11s %11s %11s %11s %9s %6s", "policy", "budget", "step ms", "plan ms", "ratio", "h2d", "d2h",
-                   "nvme", "peak dev", "stall ms", "losses")
+               "hardware; h2d, d2h, nvme, stall and reruns (of recomputable ops): median per planned step\n\n";
+  std::cout << fmt("%-15s %-16s %9s %9s %7s %11s %11s %11s %11s %9s %7s %6s", "policy", "budget", "step ms", "plan ms", "ratio", "h2d",
+                   "d2h", "nvme", "peak dev", "stall ms", "reruns", "losses")
             << "\n";
   std::cout << table_line("resident", "all", resident, 1.0, "ref") << std::endl;
 
