@@ -1,5 +1,5 @@
 // op_scope::seed() across failures and checkpoints (Note [Op seeds] in offload/session.cpp): a
-// step run again after it failed draws what its failed attempt drew, and a run resumed from a
+// step run again after it failed or was given up draws what its first attempt drew, and a run resumed from a
 // checkpoint in a new Session draws what the run that saved would have drawn next, so both end
 // with the weights of a run that never failed nor stopped.
 #include <gtest/gtest.h>
@@ -39,8 +39,11 @@ class loop {
  public:
   explicit loop(Session& s) : s_(s), w_(s.add_persistent("w", bytes, tensor_kind::parameter, initial().data())) {}
 
-  // Runs step `step` (from 1); with `fail`, the update's body throws before it writes anything.
-  void step(int step, bool fail = false) {
+  enum class trouble { none, failed_update, given_up };
+  // Runs step `step` (from 1). failed_update: the update's body throws before it writes anything;
+  // given_up: the loop gives the step up after its forward op (abandon_iteration).
+  void step(int step, trouble how = trouble::none) {
+    const bool fail = how == trouble::failed_update;
     const auto st = static_cast<std::uint32_t>(step);
     s_.begin_iteration();
     const auto x = s_.add_transient("x", bytes), h = s_.add_transient("h", bytes);
@@ -62,6 +65,10 @@ class loop {
       });
     });
     s_.release(x);
+    if (how == trouble::given_up) {
+      s_.abandon_iteration();
+      return;
+    }
     {
       auto op = s_.op("update", {w_, h}, {w_});
       op.run([&](const host_access& a) {
@@ -108,18 +115,21 @@ run_result uninterrupted(int steps) {
 
 }  // namespace
 
-// Step 3 fails in its update and the loop runs it again: both attempts draw step 3's mask of the
-// run that never failed, and the weights end as that run's. (A count of iterations begun would
-// give the second attempt, and every step after it, other masks.)
+// The loop gives step 2 up once (abandon_iteration), step 3 fails once in its update, and the loop
+// runs each again: every attempt draws the mask of the run that never failed, and the weights end
+// as that run's. (A count of iterations begun would give each second attempt, and every step
+// after it, other masks.)
 TEST(SessionOpSeeds, AStepRunAgainAfterItFailedDrawsWhatItsFailedAttemptDrew) {
   const auto want = uninterrupted(4);
   Session s(config());
   loop l(s);
   l.step(1);
+  l.step(2, loop::trouble::given_up);
   l.step(2);
-  EXPECT_THROW(l.step(3, true), std::runtime_error);
+  EXPECT_THROW(l.step(3, loop::trouble::failed_update), std::runtime_error);
   l.step(3);  // begin_iteration ends the failed attempt first (Note [Failed iterations])
   l.step(4);
+  ASSERT_EQ(l.seeds().at(2).size(), 2u) << "the given-up attempt did not reach the forward op";
   ASSERT_EQ(l.seeds().at(3).size(), 2u) << "the failed attempt did not reach the forward op";
   for (const auto& [k, list] : l.seeds())
     for (const auto seed : list) EXPECT_EQ(seed, want.seed.at(k)) << "step " << k;
