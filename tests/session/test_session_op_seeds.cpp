@@ -1,7 +1,7 @@
 // op_scope::seed() across failures and checkpoints (Note [Op seeds] in offload/session.cpp): a
-// step run again after it failed or was given up draws what its first attempt drew, and a run resumed from a
-// checkpoint in a new Session draws what the run that saved would have drawn next, so both end
-// with the weights of a run that never failed nor stopped.
+// step run again after it failed or was given up draws what its first attempt drew, and a run
+// resumed from a checkpoint in a new Session draws what the run that saved would have drawn
+// next, so both end with the weights of a run that never failed nor stopped.
 #include <gtest/gtest.h>
 
 #include <cstdint>
