@@ -20,10 +20,15 @@ namespace spillway {
 //  1. Beside the budget, only when none is given (of_free_memory): on a GPU, 1/16 of the free
 //     memory stays free for what allocates outside Spillway (the CUDA context as it grows, the
 //     cuBLAS and cuDNN handles, other processes). The cpu backend's device is the Session's own.
-//  2. Under the budget, for packing: a plan is made for the budget less a packing margin
-//     (planning_bytes): 1/32 of it, doubled for each planned iteration that still had to evict on
-//     demand, at most 1/4. It is room for make_layout's packing and the granule's rounding;
-//     fit_plan lowers the planning budget below it only while the packed layout still overshoots.
+//  2. Under the budget, for scratch and packing. A Session's first plan (no_margin) is made for
+//     the whole budget less the most scratch one op held beside its tensors in the recorded
+//     iteration (executor::scratch, gathered views), and kept only when its packed layout ends
+//     below that, leaving the scratch its room at the top of the arena. Otherwise, and after an
+//     iteration of that plan still had to evict on demand, a plan is made for the budget less a
+//     packing margin (planning_bytes): 1/32 of it, doubled for each further planned iteration
+//     that had to evict on demand, at most 1/4. The margin is room for make_layout's packing, the
+//     granule's rounding and the scratch; fit_plan lowers the planning budget below it only
+//     while the packed layout still overshoots.
 // The auto planner's sweep reserves (planner_options::auto_sweep_reserves) are not headroom: they
 // are a search over eviction limits within the planning budget.
 class device_budget {
@@ -32,6 +37,9 @@ class device_budget {
   static constexpr std::uint64_t granule = 512;
   /// Doublings of the packing margin after which it stops growing (1/32 -> 1/4).
   static constexpr int max_margin_doublings = 3;
+  /// The step before the first doubling: no margin, the whole budget less the ops' scratch
+  /// (Note [Headroom], 2; fit_plan). planning_bytes reads it as no doublings.
+  static constexpr int no_margin = -1;
 
   constexpr device_budget() = default;
   explicit constexpr device_budget(std::uint64_t bytes) noexcept : bytes_(bytes) {}

@@ -284,7 +284,7 @@ struct runner {
         r.model_tflops = model_flops / r.sim.step_seconds / 1e12;
         r.hardware_tflops = (trace_flops + rerun_flops) / r.sim.step_seconds / 1e12;
         if (packed) {
-          const auto fitted = fit_plan(*planner, t, rep, hw, device_budget(budget), 0, {});
+          const auto fitted = fit_plan(*planner, t, rep, hw, device_budget(budget), device_budget::no_margin, {});
           r.packed = true;
           r.packed_fits = fitted.fits;
           r.packed_budget = fitted.p.budget_bytes;

@@ -99,12 +99,13 @@ result_row replay_one(const trace& t, const lifetime_report& rep, const hw_profi
   // by the packing margin, lowered until the packed layout of the plan's allocations fits
   // (offload/fit_plan.hpp), and plan again with the margin doubled while the plan does not fit in
   // practice.
-  int margin_doublings = 0;
+  int margin_doublings = device_budget::no_margin;
   plan p;
   device_layout layout;
   sim_result sim;
   auto make = [&] {
     auto fitted = fit_plan(*planner, t, rep, hw, device_budget(row.budget), margin_doublings, {});
+    margin_doublings = fitted.margin_doublings;
     const std::uint64_t plan_budget = fitted.p.budget_bytes;
     p = std::move(fitted.p);
     layout = std::move(fitted.layout);

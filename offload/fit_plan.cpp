@@ -58,37 +58,53 @@ plan_timing timing_from_simulation(const trace& t, const lifetime_report& r, con
 
 fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r, const hw_profile& hw,
                      const device_budget& budget, int margin_doublings, std::span<const std::int64_t> release_points,
-                     int tries) {
+                     std::uint64_t scratch_bytes, int tries) {
   const auto least = r.min_budget_bytes;
   const std::uint64_t device_budget = budget.bytes();
   constexpr double near_miss = 1.05;             // within 5% of the budget
   constexpr std::size_t shake_work = 150'000;  // blocks x shaken orders per near miss
-  auto attempt = [&](std::uint64_t b) {
+  // Plans for `b` and packs the plan; it fits when the packing ends within `room`.
+  auto attempt = [&](std::uint64_t b, std::uint64_t room) {
     fitted_plan f;
     f.p = pl.make_plan(t, r, hw, b);
+    f.margin_doublings = margin_doublings;
     const auto timing = timing_from_simulation(t, r, f.p, hw);
     f.layout = make_layout(t, f.p, release_points, &timing);
     f.predicted_seconds = timing.step;
     // A near miss: shaken orders (Note [Shaken orders]) often pack a few percent tighter.
-    if (f.layout.extent > device_budget && static_cast<double>(f.layout.extent) <= near_miss * static_cast<double>(device_budget)) {
+    if (f.layout.extent > room && static_cast<double>(f.layout.extent) <= near_miss * static_cast<double>(room)) {
       const std::size_t shaken = std::clamp<std::size_t>(shake_work / std::max<std::size_t>(1, f.layout.blocks), 8, 200);
       f.layout = make_layout(t, f.p, release_points, &timing, shaken);
     }
-    f.fits = budget.admits(0, f.layout.extent);
+    f.fits = f.layout.extent <= room;
     return f;
   };
+  if (margin_doublings <= device_budget::no_margin) {
+    // The whole budget, less the scratch ops take beside the plan (Note [Headroom], 2).
+    const std::uint64_t scratch = device_budget::placed(scratch_bytes);
+    const std::uint64_t room = device_budget > scratch ? device_budget - scratch : 0;
+    if (room >= least) {
+      fitted_plan whole = attempt(room, room);
+      if (whole.fits) {
+        whole.margin_doublings = device_budget::no_margin;
+        return whole;
+      }
+    }
+    margin_doublings = 0;
+  }
+  auto attempt_within = [&](std::uint64_t b) { return attempt(b, device_budget); };
   std::uint64_t hi = budget.planning_bytes(margin_doublings);
   if (hi < least) hi = std::min(device_budget, least);
-  fitted_plan top = attempt(hi);
+  fitted_plan top = attempt_within(hi);
   if (top.fits || hi <= least || tries <= 0) return top;
   // The packing overshoots the budget: find about the highest planning budget whose packing
   // fits, by bisection between the least any plan needs and the budget that did not fit.
-  fitted_plan best = attempt(least);
+  fitted_plan best = attempt_within(least);
   if (!best.fits) return best;  // nothing fits: the executor places by best fit
   std::uint64_t lo = least;
   for (int i = 1; i < tries && hi - lo > device_budget / 256; ++i) {
     const std::uint64_t mid = lo + (hi - lo) / 2;
-    fitted_plan f = attempt(mid);
+    fitted_plan f = attempt_within(mid);
     if (f.fits) {
       lo = mid;
       best = std::move(f);

@@ -1,8 +1,9 @@
 // fit_plan: a plan whose device allocations, packed ahead (prefetch/layout.hpp), fit the budget.
 // The executor places allocations at the packed addresses when the packing fits, so a run that
-// follows the plan never meets a fragmented arena; packing needs some room above the plan's own
-// peak, so the plan is made under the budget by the packing margin of Note [Headroom]
-// (allocator/device_budget.hpp), and lower while the packing still overshoots.
+// follows the plan never meets a fragmented arena. The plan for the whole budget (less the ops'
+// scratch) is kept where its packing fits there; packing usually needs some room above the
+// plan's own peak, so otherwise the plan is made under the budget by the packing margin of Note
+// [Headroom] (allocator/device_budget.hpp), and lower while the packing still overshoots.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,9 @@ struct fitted_plan {
   device_layout layout;           ///< the packing, timed by the simulator (timing_from_simulation)
   bool fits = false;              ///< layout.extent is within the device budget
   double predicted_seconds = 0;   ///< the simulator's step time for p
+  /// The packing margin p was made with: device_budget::no_margin when made for the whole budget
+  /// (less the scratch), else the doublings asked for.
+  int margin_doublings = 0;
 };
 
 /// Plans `t` (analyzed as `r`, once: every attempt reuses it) for `budget`'s planning bytes after
@@ -29,10 +33,14 @@ struct fitted_plan {
 /// `budget`, searches (bisection, `tries` plans at most, never below the least any plan needs)
 /// for about the highest planning budget whose packing fits. A packing that misses the budget by
 /// at most 5% is tried again with shaken orders (Note [Shaken orders] in prefetch/layout.hpp).
-/// `release_points` as make_layout takes them (the executor's release_points()).
+/// With device_budget::no_margin, the plan is first made for the whole budget less
+/// `scratch_bytes` (the most scratch one op holds beside the plan, placed) and kept when its
+/// packing fits below that; else as with no doublings. `release_points` as make_layout takes
+/// them (the executor's release_points()).
 [[nodiscard]] fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r, const hw_profile& hw,
                                    const device_budget& budget, int margin_doublings,
-                                   std::span<const std::int64_t> release_points, int tries = 6);
+                                   std::span<const std::int64_t> release_points, std::uint64_t scratch_bytes = 0,
+                                   int tries = 6);
 
 /// When `p`'s ops run and its copies start and end, in the simulator's timeline of `p` on `hw`
 /// (`r` is t's analysis), for make_layout.

@@ -113,7 +113,8 @@ struct phase_state {
   std::uint64_t footprint = 0;  // peak live bytes of `recorded` with everything resident
   std::uint64_t least = 0;      // its largest single op's working set, placed
   std::vector<std::uint64_t> gather;  // per op of `recorded`: gather scratch bytes (Note [Views])
-  int margin_doublings = 0;     // of the packing margin the plan was made with (Note [Headroom])
+  std::uint64_t scratch = 0;    // the most scratch one op held beside its tensors, placed (Note [Headroom])
+  int margin_doublings = device_budget::no_margin;  // of the packing margin the plan was made with (Note [Headroom])
   double predicted_ms = 0;      // the simulator's step time for p on the measured hardware (0: unknown)
   bool retime = false;          // its next planned iteration times its ops (Note [Timing the plan's ops])
 };
@@ -433,7 +434,7 @@ class session_impl {
     churn.clear();
     for (auto& [tag, ph] : phases) {   // every phase's plan, made again for the new budget
       if (!ph.have_plan) continue;
-      ph.margin_doublings = 0;
+      ph.margin_doublings = device_budget::no_margin;
       plan_trace(ph, std::move(ph.recorded));
     }
   }
@@ -523,6 +524,7 @@ class session_impl {
       if (cfg.device_budget_ratio > 0 && !ratio_applied) apply_budget_ratio();
     } else if (followed) {
       churn[active] = shape_churn{};  // it followed its plan to the end (Note [Shape churn])
+      active->scratch = std::max(active->scratch, st.op_scratch_peak_bytes);
       // The plan did not fit in practice (packing and rounding took more than the margin left
       // for them): plan the same trace again with the margin doubled (Note [Headroom]). And the
       // first planned iteration's op times (Note [Timing the plan's ops]).
@@ -554,11 +556,12 @@ class session_impl {
     t.tensors = tensors;
     t.ops = ops;
     active->gather = op_gather;
+    active->scratch = st.op_scratch_peak_bytes;
     if (st.op_ms.size() == t.ops.size()) {
       for (std::size_t k = 0; k < t.ops.size(); ++k)
         if (st.op_ms[k] >= 0) t.ops[k].measured_seconds = st.op_ms[k] / 1000.0;
     }
-    active->margin_doublings = 0;
+    active->margin_doublings = device_budget::no_margin;
     plan_trace(*active, std::move(t));
     active->retime = true;
   }
@@ -653,11 +656,13 @@ class session_impl {
     }
     auto p = offload::make_planner(planner_name(cfg), po);
     if (host_capable && cfg.host_ops == "host") p = offload::detail::make_all_on_host_planner(std::move(p));
-    // Plan under the budget by the packing margin (Note [Headroom]) and lower still until the
-    // packed layout of the plan's allocations fits; the executor's on-demand path covers what the
-    // plan misses.
-    auto fitted = offload::fit_plan(*p, t, report, hw, stack->budget(), ph.margin_doublings, exec->release_points());
+    // Plan for the whole budget less the ops' scratch where that plan's packed layout fits there,
+    // else under the budget by the packing margin (Note [Headroom]) and lower still until the
+    // packed layout fits; the executor's on-demand path covers what the plan misses.
+    auto fitted = offload::fit_plan(*p, t, report, hw, stack->budget(), ph.margin_doublings, exec->release_points(),
+                                    ph.scratch);
     ph.p = std::move(fitted.p);
+    ph.margin_doublings = fitted.margin_doublings;
     ph.predicted_ms = fitted.predicted_seconds * 1e3;
     if (edit_plan) {  // session_hooks::edit_plan
       edit_plan(t, ph.p);

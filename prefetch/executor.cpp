@@ -37,6 +37,11 @@ namespace spillway {
 // value is still needed. So a drop never discards a transient that holds the only copy of its
 // value: the tensor stays resident until release() frees it, and when memory is short it is the
 // first candidate for an on-demand eviction (its next use is beyond the trace), which saves it.
+// Where a tier copy holds the value too (it was swapped out and back) and the last iteration
+// released it right after this op, the tier copy goes at the drop instead, as the simulator
+// counts the host tier: kept until release(), it would hold a block while the op's own copies
+// out need the tier; the device copy is freed by the release a moment later, where the plan
+// and its layout free it.
 // In the usual loop release() follows the last use at once, so the memory is back where the
 // plan expects it; make_layout (layout.cpp) mirrors this with the release points it is given.
 
@@ -193,6 +198,12 @@ void executor::wait_landed(stream s, tensor_state& st) {
 bool executor::landed(tensor_state& st) {
   if (st.pending_load.valid() && st.pending_load.has_device_event()) return st.pending_load.ready();
   return device_->query_event(*st.ready);
+}
+
+void executor::note_scratch() {
+  std::uint64_t held = 0;
+  for (const auto& sc : scratch_) held += device_budget::placed(sc.second);
+  stats_.op_scratch_peak_bytes = std::max(stats_.op_scratch_peak_bytes, held);
 }
 
 void executor::note_memory() {
@@ -459,6 +470,7 @@ std::vector<void*> executor::begin_op(op_index k, std::span<const tensor_id> rea
     throw;
   }
   op_open_ = true;
+  note_scratch();
   std::vector<void*> out;
   for (std::size_t i = first_scratch; i < scratch_.size(); ++i) out.push_back(scratch_[i].first);
   return out;
@@ -517,6 +529,7 @@ void* executor::scratch(std::uint64_t bytes) {
   // Ordered on compute after the op's waits, like the op's own work; freed there when it ends.
   void* p = allocate_bytes(bytes, compute_, /*may_evict=*/true, nullptr);
   scratch_.emplace_back(p, bytes);
+  note_scratch();
   return p;
 }
 
@@ -577,7 +590,15 @@ void executor::apply_evictions(op_index k) {
       case evict_action::evict_to_nvme: evict(e.tensor, tier::nvme, false); break;
       case evict_action::drop:
         // Note [Transients live until release]
-        if (st.tier_current || !st.dev_valid) {
+        if (st.tier_current && st.dev_valid && !is_persistent(st.desc.kind) && value_dead_after(e.tensor, k) &&
+            e.tensor < released_after_.size() && released_after_[e.tensor] == static_cast<std::int64_t>(k) &&
+            !reruns_.drop_awaits_rerun(e.tensor, k)) {
+          // Two copies of a value the trace never reads again, which the program released right
+          // after this op last time: the device copy stays until release(), a moment away, and
+          // the tier copy goes now, before this op's copies out need the tier.
+          backing_->discard(e.tensor);
+          st.tier_current = false;
+        } else if (st.tier_current || !st.dev_valid) {
           drop_device(e.tensor);
         } else if (is_persistent(st.desc.kind)) {
           if (value_dead_after(e.tensor, k)) {

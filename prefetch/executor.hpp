@@ -212,6 +212,7 @@ class executor {
   void drop_device(tensor_id id);
   void note_memory();
   [[nodiscard]] std::uint64_t next_use(tensor_id id) const;
+  void note_scratch();  // the open op's scratch, for op_scratch_peak_bytes
   [[nodiscard]] bool value_dead_after(tensor_id id, op_index k) const;
   /// Per the trace: its first op overwrites it without reading.
   [[nodiscard]] bool value_dead_before_first_use(tensor_id id) const;

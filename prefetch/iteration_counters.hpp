@@ -17,6 +17,10 @@ struct iteration_counters {
   std::uint64_t nvme_read_bytes = 0;
   std::uint64_t nvme_write_bytes = 0;
   std::uint64_t peak_device_bytes = 0;       ///< device memory in use at the worst moment (bytes of tensors held at once)
+  /// The most scratch one op held at once beside its tensors (executor::scratch and begin_op's
+  /// buffers, each as placed): memory no plan counts, which the plan leaves room for (Note
+  /// [Headroom] in allocator/device_budget.hpp).
+  std::uint64_t op_scratch_peak_bytes = 0;
   std::uint64_t on_demand_fetches = 0;       ///< tensors fetched because the plan missed them
   std::uint64_t on_demand_evictions = 0;     ///< tensors evicted because an allocation would exceed the budget
   std::uint64_t prefetches_deferred = 0;     ///< planned prefetches that found no room at their op
