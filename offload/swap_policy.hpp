@@ -53,9 +53,10 @@ struct stall_record {
 };
 
 /// What one iteration did.
-/// stall_ms, the bytes moved per direction, peak_device_bytes, op_scratch_peak_bytes, on_demand_fetches/evictions,
-/// prefetches_deferred, fragmented_allocations, layout and layout_misses come from
-/// iteration_counters (prefetch/iteration_counters.hpp), as the executor counted them.
+/// stall_ms, the bytes moved per direction, peak_device_bytes, op_scratch_peak_bytes,
+/// on_demand_fetches/evictions, prefetches_deferred, fragmented_allocations, layout and
+/// layout_misses come from iteration_counters (prefetch/iteration_counters.hpp), as the executor
+/// counted them.
 struct iteration_report : iteration_counters {
   std::uint64_t iteration = 0;   ///< 1-based
   bool planned = false;          ///< followed a plan (false: on demand, recording)
