@@ -60,7 +60,7 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
                      const device_budget& budget, int margin_doublings, std::span<const std::int64_t> release_points,
                      std::uint64_t scratch_bytes, int tries) {
   const auto least = r.min_budget_bytes;
-  const std::uint64_t device_budget = budget.bytes();
+  const std::uint64_t budget_bytes = budget.bytes();
   constexpr double near_miss = 1.05;             // within 5% of the budget
   constexpr std::size_t shake_work = 150'000;  // blocks x shaken orders per near miss
   // Plans for `b` and packs the plan; it fits when the packing ends within `room`.
@@ -82,7 +82,7 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
   if (margin_doublings <= device_budget::no_margin) {
     // The whole budget, less the scratch ops take beside the plan (Note [Headroom], 2).
     const std::uint64_t scratch = device_budget::placed(scratch_bytes);
-    const std::uint64_t room = device_budget > scratch ? device_budget - scratch : 0;
+    const std::uint64_t room = budget_bytes > scratch ? budget_bytes - scratch : 0;
     if (room >= least) {
       fitted_plan whole = attempt(room, room);
       if (whole.fits) {
@@ -92,9 +92,9 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
     }
     margin_doublings = 0;
   }
-  auto attempt_within = [&](std::uint64_t b) { return attempt(b, device_budget); };
+  auto attempt_within = [&](std::uint64_t b) { return attempt(b, budget_bytes); };
   std::uint64_t hi = budget.planning_bytes(margin_doublings);
-  if (hi < least) hi = std::min(device_budget, least);
+  if (hi < least) hi = std::min(budget_bytes, least);
   fitted_plan top = attempt_within(hi);
   if (top.fits || hi <= least || tries <= 0) return top;
   // The packing overshoots the budget: find about the highest planning budget whose packing
@@ -102,7 +102,7 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
   fitted_plan best = attempt_within(least);
   if (!best.fits) return best;  // nothing fits: the executor places by best fit
   std::uint64_t lo = least;
-  for (int i = 1; i < tries && hi - lo > device_budget / 256; ++i) {
+  for (int i = 1; i < tries && hi - lo > budget_bytes / 256; ++i) {
     const std::uint64_t mid = lo + (hi - lo) / 2;
     fitted_plan f = attempt_within(mid);
     if (f.fits) {
