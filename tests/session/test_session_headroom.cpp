@@ -15,6 +15,7 @@
 #include "device/units.hpp"
 #include "offload/session_config.hpp"
 #include "offload/swap_policy.hpp"
+#include "loop_config.hpp"
 
 using namespace spillway;
 using namespace spillway::literals;
@@ -24,13 +25,10 @@ namespace {
 constexpr std::uint64_t weight = 32_KiB;
 constexpr int layers = 6;
 
+// The loop tests' config (loop_config.hpp) with a budget in bytes.
 session_config config(const std::string& policy, std::uint64_t budget) {
-  session_config c;
-  c.backend = "cpu";
-  c.cpu_device_memory = 64_MiB;
+  session_config c = spillway::testing::config_for(policy, 0);
   c.device_budget = budget;
-  c.policy = policy;
-  c.link_gbps = 0;
   return c;
 }
 
