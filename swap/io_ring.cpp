@@ -197,8 +197,9 @@ void io_ring::handle(io_completion c, std::deque<block_io*>& ready, unsigned& in
   flying_.pop_back();
   if (b->abandoned) {  // the late completion: only now may the owner free the block and its buffer
     --abandoned_;
-    counters_.abandoned.fetch_sub(1, std::memory_order_relaxed);
     finish(b, res < 0 ? res : 0);
+    // Counted down once the owner has freed them, so a count of 0 means the blocks are back.
+    counters_.abandoned.fetch_sub(1, std::memory_order_release);
     return;
   }
   if (res == -EAGAIN || res == -EINTR) {

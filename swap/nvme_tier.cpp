@@ -559,7 +559,7 @@ nvme_stats nvme_tier::stats() const {
   s.huge_page_bytes = counters_->huge_page_bytes.load(std::memory_order_relaxed);
   s.region_pins = counters_->region_pins.load(std::memory_order_relaxed);
   s.timed_out_ios = counters_->timed_out.load(std::memory_order_relaxed);
-  s.abandoned_ios = counters_->abandoned.load(std::memory_order_relaxed);
+  s.abandoned_ios = counters_->abandoned.load(std::memory_order_acquire);  // blocks freed before the count fell
   return s;
 }
 
