@@ -61,8 +61,11 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
                      std::uint64_t scratch_bytes, int tries) {
   const auto least = r.min_budget_bytes;
   const std::uint64_t budget_bytes = budget.bytes();
-  constexpr double near_miss = 1.05;             // within 5% of the budget
-  constexpr std::size_t shake_work = 150'000;  // blocks x shaken orders per near miss
+  constexpr double near_miss = 1.05;               // within 5% of the budget
+  constexpr double refine_miss = 1.10;             // within 10%
+  constexpr std::size_t shake_work = 150'000;      // blocks x shaken orders per near miss
+  constexpr std::size_t refine_repacks = 1'000;     // whole packings' worth per miss within 10%,
+  constexpr std::size_t refine_work = 1'500'000;   // and at most this many blocks placed again
   // Plans for `b` and packs the plan; it fits when the packing ends within `room`.
   auto attempt = [&](std::uint64_t b, std::uint64_t room) {
     fitted_plan f;
@@ -71,10 +74,16 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
     const auto timing = timing_from_simulation(t, r, f.p, hw);
     f.layout = make_layout(t, f.p, release_points, &timing);
     f.predicted_seconds = timing.step;
-    // A near miss: shaken orders (Note [Shaken orders]) often pack a few percent tighter.
-    if (f.layout.extent > room && static_cast<double>(f.layout.extent) <= near_miss * static_cast<double>(room)) {
-      const std::size_t shaken = std::clamp<std::size_t>(shake_work / std::max<std::size_t>(1, f.layout.blocks), 8, 200);
-      f.layout = make_layout(t, f.p, release_points, &timing, shaken);
+    // A near miss: shaken orders (Note [Shaken orders]) often pack a few percent tighter, and a
+    // refinement of the tightest order (Note [Refined orders]) a few more.
+    const auto missed_by = static_cast<double>(f.layout.extent) / static_cast<double>(std::max<std::uint64_t>(1, room));
+    if (f.layout.extent > room && missed_by <= refine_miss) {
+      layout_search search;
+      if (missed_by <= near_miss)
+        search.shaken_orders = std::clamp<std::size_t>(shake_work / std::max<std::size_t>(1, f.layout.blocks), 8, 200);
+      search.refine_work = std::min(refine_work, refine_repacks * f.layout.blocks);
+      search.goal = room;
+      f.layout = make_layout(t, f.p, release_points, &timing, search);
     }
     f.fits = f.layout.extent <= room;
     return f;
@@ -98,7 +107,8 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
   fitted_plan top = attempt_within(hi);
   if (top.fits || hi <= least || tries <= 0) return top;
   // The packing overshoots the budget: find about the highest planning budget whose packing
-  // fits, by bisection between the least any plan needs and the budget that did not fit.
+  // fits, by bisection between the least any plan needs and the budget that did not fit. A
+  // plan's step need not fall as its budget grows, so the fastest plan that fits is kept.
   fitted_plan best = attempt_within(least);
   if (!best.fits) return best;  // nothing fits: the executor places by best fit
   std::uint64_t lo = least;
@@ -107,7 +117,7 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
     fitted_plan f = attempt_within(mid);
     if (f.fits) {
       lo = mid;
-      best = std::move(f);
+      if (f.predicted_seconds <= best.predicted_seconds) best = std::move(f);
     } else {
       hi = mid;
     }

@@ -31,8 +31,10 @@ struct fitted_plan {
 /// Plans `t` (analyzed as `r`, once: every attempt reuses it) for `budget`'s planning bytes after
 /// `margin_doublings` (Note [Headroom]); when the packed layout of that plan does not fit
 /// `budget`, searches (bisection, `tries` plans at most, never below the least any plan needs)
-/// for about the highest planning budget whose packing fits. A packing that misses the budget by
-/// at most 5% is tried again with shaken orders (Note [Shaken orders] in prefetch/layout.hpp).
+/// for about the highest planning budget whose packing fits, and keeps the fastest plan it found
+/// that fits. A packing that misses the budget by at most 5% is tried again with shaken orders
+/// (Note [Shaken orders] in prefetch/layout.hpp), and one that misses by at most 10% with a
+/// refinement of its tightest order (Note [Refined orders]).
 /// With device_budget::no_margin, the plan is first made for the whole budget less
 /// `scratch_bytes` (the most scratch one op holds beside the plan, placed) and kept when its
 /// packing fits below that; else as with no doublings. `release_points` as make_layout takes

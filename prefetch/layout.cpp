@@ -6,7 +6,9 @@
 #include <array>
 #include <cstdint>
 #include <iterator>
+#include <queue>
 #include <random>
+#include <tuple>
 
 #include "allocator/device_budget.hpp"
 #include "prefetch/recompute.hpp"
@@ -227,6 +229,71 @@ class residency {
   rerun_index reruns_;  // Note [Drops for recomputation]
 };
 
+// The pairs of blocks that may not share bytes (block::overlaps_in_time), as lists of
+// neighbours: a sweep over the blocks' slot spans, then over their device-time spans.
+std::vector<std::vector<std::uint32_t>> conflicts(const std::vector<block>& blocks) {
+  std::vector<std::vector<std::uint32_t>> adj(blocks.size());
+  auto sweep = [&](auto&& spans_of) {
+    std::vector<std::tuple<double, double, std::uint32_t>> spans;  // from, to, block
+    for (std::uint32_t i = 0; i < blocks.size(); ++i) spans_of(blocks[i], i, spans);
+    std::sort(spans.begin(), spans.end());
+    // Spans [f, t) and [g, u) with f <= g meet when g < t and f < u; as in overlaps_in_time, an
+    // empty span meets one that holds its point strictly inside.
+    std::vector<std::tuple<double, double, std::uint32_t>> active;  // to, from, block
+    for (const auto& [from, to, i] : spans) {
+      std::erase_if(active, [&](const auto& a) { return std::get<0>(a) <= from; });
+      for (const auto& [a_to, a_from, a] : active) {
+        if (a == i || !(a_from < to)) continue;
+        adj[i].push_back(a);
+        adj[a].push_back(i);
+      }
+      active.emplace_back(to, from, i);
+    }
+  };
+  sweep([](const block& b, std::uint32_t i, auto& out) {
+    for (int k = 0; k < b.span_count; ++k) out.emplace_back(b.spans[k].first, b.spans[k].second, i);
+  });
+  sweep([](const block& b, std::uint32_t i, auto& out) {
+    for (int k = 0; k < b.time_count; ++k) out.emplace_back(b.times[k].first, b.times[k].second, i);
+  });
+  for (auto& a : adj) {
+    std::sort(a.begin(), a.end());
+    a.erase(std::unique(a.begin(), a.end()), a.end());
+  }
+  return adj;
+}
+
+// Note [Lowest first]: places every block at its floor (the top of the highest block placed so
+// far that it may not share bytes with), the block with the lowest floor first, ties to the
+// highest `key`. Returns the extent; `order` gets the blocks in the order they were placed.
+std::size_t pack_lowest_first(std::vector<block>& blocks, const std::vector<std::vector<std::uint32_t>>& adj,
+                              const std::vector<double>& key, std::vector<std::size_t>& order) {
+  const std::size_t n = blocks.size();
+  std::vector<std::size_t> floor(n, 0);
+  std::vector<char> done(n, 0);
+  using entry = std::tuple<std::size_t, double, std::size_t>;  // floor, -key, block
+  std::priority_queue<entry, std::vector<entry>, std::greater<>> ready;
+  for (std::size_t i = 0; i < n; ++i) ready.emplace(0, -key[i], i);
+  order.clear();
+  std::size_t extent = 0;
+  while (!ready.empty()) {
+    const auto [f, k, i] = ready.top();
+    ready.pop();
+    if (done[i] || f != floor[i]) continue;  // placed, or its floor has risen since
+    done[i] = 1;
+    order.push_back(i);
+    blocks[i].offset = f;
+    const std::size_t top = f + blocks[i].bytes;
+    extent = std::max(extent, top);
+    for (const auto j : adj[i])
+      if (!done[j] && floor[j] < top) {
+        floor[j] = top;
+        ready.emplace(top, -key[j], j);
+      }
+  }
+  return extent;
+}
+
 }  // namespace
 
 std::optional<std::size_t> device_layout::offset(tensor_id id, std::uint32_t slot) const {
@@ -236,7 +303,7 @@ std::optional<std::size_t> device_layout::offset(tensor_id id, std::uint32_t slo
 }
 
 device_layout make_layout(const trace& t, const plan& p, std::span<const std::int64_t> release_after,
-                          const plan_timing* timing, std::size_t shaken_orders) {
+                          const plan_timing* timing, const layout_search& search) {
   constexpr double shake_spreads[] = {0.05, 0.1, 0.2, 0.4};
   auto blocks = residency(t, p, release_after, timing).run();
   device_layout out;
@@ -288,17 +355,26 @@ device_layout make_layout(const trace& t, const plan& p, std::span<const std::in
       [](const block& a, const block& b) { return a.bytes != b.bytes ? a.bytes > b.bytes : a.spans[0].first < b.spans[0].first; },
       [](const block& a, const block& b) { return a.breadth != b.breadth ? a.breadth > b.breadth : a.bytes > b.bytes; },
   };
-  std::vector<std::size_t> best_offsets;
+  std::vector<std::size_t> best_offsets, best_order;
   std::size_t best_extent = 0;
   std::vector<std::size_t> order(blocks.size());
   std::vector<std::size_t> placed;  // blocks placed so far, by offset
-  // Places the blocks in `order`, each among the gaps between the blocks alive with it (lowest
-  // offsets first): the first that fits, or the smallest that fits; else above them all. Keeps
-  // the packing when it is the tightest so far.
-  auto pack = [&](bool best_gap) {
-    placed.clear();
+  std::size_t top = 0;              // the block ending highest in the last packing
+  std::size_t placements = 0;       // blocks placed by the refinement, against its work
+  // Places order[from..] after order[..from), which keep their offsets, each among the gaps
+  // between the blocks alive with it (lowest offsets first): the first that fits, or the smallest
+  // that fits; else above them all. Returns the packing's extent; `top` names its highest block.
+  auto pack = [&](bool best_gap, std::size_t from) {
+    placed.assign(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(from));
+    std::sort(placed.begin(), placed.end(), [&](std::size_t a, std::size_t b) { return blocks[a].offset < blocks[b].offset; });
     std::size_t extent = 0;
-    for (auto i : order) {
+    for (auto j : placed)
+      if (blocks[j].offset + blocks[j].bytes > extent) {
+        extent = blocks[j].offset + blocks[j].bytes;
+        top = j;
+      }
+    for (std::size_t n = from; n < order.size(); ++n) {
+      const auto i = order[n];
       auto& b = blocks[i];
       std::size_t at = 0, best = SIZE_MAX, best_size = SIZE_MAX;
       for (auto j : placed) {
@@ -313,28 +389,55 @@ device_layout make_layout(const trace& t, const plan& p, std::span<const std::in
       }
       if (best_gap && best != SIZE_MAX) at = best;
       b.offset = at;
-      extent = std::max(extent, at + b.bytes);
+      if (at + b.bytes > extent) {
+        extent = at + b.bytes;
+        top = i;
+      }
       placed.insert(std::upper_bound(placed.begin(), placed.end(), at,
                                      [&](std::size_t off, std::size_t j) { return off < blocks[j].offset; }),
                     i);
     }
-    if (best_offsets.empty() || extent < best_extent) {
-      best_extent = extent;
-      best_offsets.clear();
-      for (const auto& b : blocks) best_offsets.push_back(b.offset);
-    }
+    placements += order.size() - from;
+    return extent;
+  };
+  // Keeps the packing just made when it is the tightest so far.
+  auto keep_if_tightest = [&](std::size_t extent, layout_packer by) {
+    if (!best_offsets.empty() && extent >= best_extent) return;
+    best_extent = extent;
+    out.packer = by;
+    best_order = order;
+    best_offsets.clear();
+    for (const auto& b : blocks) best_offsets.push_back(b.offset);
   };
   for (const bool best_gap : {false, true})
     for (const auto cmp : orders) {
       for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
       std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return cmp(blocks[a], blocks[b]); });
-      pack(best_gap);
+      keep_if_tightest(pack(best_gap, 0), layout_packer::fixed_order);
     }
+  // Note [Lowest first], with four rules for ties; each placement order is also packed first
+  // fit, which may find lower gaps than the floors.
+  {
+    const auto adj = conflicts(blocks);
+    std::vector<double> key(blocks.size());
+    for (int rule = 0; rule < 4; ++rule) {
+      for (std::size_t i = 0; i < blocks.size(); ++i) {
+        const auto& b = blocks[i];
+        const double area = static_cast<double>(b.bytes) * static_cast<double>(b.duration());
+        key[i] = rule == 0   ? area
+                 : rule == 1 ? area + 1e-3 * static_cast<double>(adj[i].size())
+                 : rule == 2 ? static_cast<double>(b.bytes)
+                             : static_cast<double>(b.duration()) * 1e15 + static_cast<double>(b.bytes);
+      }
+      keep_if_tightest(pack_lowest_first(blocks, adj, key, order), layout_packer::lowest_first);
+      keep_if_tightest(pack(false, 0), layout_packer::lowest_first);
+    }
+  }
   // Note [Shaken orders]: largest first, each size shaken by a random factor; first fit. The
   // generator has a fixed seed: the same plan always packs the same way.
   std::mt19937_64 rng(0x5b111a7);
   std::vector<double> key(blocks.size());
-  for (std::size_t r = 0; r < shaken_orders; ++r) {
+  for (std::size_t r = 0; r < search.shaken_orders; ++r) {
     const double spread = shake_spreads[r % std::size(shake_spreads)];
     std::uniform_real_distribution<double> u(1.0 - spread, 1.0 + spread);
     for (std::size_t i = 0; i < blocks.size(); ++i) key[i] = static_cast<double>(blocks[i].bytes) * u(rng);
@@ -342,13 +445,63 @@ device_layout make_layout(const trace& t, const plan& p, std::span<const std::in
     std::sort(order.begin(), order.end(), [&](auto a, auto b) {
       return key[a] != key[b] ? key[a] > key[b] : blocks[a].duration() > blocks[b].duration();
     });
-    pack(false);
+    keep_if_tightest(pack(false, 0), layout_packer::shaken_order);
+  }
+  // Note [Refined orders]: from the tightest order, move the block that ends highest earlier, or
+  // one it rests on later, and keep the order when it packs no looser.
+  if (search.refine_work > 0 && best_extent > std::max(search.goal, out.peak_live) && blocks.size() > 1) {
+    order = best_order;
+    std::size_t current = pack(false, 0);
+    keep_if_tightest(current, out.packer);
+    std::size_t current_top = top;
+    std::vector<std::size_t> current_order = order, current_offsets(blocks.size());
+    for (std::size_t i = 0; i < blocks.size(); ++i) current_offsets[i] = blocks[i].offset;
+    std::vector<std::size_t> below;  // places before the top block's, of blocks alive with it
+    placements = 0;
+    while (placements < search.refine_work && best_extent > std::max(search.goal, out.peak_live)) {
+      order = current_order;
+      const auto pos = static_cast<std::size_t>(std::find(order.begin(), order.end(), current_top) - order.begin());
+      below.clear();
+      if (rng() & 1)
+        for (std::size_t q = 0; q < pos; ++q)
+          if (blocks[order[q]].overlaps_in_time(blocks[current_top])) below.push_back(q);
+      std::size_t from = 0;
+      if (!below.empty()) {  // one the top block rests on goes after it
+        const auto q = below[rng() % below.size()];
+        const auto moved = order[q];
+        order.erase(order.begin() + static_cast<std::ptrdiff_t>(q));
+        const auto to = pos + rng() % (order.size() - pos + 1);
+        order.insert(order.begin() + static_cast<std::ptrdiff_t>(to), moved);
+        from = q;
+      } else if (pos > 0) {  // the top block goes earlier
+        const auto to = rng() % pos;
+        order.erase(order.begin() + static_cast<std::ptrdiff_t>(pos));
+        order.insert(order.begin() + static_cast<std::ptrdiff_t>(to), current_top);
+        from = to;
+      } else {  // the top block is first already: another takes its place
+        std::swap(order[0], order[1 + rng() % (order.size() - 1)]);
+      }
+      const std::size_t extent = pack(false, from);
+      if (extent <= current) {
+        keep_if_tightest(extent, layout_packer::refined_order);
+        current = extent;
+        current_top = top;
+        current_order = order;
+        for (std::size_t i = 0; i < blocks.size(); ++i) current_offsets[i] = blocks[i].offset;
+      } else {
+        // Not kept; half the time the block that ended highest in it is the next to move, so
+        // that a search stuck on one top block tries others.
+        if (rng() & 1) current_top = top;
+        for (std::size_t i = 0; i < blocks.size(); ++i) blocks[i].offset = current_offsets[i];
+      }
+    }
   }
   out.extent = best_extent;
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     const auto& b = blocks[i];
     for (int k = 0; k < b.key_count; ++k) out.offsets[key_of(b.id, b.keys[k])] = best_offsets[i];
-    out.placed.push_back(layout_block{b.id, b.bytes, best_offsets[i], {b.spans.begin(), b.spans.begin() + b.span_count}});
+    out.placed.push_back(layout_block{b.id, b.bytes, best_offsets[i], {b.spans.begin(), b.spans.begin() + b.span_count},
+                                      {b.times.begin(), b.times.begin() + b.time_count}});
   }
   return out;
 }

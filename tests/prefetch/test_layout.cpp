@@ -3,7 +3,8 @@
 // alive at the same time never share bytes, a host op's tensors get no block for it, and
 // an executor following the plan over an arena finds every planned address free (no layout
 // misses, no on-demand fetches or evictions, no refusals for fragments) once it runs the plan;
-// shaken orders never pack looser than the fixed ones, and pack a plan the same way every time.
+// shaken and refined orders never pack looser than the fixed ones, and pack a plan the same way
+// every time; lowest first gives some plans their tightest packing.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,9 +28,13 @@ namespace {
 
 constexpr std::size_t g = arena_allocator::granule;
 
+// Alive together in the executor's order or, in a timed layout, on the device.
 bool overlap_in_time(const layout_block& a, const layout_block& b) {
   for (const auto& [a0, a1] : a.spans)
     for (const auto& [b0, b1] : b.spans)
+      if (a0 < b1 && b0 < a1) return true;
+  for (const auto& [a0, a1] : a.times)
+    for (const auto& [b0, b1] : b.times)
       if (a0 < b1 && b0 < a1) return true;
   return false;
 }
@@ -332,23 +337,67 @@ TEST(Layout, ShakenOrdersNeverPackLooserAndPackTheSameEveryTime) {
   std::mt19937_64 rng(spillway::test::test_seed(77));
   auto hw = offload::get_profile("v100-16g");
   int tighter = 0;
-  for (int round = 0; round < 30; ++round) {
+  for (int round = 0; round < 60; ++round) {
     const auto t = random_trace(rng);
     const auto rep = offload::analyze(t);
     const double f = std::uniform_real_distribution<double>(0.0, 0.5)(rng);
     const std::uint64_t budget = rep.min_budget_bytes + static_cast<std::uint64_t>(f * static_cast<double>(rep.peak_live_bytes - rep.min_budget_bytes));
     const auto p = offload::make_planner(round % 2 == 0 ? "auto" : "lms")->make_plan(t, rep, hw, budget);
     const auto fixed = make_layout(t, p, {});
-    const auto shaken = make_layout(t, p, {}, nullptr, 20);
+    const auto shaken = make_layout(t, p, {}, nullptr, layout_search{.shaken_orders = 20});
     expect_disjoint(shaken);
     if (HasFatalFailure()) return;
     EXPECT_LE(shaken.extent, fixed.extent) << "round " << round;
     tighter += shaken.extent < fixed.extent;
-    const auto again = make_layout(t, p, {}, nullptr, 20);
+    const auto again = make_layout(t, p, {}, nullptr, layout_search{.shaken_orders = 20});
     EXPECT_EQ(again.extent, shaken.extent);
     EXPECT_EQ(again.offsets, shaken.offsets) << "round " << round << ": the same plan packed two ways";
   }
-  EXPECT_GT(tighter, 0) << "shaken orders never beat the fixed ones on 30 random plans";
+  EXPECT_GT(tighter, 0) << "shaken orders never beat the fixed ones on 60 random plans";
+}
+
+// Refined orders (Note [Refined orders]) over random plans, packed with and without device time:
+// never looser than the orders before them, apart in slots and in device time, the same every
+// time, tighter on some plans, and not run at all when the packing already reaches the goal.
+// Lowest first (Note [Lowest first]) gives the tightest packing of some plans.
+TEST(Layout, RefinedOrdersNeverPackLooserAndStopAtTheGoal) {
+  std::mt19937_64 rng(spillway::test::test_seed(4242));
+  auto hw = offload::get_profile("v100-16g");
+  int tighter = 0, lowest = 0, timed = 0;
+  for (int round = 0; round < 30; ++round) {
+    const auto t = random_trace(rng, round % 5 == 2);
+    const auto rep = offload::analyze(t);
+    const double f = std::uniform_real_distribution<double>(0.0, 0.5)(rng);
+    const std::uint64_t budget = rep.min_budget_bytes + static_cast<std::uint64_t>(f * static_cast<double>(rep.peak_live_bytes - rep.min_budget_bytes));
+    const auto p = offload::make_planner(round % 2 == 0 ? "auto" : "lms")->make_plan(t, rep, hw, budget);
+    const auto timing = offload::timing_from_simulation(t, rep, p, hw);
+    const plan_timing* with = round % 3 == 0 ? nullptr : &timing;
+    SCOPED_TRACE("round " + std::to_string(round) + (with != nullptr ? ", timed" : ""));
+    const auto before = make_layout(t, p, {}, with);
+    expect_disjoint(before);
+    if (HasFatalFailure()) return;
+    lowest += before.packer == layout_packer::lowest_first;
+    const layout_search search{.refine_work = 60'000};
+    const auto refined = make_layout(t, p, {}, with, search);
+    expect_disjoint(refined);
+    if (HasFatalFailure()) return;
+    EXPECT_LE(refined.extent, before.extent);
+    if (refined.extent < before.extent) {
+      ++tighter;
+      EXPECT_EQ(refined.packer, layout_packer::refined_order);
+    }
+    if (with != nullptr) {
+      timed += 1;
+      for (const auto& b : refined.placed) EXPECT_FALSE(b.times.empty()) << "a timed block without its device time";
+    }
+    const auto again = make_layout(t, p, {}, with, search);
+    EXPECT_EQ(again.offsets, refined.offsets) << "the same plan packed two ways";
+    const auto at_goal = make_layout(t, p, {}, with, layout_search{.refine_work = 60'000, .goal = before.extent});
+    EXPECT_EQ(at_goal.offsets, before.offsets) << "refined a packing that had reached its goal";
+  }
+  EXPECT_GT(tighter, 0) << "refinement never beat the orders before it on 30 random plans";
+  EXPECT_GT(lowest, 0) << "lowest first never gave the tightest packing of 30 random plans";
+  EXPECT_EQ(timed, 20);
 }
 
 // fit_plan, property style: random traces, budgets, op scratch and packing-margin steps (Note
