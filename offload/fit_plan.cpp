@@ -64,8 +64,7 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
   constexpr double near_miss = 1.05;               // within 5% of the budget
   constexpr double refine_miss = 1.10;             // within 10%
   constexpr std::size_t shake_work = 150'000;      // blocks x shaken orders per near miss
-  constexpr std::size_t refine_repacks = 1'000;     // whole packings' worth per miss within 10%,
-  constexpr std::size_t refine_work = 1'500'000;   // and at most this many blocks placed again
+  constexpr std::size_t refine_repacks = 1'000;      // packings' worth of refinement per miss within 10%
   // Plans for `b` and packs the plan; it fits when the packing ends within `room`.
   auto attempt = [&](std::uint64_t b, std::uint64_t room) {
     fitted_plan f;
@@ -81,7 +80,7 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
       layout_search search;
       if (missed_by <= near_miss)
         search.shaken_orders = std::clamp<std::size_t>(shake_work / std::max<std::size_t>(1, f.layout.blocks), 8, 200);
-      search.refine_work = std::min(refine_work, refine_repacks * f.layout.blocks);
+      search.refine_repacks = refine_repacks;
       search.goal = room;
       f.layout = make_layout(t, f.p, release_points, &timing, search);
     }

@@ -231,8 +231,11 @@ class residency {
 
 // The pairs of blocks that may not share bytes (block::overlaps_in_time), as lists of
 // neighbours: a sweep over the blocks' slot spans, then over their device-time spans.
-std::vector<std::vector<std::uint32_t>> conflicts(const std::vector<block>& blocks) {
+// Empty when there are more than `most` pairs (long-lived blocks in a long iteration meet nearly
+// every other block), which would cost more memory and time than the packing is worth.
+std::vector<std::vector<std::uint32_t>> conflicts(const std::vector<block>& blocks, std::size_t most) {
   std::vector<std::vector<std::uint32_t>> adj(blocks.size());
+  std::size_t pairs = 0;
   auto sweep = [&](auto&& spans_of) {
     std::vector<std::tuple<double, double, std::uint32_t>> spans;  // from, to, block
     for (std::uint32_t i = 0; i < blocks.size(); ++i) spans_of(blocks[i], i, spans);
@@ -247,15 +250,18 @@ std::vector<std::vector<std::uint32_t>> conflicts(const std::vector<block>& bloc
         adj[i].push_back(a);
         adj[a].push_back(i);
       }
+      pairs += active.size();
+      if (pairs > most) return false;
       active.emplace_back(to, from, i);
     }
+    return true;
   };
-  sweep([](const block& b, std::uint32_t i, auto& out) {
+  const bool few = sweep([](const block& b, std::uint32_t i, auto& out) {
     for (int k = 0; k < b.span_count; ++k) out.emplace_back(b.spans[k].first, b.spans[k].second, i);
-  });
-  sweep([](const block& b, std::uint32_t i, auto& out) {
+  }) && sweep([](const block& b, std::uint32_t i, auto& out) {
     for (int k = 0; k < b.time_count; ++k) out.emplace_back(b.times[k].first, b.times[k].second, i);
   });
+  if (!few) return {};
   for (auto& a : adj) {
     std::sort(a.begin(), a.end());
     a.erase(std::unique(a.begin(), a.end()), a.end());
@@ -360,7 +366,7 @@ device_layout make_layout(const trace& t, const plan& p, std::span<const std::in
   std::vector<std::size_t> order(blocks.size());
   std::vector<std::size_t> placed;  // blocks placed so far, by offset
   std::size_t top = 0;              // the block ending highest in the last packing
-  std::size_t placements = 0;       // blocks placed by the refinement, against its work
+  std::size_t compared = 0;         // blocks compared with those placed, against the refinement's work
   // Places order[from..] after order[..from), which keep their offsets, each among the gaps
   // between the blocks alive with it (lowest offsets first): the first that fits, or the smallest
   // that fits; else above them all. Returns the packing's extent; `top` names its highest block.
@@ -379,6 +385,7 @@ device_layout make_layout(const trace& t, const plan& p, std::span<const std::in
       std::size_t at = 0, best = SIZE_MAX, best_size = SIZE_MAX;
       for (auto j : placed) {
         const auto& o = blocks[j];
+        ++compared;
         if (!best_gap && o.offset >= at + b.bytes) break;
         if (!b.overlaps_in_time(o)) continue;
         if (o.offset >= at + b.bytes && o.offset - at < best_size) {
@@ -397,7 +404,6 @@ device_layout make_layout(const trace& t, const plan& p, std::span<const std::in
                                      [&](std::size_t off, std::size_t j) { return off < blocks[j].offset; }),
                     i);
     }
-    placements += order.size() - from;
     return extent;
   };
   // Keeps the packing just made when it is the tightest so far.
@@ -418,9 +424,10 @@ device_layout make_layout(const trace& t, const plan& p, std::span<const std::in
   // Note [Lowest first], with four rules for ties; each placement order is also packed first
   // fit, which may find lower gaps than the floors.
   {
-    const auto adj = conflicts(blocks);
+    constexpr std::size_t most_pairs = 4'000'000;  // 32 MB of neighbour lists
+    const auto adj = conflicts(blocks, most_pairs);
     std::vector<double> key(blocks.size());
-    for (int rule = 0; rule < 4; ++rule) {
+    for (int rule = 0; rule < 4 && !adj.empty(); ++rule) {
       for (std::size_t i = 0; i < blocks.size(); ++i) {
         const auto& b = blocks[i];
         const double area = static_cast<double>(b.bytes) * static_cast<double>(b.duration());
@@ -449,16 +456,21 @@ device_layout make_layout(const trace& t, const plan& p, std::span<const std::in
   }
   // Note [Refined orders]: from the tightest order, move the block that ends highest earlier, or
   // one it rests on later, and keep the order when it packs no looser.
-  if (search.refine_work > 0 && best_extent > std::max(search.goal, out.peak_live) && blocks.size() > 1) {
+  if (search.refine_repacks > 0 && best_extent > std::max(search.goal, out.peak_live) && blocks.size() > 1) {
     order = best_order;
+    compared = 0;
     std::size_t current = pack(false, 0);
+    // The work, counted in blocks compared with those placed: `refine_repacks` whole packings'
+    // worth, and never more than about two seconds' worth.
+    constexpr std::size_t most_compared = 400'000'000;
+    const std::size_t work = std::min(most_compared, search.refine_repacks * std::max<std::size_t>(compared, 1));
     keep_if_tightest(current, out.packer);
     std::size_t current_top = top;
     std::vector<std::size_t> current_order = order, current_offsets(blocks.size());
     for (std::size_t i = 0; i < blocks.size(); ++i) current_offsets[i] = blocks[i].offset;
     std::vector<std::size_t> below;  // places before the top block's, of blocks alive with it
-    placements = 0;
-    while (placements < search.refine_work && best_extent > std::max(search.goal, out.peak_live)) {
+    compared = 0;
+    while (compared < work && best_extent > std::max(search.goal, out.peak_live)) {
       order = current_order;
       const auto pos = static_cast<std::size_t>(std::find(order.begin(), order.end(), current_top) - order.begin());
       below.clear();

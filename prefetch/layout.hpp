@@ -99,7 +99,7 @@ struct plan_timing {
 /// How hard make_layout looks beyond its fixed orders.
 struct layout_search {
   std::size_t shaken_orders = 0;  ///< more packings after the fixed orders (Note [Shaken orders])
-  std::size_t refine_work = 0;    ///< blocks the refinement may place, in all (Note [Refined orders])
+  std::size_t refine_repacks = 0;  ///< whole packings' worth of refinement (Note [Refined orders])
   std::size_t goal = 0;           ///< the refinement stops once the extent is at most this
 };
 
@@ -128,8 +128,9 @@ struct layout_search {
 // on the device), and the block with the lowest floor is placed next, at its floor; ties go to
 // the block with the most bytes x slots (or, in other rounds, the most bytes or the longest life).
 // No gap is left below the floors, but a block whose floor rises past free bytes cannot use them:
-// each placement order is therefore packed first fit too. Its cost is a priority queue over the
-// pairs of blocks alive together. In the plan bench (auto's plans, h200 profile, packed with
+// each placement order is therefore packed first fit too. Its cost is the list of pairs of blocks
+// alive together and a priority queue over them; past 4 million pairs (a long iteration whose
+// long-lived blocks meet nearly every other) it is left out. In the plan bench (auto's plans, h200 profile, packed with
 // device time) it packs GPT-2 large's plan for 0.95 of 1/4 of its footprint in 9,140.7 MiB where
 // the fixed orders needed 9,444.6, and ResNet-50's for 0.86 of 1/8 in 709.8 MiB instead of
 // 740.2.
@@ -143,11 +144,13 @@ struct layout_search {
 // looser, so the search walks across equal extents; when it packs looser, half the time the
 // block that ended highest in it moves next, so that a search stuck on one block tries others.
 // The search stops at the goal, at the most bytes alive at once (no packing ends lower), or when
-// it has placed `refine_work` blocks. A fixed seed again: a plan always packs the same way.
-// Gains are a percent or two: packed with device time, GPT-2 large's plan for 1/4 of its
-// footprint on the h200 profile (9,115.0 MiB at once) from 9,859.8 MiB to 9,701.9 in 1.3 million
-// placements (5 s on one core), GPT-3 13B's for 0.969 of 1/4 from 74,154 MiB to 73,921, and
-// ResNet-50's for 0.95 of 1/8 from 764.0 MiB to 753.5. fit_plan asks for it on misses of at
+// it has done `refine_repacks` whole packings' worth of work (blocks compared with those placed)
+// or 400 million comparisons (about two seconds). A fixed seed again: a plan always packs the
+// same way. Gains are a percent or two. Packed with device time, on the h200 profile, 1,000
+// packings' worth: GPT-2 large's plan for 1/4 of its footprint (9,115.0 MiB at once) from
+// 9,859.8 MiB to 9,701.9 (400 million comparisons, 3.3 s), GPT-3 13B's for 0.969 of 1/4 from
+// 74,154 MiB to 73,923, ResNet-50's for 0.95 of 1/8 from 764.0 MiB to 753.5, and for 0.969 of 1/4
+// from 1,382.8 MiB to 1,355.7, within its budget of 1,378.0. fit_plan asks for it on misses of at
 // most 10%, where it is worth a try.
 
 }  // namespace spillway

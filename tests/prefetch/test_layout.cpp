@@ -377,7 +377,7 @@ TEST(Layout, RefinedOrdersNeverPackLooserAndStopAtTheGoal) {
     expect_disjoint(before);
     if (HasFatalFailure()) return;
     lowest += before.packer == layout_packer::lowest_first;
-    const layout_search search{.refine_work = 60'000};
+    const layout_search search{.refine_repacks = 300};
     const auto refined = make_layout(t, p, {}, with, search);
     expect_disjoint(refined);
     if (HasFatalFailure()) return;
@@ -392,7 +392,7 @@ TEST(Layout, RefinedOrdersNeverPackLooserAndStopAtTheGoal) {
     }
     const auto again = make_layout(t, p, {}, with, search);
     EXPECT_EQ(again.offsets, refined.offsets) << "the same plan packed two ways";
-    const auto at_goal = make_layout(t, p, {}, with, layout_search{.refine_work = 60'000, .goal = before.extent});
+    const auto at_goal = make_layout(t, p, {}, with, layout_search{.refine_repacks = 300, .goal = before.extent});
     EXPECT_EQ(at_goal.offsets, before.offsets) << "refined a packing that had reached its goal";
   }
   EXPECT_GT(tighter, 0) << "refinement never beat the orders before it on 30 random plans";
