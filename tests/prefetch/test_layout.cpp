@@ -451,6 +451,58 @@ TEST(Layout, FitPlanPacksWithinTheBudgetForRandomBudgetsAndMargins) {
   EXPECT_GT(at_the_margin, 0) << "no plan was made at the margin itself";
 }
 
+// A planner whose plans do not get faster as the budget grows: above `slow_from` (short of `hi`)
+// it returns lms's plan for the least budget; at `hi`, everything resident (which cannot pack).
+class non_monotone_planner : public offload::planner {
+ public:
+  non_monotone_planner(std::uint64_t least, std::uint64_t slow_from, std::uint64_t hi)
+      : least_(least), slow_from_(slow_from), hi_(hi) {}
+  [[nodiscard]] std::string name() const override { return "non-monotone"; }
+
+ private:
+  plan do_make_plan(const trace& t, const offload::lifetime_report& r, const offload::hw_profile& hw,
+                    std::uint64_t budget) const override {
+    if (budget >= hi_) return offload::make_planner("none")->make_plan(t, r, hw, r.peak_live_bytes);
+    return lms_->make_plan(t, r, hw, budget >= slow_from_ ? least_ : budget);
+  }
+  std::uint64_t least_, slow_from_, hi_;
+  std::unique_ptr<offload::planner> lms_ = offload::make_planner("lms");
+};
+
+// fit_plan's search below the margin keeps the fastest plan whose packing fits, not the one made
+// for the highest budget: its first step between the least budget and the margin gets a plan
+// faster than the least budget's, every later step a slower one.
+TEST(Layout, FitPlanKeepsTheFastestPlanThatFits) {
+  std::mt19937_64 rng(spillway::test::test_seed(5150));
+  auto hw = offload::get_profile("v100-16g");
+  int checked = 0;
+  for (int round = 0; round < 40 && checked < 5; ++round) {
+    const auto t = random_trace(rng);
+    const auto rep = offload::analyze(t);
+    const device_budget budget(rep.min_budget_bytes + (rep.peak_live_bytes - rep.min_budget_bytes) / 2);
+    const std::uint64_t least = rep.min_budget_bytes, hi = budget.planning_bytes(0);
+    if (hi <= least + 1024 || rep.peak_live_bytes <= budget.bytes()) continue;
+    const std::uint64_t first_step = least + (hi - least) / 2;
+    const auto lms = offload::make_planner("lms");
+    const auto fast = lms->make_plan(t, rep, hw, first_step), slow = lms->make_plan(t, rep, hw, least);
+    const auto fast_timing = offload::timing_from_simulation(t, rep, fast, hw);
+    const auto slow_timing = offload::timing_from_simulation(t, rep, slow, hw);
+    const double fast_s = fast_timing.step, slow_s = slow_timing.step;
+    // Both must pack as fit_plan packs them (with device time) for the case to say anything.
+    if (!(fast_s < slow_s) || make_layout(t, fast, {}, &fast_timing).extent > budget.bytes() ||
+        make_layout(t, slow, {}, &slow_timing).extent > budget.bytes())
+      continue;
+    const non_monotone_planner planner(least, first_step + 1, hi);
+    const auto fp = offload::fit_plan(planner, t, rep, hw, budget, 0, {});
+    SCOPED_TRACE("round " + std::to_string(round));
+    EXPECT_TRUE(fp.fits);
+    EXPECT_DOUBLE_EQ(fp.predicted_seconds, fast_s) << "the least budget's plan ran " << slow_s;
+    EXPECT_EQ(fp.p.budget_bytes, first_step);
+    ++checked;
+  }
+  EXPECT_GT(checked, 0) << "no random trace had a plan between the least budget and the margin faster than the least's";
+}
+
 // GPT-2 small at 1/4 of its footprint on h200: auto's plan for the whole budget packs within it,
 // and runs faster than the plan for the margin's first step (21.1 ms against 23.9): with no
 // margin fit_plan keeps it. (OnZoo: the sanitizer builds leave it out for its time.)
