@@ -68,7 +68,7 @@ struct row {
   std::string note;
   // --packed (offload/fit_plan.hpp): the plan a Session follows, made for the highest budget
   // whose packed layout fits, its simulated step and whether any packing fit.
-  bool packed = false, packed_fits = false;
+  bool packed = false, packed_fits = false, packed_in_order = false;
   std::uint64_t packed_budget = 0;
   double packed_ms = 0;
 };
@@ -109,6 +109,7 @@ json row_json(const row& r) {
     j["packed_budget_bytes"] = r.packed_budget;
     j["packed_step_ms"] = r.packed_ms;
     j["packed_fits"] = r.packed_fits;
+    j["packed_in_order"] = r.packed_in_order;
   }
   return j;
 }
@@ -135,7 +136,10 @@ void print_row(const row& r) {
   if (r.packed)
     std::printf("  packed: planned for %s (%.3f of the budget) %s, step %.2f ms (%.3fx the row's)\n",
                 format_bytes(r.packed_budget).c_str(), static_cast<double>(r.packed_budget) / static_cast<double>(r.budget),
-                r.packed_fits ? "and its layout fits" : "and no packing fits (the executor places by best fit)", r.packed_ms,
+                !r.packed_fits         ? "and no packing fits (the executor places by best fit)"
+                : r.packed_in_order ? "and its layout fits in the executor's order alone (the step counts its waits for bytes copies out still hold)"
+                                    : "and its layout fits",
+                r.packed_ms,
                 r.packed_ms / ms(r.sim.step_seconds));
 }
 
@@ -287,6 +291,7 @@ struct runner {
           const auto fitted = fit_plan(*planner, t, rep, hw, device_budget(budget), device_budget::no_margin, {});
           r.packed = true;
           r.packed_fits = fitted.fits;
+          r.packed_in_order = fitted.waits_for_addresses;
           r.packed_budget = fitted.p.budget_bytes;
           r.packed_ms = fitted.predicted_seconds * 1e3;
         }

@@ -22,7 +22,11 @@ struct fitted_plan {
   plan p;                         ///< made for p.budget_bytes, the planning budget
   device_layout layout;           ///< the packing, timed by the simulator (timing_from_simulation)
   bool fits = false;              ///< layout.extent is within the device budget
-  double predicted_seconds = 0;   ///< the simulator's step time for p
+  /// The layout is packed in the executor's order alone, not kept apart in device time: some
+  /// allocations wait for the bytes it gives them (Note [Untimed layouts] in fit_plan.cpp).
+  bool waits_for_addresses = false;
+  /// The simulator's step time for p; where waits_for_addresses, with those waits.
+  double predicted_seconds = 0;
   /// The packing margin p was made with: device_budget::no_margin when made for the whole budget
   /// (less the scratch), else the doublings asked for.
   int margin_doublings = 0;
@@ -34,7 +38,10 @@ struct fitted_plan {
 /// for about the highest planning budget whose packing fits, and keeps the fastest plan it found
 /// that fits. A packing that misses the budget by at most 5% is tried again with shaken orders
 /// (Note [Shaken orders] in prefetch/layout.hpp), and one that misses by at most 10% with a
-/// refinement of its tightest order (Note [Refined orders]).
+/// refinement of its tightest order (Note [Refined orders]). A plan whose packing with device
+/// time misses is packed in the executor's order alone too; the fastest whose packing so fits,
+/// timed with the waits for its addresses, is kept where it beats the plan found with device
+/// time or nothing else fits (Note [Untimed layouts] in fit_plan.cpp).
 /// With device_budget::no_margin, the plan is first made for the whole budget less
 /// `scratch_bytes` (the most scratch one op holds beside the plan, placed) and kept when its
 /// packing fits below that; else as with no doublings. `release_points` as make_layout takes

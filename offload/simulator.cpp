@@ -6,10 +6,13 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <queue>
 
+#include "allocator/device_budget.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
+#include "prefetch/layout.hpp"
 #include "prefetch/recompute.hpp"
 
 namespace spillway::offload {
@@ -34,6 +37,51 @@ struct tensor_state {
   bool stale = false;          // a host op wrote the value since this device copy was made
   double host_read_until = 0;  // the last copy up from the host copy ends at
   double net_read_until = 0;   // the last collective that reads the device copy ends at
+  std::int64_t offset = -1;    // its address in sim_options::layout, while on the device there
+};
+
+// Note [Addresses in the replay]
+// With sim_options::layout, every allocation the layout places takes its address there, and
+// bytes are handed on only once the tensor that held them is gone: a copy in, or the op that
+// writes a tensor, waits until the last of the earlier tensors at those addresses has been
+// freed (a copy out freed when it ends). A layout kept apart in device time (plan_timing)
+// meets no such wait in the replay it was timed by; one packed in the executor's order alone
+// can: a prefetch may be placed where a copy out is still running, and waits for it, as the
+// arena makes it wait (Note [Arena handoff] in allocator/arena_allocator.hpp). An allocation
+// the layout has no place for is only counted. Per address range, the time it is free from.
+class address_clock {
+ public:
+  /// When every byte of [from, to) is free.
+  [[nodiscard]] double free_from(std::size_t from, std::size_t to) const {
+    double t = 0;
+    auto it = spans_.upper_bound(from);
+    if (it != spans_.begin()) --it;
+    for (; it != spans_.end() && it->first < to; ++it)
+      if (it->second.first > from) t = std::max(t, it->second.second);
+    return t;
+  }
+  /// [from, to) is free from `at` (or later, where it was already).
+  void freed(std::size_t from, std::size_t to, double at) {
+    double t = at;
+    auto it = spans_.upper_bound(from);
+    if (it != spans_.begin()) --it;
+    while (it != spans_.end() && it->first < to) {
+      const auto [start, span] = *it;
+      const auto [end, when] = span;
+      if (end <= from) {
+        ++it;
+        continue;
+      }
+      it = spans_.erase(it);
+      if (start < from) spans_.emplace(start, std::make_pair(from, when));
+      if (end > to) spans_.emplace(to, std::make_pair(end, when));
+      t = std::max(t, when);
+    }
+    spans_.emplace(from, std::make_pair(to, t));
+  }
+
+ private:
+  std::map<std::size_t, std::pair<std::size_t, double>> spans_;  // from -> (to, free from)
 };
 
 /// A tier's bytes held now against its capacity, and whether it has passed it (said once).
@@ -196,6 +244,27 @@ class replay {
     return mem_clock_;
   }
 
+  // Where the layout places x's allocation at `slot`: remembered for its free; returns when
+  // those bytes are free (Note [Addresses in the replay]). 0 without a layout or a place there.
+  double address_free(tensor_id x, std::uint32_t slot) {
+    auto& s = st_[x];
+    s.offset = -1;
+    if (opt_.layout == nullptr) return 0;
+    const auto at = opt_.layout->offset(x, slot);
+    if (!at) return 0;
+    s.offset = static_cast<std::int64_t>(*at);
+    return addresses_.free_from(*at, *at + device_budget::placed(bytes(x)));
+  }
+  // x's bytes go back at `time`: a device free that also frees its address.
+  void free_device(tensor_id x, double time) {
+    frees_.push({time, bytes(x)});
+    auto& s = st_[x];
+    if (s.offset < 0) return;
+    const auto at = static_cast<std::size_t>(s.offset);
+    addresses_.freed(at, at + device_budget::placed(bytes(x)), time);
+    s.offset = -1;
+  }
+
   // Reserves x's bytes on a tier once; the first time the tier passes its capacity is a violation.
   void hold(tensor_id x, bool tensor_state::*held, tier_gauge& tier, std::uint64_t& peak) {
     if (st_[x].*held) return;
@@ -224,6 +293,7 @@ class replay {
       const tier home = p_.initial_tier[x];
       auto& s = st_[x];
       if (home == tier::device) {
+        (void)address_free(x, layout_slot::start_fetch);
         s.on_device = true;
         s.device_valid = true;
         device_cur_ += d.bytes;
@@ -257,7 +327,7 @@ class replay {
         kept.push_back(x);
         continue;
       }
-      frees_.push({std::max(at, s.net_read_until), bytes(x)});
+      free_device(x, std::max(at, s.net_read_until));
       release_tiers(x);
       s.on_device = false;
       s.device_valid = false;
@@ -290,14 +360,14 @@ class replay {
         if (needed && s.device_valid && !s.host_valid && !s.nvme_valid && !regenerable(e.tensor, k))
           violation("after " + op_label(k) + ": drops '" + name(e.tensor) + "', whose value is needed later and has no copy");
         if (!needed) release_tiers(e.tensor);
-        frees_.push({std::max(at, s.net_read_until), b});  // a collective may still read it
+        free_device(e.tensor, std::max(at, s.net_read_until));  // a collective may still read it
       } else {
         const double start = std::max({at, d2h_free_, s.ready});
         const double end = start + static_cast<double>(b) / hw_.d2h_bytes_per_s;
         d2h_free_ = end;
         r_.d2h_bytes += b;
         event(sim_track::d2h, e.tensor, start, end, b);
-        frees_.push({std::max(end, s.net_read_until), b});  // after the copy, and any collective reading it
+        free_device(e.tensor, std::max(end, s.net_read_until));  // after the copy, and any collective reading it
         if (action == evict_action::evict_to_host) {
           s.host_valid = true;
           s.host_ready = end;
@@ -320,10 +390,10 @@ class replay {
   }
 
   // Copies the tensor's value from `from` into freshly taken device memory; returns its ready time.
-  double fetch(tensor_id x, tier from, double at, const reason& why) {
+  double fetch(tensor_id x, tier from, double at, const reason& why, std::uint32_t slot) {
     auto& s = st_[x];
     const auto b = bytes(x);
-    const double alloc_at = allocate(b, at, why);
+    const double alloc_at = std::max(allocate(b, at, why), address_free(x, slot));
     double src_ready = s.host_ready;
     if (from == tier::nvme) {
       const double rs = std::max({at, nvme_r_free_, s.nvme_ready});
@@ -358,7 +428,7 @@ class replay {
       violation(describe(why) + ": no valid copy in tier " + std::string(tier_name(pf.from)));
       return;
     }
-    fetch(pf.tensor, pf.from, at, why);
+    fetch(pf.tensor, pf.from, at, why, layout_slot::prefetch(k));
   }
 
   // Makes tensor x ready on the device for op k (run before op `at`: a recomputation when
@@ -374,8 +444,9 @@ class replay {
         violation(describe(why) + " from a stale device copy: a host op wrote it since (Note [Host ops])");
       return std::max(start, s.ready);
     }
+    const std::uint32_t slot = rerun ? layout_slot::rerun(at) : layout_slot::place(k);
     if (!reads) {
-      start = std::max(start, allocate(bytes(x), boundary, why));
+      start = std::max({start, allocate(bytes(x), boundary, why), address_free(x, slot)});
       s.on_device = true;
       s.ready = 0;
       return start;
@@ -388,7 +459,7 @@ class replay {
     }
     violation(describe(why) + ", which is not resident and was not prefetched (fetched on demand)");
     ++r_.on_demand_fetches;
-    return std::max(start, fetch(x, s.host_valid ? tier::host : tier::nvme, boundary, why));
+    return std::max(start, fetch(x, s.host_valid ? tier::host : tier::nvme, boundary, why, slot));
   }
   // Readies op k's tensors from `boundary` on; returns when it may start.
   double need_all(op_index k, op_index at, double boundary) {
@@ -535,6 +606,7 @@ class replay {
   std::vector<char> in_temps_;           // whether a tensor is in temps_
   sim_result r_;
   std::priority_queue<free_entry, std::vector<free_entry>, std::greater<>> frees_;
+  address_clock addresses_;  // with a layout (Note [Addresses in the replay])
   std::uint64_t device_cur_ = 0;
   tier_gauge host_{"host tier", hw_.host_bytes};
   tier_gauge nvme_{"NVMe tier", hw_.nvme_bytes};

@@ -9,6 +9,7 @@
 #include "offload/collective.hpp"
 #include "offload/lifetime.hpp"
 #include "offload/profile.hpp"
+#include "prefetch/layout.hpp"
 #include "prefetch/memory_sample.hpp"
 #include "prefetch/plan.hpp"
 #include "prefetch/trace.hpp"
@@ -40,6 +41,10 @@ struct sim_options {
   /// network stream over the profile's network (Note [Network stream]). nullptr: every op
   /// runs on the compute stream, as in a one-process run.
   const comm_schedule* comm = nullptr;
+  /// The addresses the executor gives the plan's allocations (prefetch/layout.hpp): each waits
+  /// until the tensors before it at its bytes are gone (Note [Addresses in the replay] in
+  /// simulator.cpp). nullptr: memory is counted, not placed.
+  const device_layout* layout = nullptr;
 };
 
 /// Note [Network stream]

@@ -69,6 +69,52 @@ TEST(Simulator, TightBudgetWaitsForTheFree) {
   EXPECT_DOUBLE_EQ(r.step_seconds, 4.0);
 }
 
+// Note [Addresses in the replay]: op0 writes A, which goes to the host after it (D2H [1,2]); op1
+// writes B; A comes back before op2, which reads both. Counted only, B takes its bytes at 1
+// beside A's copy out. Given an address, B waits for the bytes there: placed where A was, op1
+// starts when A's copy out ends; placed apart, nothing changes. A layout (hand-made, one block
+// per allocation, keyed as make_layout keys them) with no place for an allocation leaves it to
+// the count.
+TEST(Simulator, AnAllocationWaitsForTheBytesItsAddressGivesIt) {
+  trace t;
+  const auto a = t.add_tensor("A", 1000, tensor_kind::activation);
+  const auto b = t.add_tensor("B", 1000, tensor_kind::activation);
+  t.add_op(op1s("make A", {}, {a}));
+  t.add_op(op1s("make B", {}, {b}));
+  t.add_op(op1s("use", {a, b}, {}));
+  plan p = plan::empty_for(t, "hand", 3000);
+  p.steps[0].evictions.push_back({a, evict_action::evict_to_host});
+  p.steps[2].prefetches.push_back({a, tier::host, 2});
+  p.steps[2].evictions.push_back({a, evict_action::drop});
+  p.steps[2].evictions.push_back({b, evict_action::drop});
+  auto layout_with_b_at = [&](std::size_t b_offset) {
+    device_layout l;
+    auto key = [](tensor_id x, std::uint32_t slot) { return (static_cast<std::uint64_t>(x) << 32) | slot; };
+    l.offsets[key(a, layout_slot::place(0))] = 0;
+    l.offsets[key(b, layout_slot::place(1))] = b_offset;
+    l.offsets[key(a, layout_slot::prefetch(2))] = 2048;
+    return l;
+  };
+  const auto counted = simulate(t, p, unit_hw());
+  ASSERT_TRUE(counted.feasible()) << counted.violations[0];
+  // op0 [0,1], A out [1,2], op1 [1,2], A in [2,3], op2 [3,4].
+  EXPECT_DOUBLE_EQ(counted.step_seconds, 4.0);
+  sim_options o;
+  const auto over_a = layout_with_b_at(0);
+  o.layout = &over_a;
+  const auto waited = simulate(t, p, unit_hw(), o);
+  ASSERT_TRUE(waited.feasible()) << waited.violations[0];
+  // op1 waits for A's bytes: [2,3]; A in [3,4]; op2 [4,5].
+  EXPECT_DOUBLE_EQ(waited.step_seconds, 5.0);
+  EXPECT_DOUBLE_EQ(waited.stall_seconds, 2.0);
+  const auto apart = layout_with_b_at(1024);
+  o.layout = &apart;
+  EXPECT_DOUBLE_EQ(simulate(t, p, unit_hw(), o).step_seconds, 4.0);
+  const device_layout none;
+  o.layout = &none;
+  EXPECT_DOUBLE_EQ(simulate(t, p, unit_hw(), o).step_seconds, 4.0);
+}
+
 TEST(Simulator, HandTimelineNvme) {
   const auto t = three_ops();
   const auto r = simulate(t, swap_a(t, 5000, evict_action::evict_to_nvme, tier::nvme), unit_hw());

@@ -14,6 +14,7 @@
 #include "allocator/device_budget.hpp"
 #include "device/cpu_device.hpp"
 #include "offload/fit_plan.hpp"
+#include "offload/simulator.hpp"
 #include "offload/lifetime.hpp"
 #include "offload/planner.hpp"
 #include "offload/profile.hpp"
@@ -333,6 +334,46 @@ TEST(Layout, RandomPlansPackDisjointlyAndTheExecutorFindsEveryAddressFree) {
   EXPECT_GT(hosted, 0) << "no plan ran an op on the host";
 }
 
+// The replay at a layout's addresses (Note [Addresses in the replay] in offload/simulator.cpp),
+// property style: a layout kept apart in device time by a plan's own timing makes nothing wait,
+// so the replay is the one the layout was timed by; one packed in the executor's order alone
+// only adds waits (the same violations, a step no shorter), and on some random plans a copy in
+// or an op does wait for bytes a copy out still holds.
+TEST(Layout, AReplayAtTheLayoutsAddressesWaitsOnlyWhereTheBytesAreStillBusy) {
+  std::mt19937_64 rng(spillway::test::test_seed(4242));
+  auto hw = offload::get_profile("v100-16g");
+  int waited = 0;
+  for (int round = 0; round < 60; ++round) {
+    const bool host_ops = round % 4 == 3;
+    auto t = random_trace(rng, host_ops);
+    // Ops of 1 to 20 us beside copies of 1 to 4 us. With ops of no length many start at one
+    // instant, and a layout counts a tensor made and gone at an instant as apart from one whose
+    // life starts there (overlaps_in_time in layout.cpp), where the replay makes it wait.
+    for (auto& op : t.ops) op.measured_seconds = std::uniform_real_distribution<double>(1e-6, 2e-5)(rng);
+    const auto rep = offload::analyze(t);
+    const double f = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+    const std::uint64_t budget =
+        rep.min_budget_bytes + static_cast<std::uint64_t>(f * static_cast<double>(rep.peak_live_bytes - rep.min_budget_bytes));
+    const auto p = offload::make_planner(round % 2 == 0 ? "auto" : "lms")->make_plan(t, rep, hw, budget);
+    SCOPED_TRACE("round " + std::to_string(round));
+    const auto counted = offload::simulate(t, rep, p, hw);
+    const auto timing = offload::timing_from_simulation(t, rep, p, hw);
+    const auto timed = make_layout(t, p, {}, &timing), in_order = make_layout(t, p, {});
+    offload::sim_options o;
+    o.layout = &timed;
+    const auto at_timed = offload::simulate(t, rep, p, hw, o);
+    EXPECT_EQ(at_timed.step_seconds, counted.step_seconds);
+    EXPECT_EQ(at_timed.violation_count, counted.violation_count);
+    o.layout = &in_order;
+    const auto at_in_order = offload::simulate(t, rep, p, hw, o);
+    EXPECT_GE(at_in_order.step_seconds, counted.step_seconds);
+    EXPECT_EQ(at_in_order.violation_count, counted.violation_count);
+    EXPECT_EQ(at_in_order.h2d_bytes, counted.h2d_bytes);
+    waited += at_in_order.step_seconds > counted.step_seconds;
+  }
+  EXPECT_GT(waited, 0) << "no plan packed in order alone waited for its bytes";
+}
+
 TEST(Layout, ShakenOrdersNeverPackLooserAndPackTheSameEveryTime) {
   std::mt19937_64 rng(spillway::test::test_seed(77));
   auto hw = offload::get_profile("v100-16g");
@@ -449,6 +490,42 @@ TEST(Layout, FitPlanPacksWithinTheBudgetForRandomBudgetsAndMargins) {
   // 40 seeds; the example below always has one).
   EXPECT_GE(fitted + whole, 8) << "a third of random budgets should pack";
   EXPECT_GT(at_the_margin, 0) << "no plan was made at the margin itself";
+}
+
+// Note [Untimed layouts] (offload/fit_plan.cpp), property style: where fit_plan keeps a plan
+// whose packing fits only in the executor's order, that packing is disjoint in that order and
+// within the budget, has no device-time spans, and the step fit_plan predicts is the replay's at
+// its addresses, no shorter than the plan's own. Random traces with ops of some length, tight
+// budgets, until three such plans were checked (one round in 20 to 50 keeps one).
+TEST(Layout, FitPlanTimesAPackingInOrderAloneWithItsWaits) {
+  std::mt19937_64 rng(spillway::test::test_seed(6262));
+  auto hw = offload::get_profile("v100-16g");
+  int in_order = 0;
+  for (int round = 0; round < 400 && in_order < 3; ++round) {
+    auto t = random_trace(rng);
+    for (auto& op : t.ops) op.measured_seconds = std::uniform_real_distribution<double>(1e-6, 2e-5)(rng);
+    const auto rep = offload::analyze(t);
+    const double f = std::uniform_real_distribution<double>(0.0, 0.3)(rng);
+    const device_budget budget(rep.min_budget_bytes +
+                               static_cast<std::uint64_t>(f * static_cast<double>(rep.peak_live_bytes - rep.min_budget_bytes)));
+    const auto planner = offload::make_planner(round % 2 == 0 ? "auto" : "lms");
+    const auto fp = offload::fit_plan(*planner, t, rep, hw, budget, round % 3 == 0 ? device_budget::no_margin : 0, {});
+    SCOPED_TRACE("round " + std::to_string(round));
+    if (!fp.waits_for_addresses) continue;
+    ++in_order;
+    EXPECT_TRUE(fp.fits);
+    EXPECT_LE(fp.layout.extent, budget.bytes());
+    for (const auto& b : fp.layout.placed) EXPECT_TRUE(b.times.empty());
+    expect_disjoint(fp.layout);
+    if (HasFatalFailure()) return;
+    offload::sim_options o;
+    o.layout = &fp.layout;
+    const auto replay = offload::simulate(t, rep, fp.p, hw, o);
+    EXPECT_TRUE(replay.feasible());
+    EXPECT_EQ(fp.predicted_seconds, replay.step_seconds);
+    EXPECT_GE(fp.predicted_seconds, offload::simulate(t, rep, fp.p, hw).step_seconds);
+  }
+  EXPECT_EQ(in_order, 3) << "random plans are seldom kept with a packing in order alone";
 }
 
 // A planner whose plans do not get faster as the budget grows: above `slow_from` (short of `hi`)
