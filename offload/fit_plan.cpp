@@ -122,7 +122,12 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
     so.layout = &untimed;
     const auto replay = simulate(t, r, f.p, hw, so);
     if (!replay.feasible() || (in_order && in_order->predicted_seconds <= replay.step_seconds)) return f;
-    in_order = fitted_plan{f.p, std::move(untimed), true, true, replay.step_seconds, f.margin_doublings};
+    in_order = fitted_plan{.p = f.p,
+                           .layout = std::move(untimed),
+                           .fits = true,
+                           .waits_for_addresses = true,
+                           .predicted_seconds = replay.step_seconds,
+                           .margin_doublings = f.margin_doublings};
     return f;
   };
   // The search's plan, or the fastest kept in order alone where that is faster or nothing fits.
