@@ -59,23 +59,21 @@ plan_timing timing_from_simulation(const trace& t, const lifetime_report& r, con
 
 // Note [Untimed layouts]
 // A layout kept apart in device time (plan_timing) gives no bytes to a copy in or an op while a
-// copy out still holds them, so the plan runs as the simulator timed it. That rule costs room:
-// a block whose copy out runs long is kept apart from every block placed meanwhile, and with
-// blocks near a quarter of the budget no packing may fit (ResNet-50 at 1/8 of its peak on h200:
-// auto's plans for 0.85 to 1.0 of the 689 MiB budget pack in 709 to 845 MiB with device time).
-// Packed in the executor's order alone, the same plans need less (663 MiB for the plan made for
-// the least budget), and where a block lies over bytes a copy out still holds, the copy in or
-// the op waits for it: the arena hands bytes from one stream to another only after the first
-// is done with them (Note [Arena handoff] in allocator/arena_allocator.hpp). So where a plan's
-// packing with device time misses, fit_plan packs it in order alone too and, where that fits,
-// times it with a replay that makes every allocation wait for its bytes (Note [Addresses in
-// the replay] in simulator.cpp). The search is steered by the packings with device time, as
-// before; the fastest plan kept in order alone is taken where it beats the plan the search
-// settles on, or where nothing else fits (the executor would otherwise place by best fit and
-// evict on demand). Over the zoo at 1/4 and 1/8 of the peak on h200 (`plan --packed`) that row
-// alone changes: the least budget's plan gets a layout, 131.8 ms with its waits. Elsewhere the
-// packings in order alone wait too long to win (ResNet-152 at 1/8: the whole budget's plan,
-// 42.7 ms as timed, takes 58.4 packed in order alone; the plan kept, 45.8 ms).
+// copy out still holds them, so the plan runs as the simulator timed it. Near the least budget
+// no such packing may fit (ResNet-50 at 1/8 of its peak on h200: auto's plans for 0.85 to 1.0
+// of the 689 MiB budget pack in 709 to 845 MiB with device time), and the executor then places
+// by best fit and evicts on demand. Packed in the executor's order alone, a plan may fit (the
+// one made for the least budget, 588 MiB, in 663 MiB): where a block lies over bytes a copy out
+// still holds, the copy in or the op waits for it, since the arena hands bytes from one stream
+// to another only after the first is done with them (Note [Arena handoff] in
+// allocator/arena_allocator.hpp). So where no plan the search tried packs with device time,
+// fit_plan packs those plans in order alone and keeps the fastest that fits, timed with a
+// replay that makes every allocation wait for its bytes (Note [Addresses in the replay] in
+// simulator.cpp): on that row 131.8 ms, with a layout, where the Session had none. Only then:
+// where a plan packs with device time, the plans packed in order alone wait too long to win
+// (ResNet-152 at 1/8: the whole budget's plan, 42.7 ms as timed, takes 58.4 ms packed in order
+// alone, where the plan kept with device time takes 45.8), and packing them costs time (a
+// 7,812-op GPT-2 trace at 1/4: 1.1 s a plan, 3.5 s with the search of a near miss).
 
 fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r, const hw_profile& hw,
                      const device_budget& budget, int margin_doublings, std::span<const std::int64_t> release_points,
@@ -103,10 +101,13 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
     return layout;
   };
   // Plans for `b` and packs the plan with device time; it fits when the packing ends within
-  // `room`. Where it does not, the packing in order alone that fits is kept aside, timed with
-  // the waits for its addresses (Note [Untimed layouts]): the fastest such plan competes with
-  // the one the search settles on.
-  std::optional<fitted_plan> in_order;
+  // `room`. A plan that does not fit is kept for the packing in order alone, should none fit.
+  struct miss {
+    plan p;
+    std::uint64_t room;
+    int margin_doublings;
+  };
+  std::vector<miss> missed;
   auto attempt = [&](std::uint64_t b, std::uint64_t room) {
     fitted_plan f;
     f.p = pl.make_plan(t, r, hw, b);
@@ -115,25 +116,29 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
     f.layout = pack(f.p, &timing, room);
     f.predicted_seconds = timing.step;
     f.fits = f.layout.extent <= room;
-    if (f.fits) return f;
-    auto untimed = pack(f.p, nullptr, room);
-    if (untimed.extent > room) return f;
-    sim_options so;
-    so.layout = &untimed;
-    const auto replay = simulate(t, r, f.p, hw, so);
-    if (!replay.feasible() || (in_order && in_order->predicted_seconds <= replay.step_seconds)) return f;
-    in_order = fitted_plan{.p = f.p,
-                           .layout = std::move(untimed),
-                           .fits = true,
-                           .waits_for_addresses = true,
-                           .predicted_seconds = replay.step_seconds,
-                           .margin_doublings = f.margin_doublings};
+    if (!f.fits) missed.push_back({f.p, room, margin_doublings});
     return f;
   };
-  // The search's plan, or the fastest kept in order alone where that is faster or nothing fits.
+  // `f` where it fits; else the fastest plan tried whose packing in order alone fits, timed with
+  // the waits for its addresses (Note [Untimed layouts]), where one does.
   auto or_in_order = [&](fitted_plan f) {
-    if (in_order && (!f.fits || in_order->predicted_seconds < f.predicted_seconds)) return std::move(*in_order);
-    return f;
+    if (f.fits) return f;
+    std::optional<fitted_plan> fastest;
+    for (auto& [p, room, doublings] : missed) {
+      auto untimed = pack(p, nullptr, room);
+      if (untimed.extent > room) continue;
+      sim_options so;
+      so.layout = &untimed;
+      const auto replay = simulate(t, r, p, hw, so);
+      if (!replay.feasible() || (fastest && fastest->predicted_seconds <= replay.step_seconds)) continue;
+      fastest = fitted_plan{.p = std::move(p),
+                            .layout = std::move(untimed),
+                            .fits = true,
+                            .waits_for_addresses = true,
+                            .predicted_seconds = replay.step_seconds,
+                            .margin_doublings = doublings};
+    }
+    return fastest ? std::move(*fastest) : f;
   };
   if (margin_doublings <= device_budget::no_margin) {
     // The whole budget, less the scratch ops take beside the plan (Note [Headroom], 2).

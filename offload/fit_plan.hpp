@@ -38,10 +38,10 @@ struct fitted_plan {
 /// for about the highest planning budget whose packing fits, and keeps the fastest plan it found
 /// that fits. A packing that misses the budget by at most 5% is tried again with shaken orders
 /// (Note [Shaken orders] in prefetch/layout.hpp), and one that misses by at most 10% with a
-/// refinement of its tightest order (Note [Refined orders]). A plan whose packing with device
-/// time misses is packed in the executor's order alone too; the fastest whose packing so fits,
-/// timed with the waits for its addresses, is kept where it beats the plan found with device
-/// time or nothing else fits (Note [Untimed layouts] in fit_plan.cpp).
+/// refinement of its tightest order (Note [Refined orders]). Where no plan it tried packs with
+/// device time, the plans are packed in the executor's order alone, and the fastest that so
+/// fits is kept, timed with the waits for its addresses (Note [Untimed layouts] in
+/// fit_plan.cpp).
 /// With device_budget::no_margin, the plan is first made for the whole budget less
 /// `scratch_bytes` (the most scratch one op holds beside the plan, placed) and kept when its
 /// packing fits below that; else as with no doublings. `release_points` as make_layout takes

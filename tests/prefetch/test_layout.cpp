@@ -494,8 +494,9 @@ TEST(Layout, FitPlanPacksWithinTheBudgetForRandomBudgetsAndMargins) {
 
 // Note [Untimed layouts] (offload/fit_plan.cpp), property style: where fit_plan keeps a plan
 // whose packing fits only in the executor's order, that packing is disjoint in that order and
-// within the budget, has no device-time spans, and the step fit_plan predicts is the replay's at
-// its addresses, no shorter than the plan's own. Random traces with ops of some length, tight
+// within the budget, has no device-time spans, the step fit_plan predicts is the replay's at
+// its addresses, no shorter than the plan's own, and the plan's packing with device time does
+// not fit. Random traces with ops of some length, tight
 // budgets, until three such plans were checked (one round in 20 to 50 keeps one).
 TEST(Layout, FitPlanTimesAPackingInOrderAloneWithItsWaits) {
   std::mt19937_64 rng(spillway::test::test_seed(6262));
@@ -524,6 +525,9 @@ TEST(Layout, FitPlanTimesAPackingInOrderAloneWithItsWaits) {
     EXPECT_TRUE(replay.feasible());
     EXPECT_EQ(fp.predicted_seconds, replay.step_seconds);
     EXPECT_GE(fp.predicted_seconds, offload::simulate(t, rep, fp.p, hw).step_seconds);
+    // Kept because no packing with device time fitted: not even this plan's own.
+    const auto timing = offload::timing_from_simulation(t, rep, fp.p, hw);
+    EXPECT_GT(make_layout(t, fp.p, {}, &timing).extent, budget.bytes());
   }
   EXPECT_EQ(in_order, 3) << "random plans are seldom kept with a packing in order alone";
 }
