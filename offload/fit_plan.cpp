@@ -160,7 +160,9 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
   // fits, by bisection between the least any plan needs and the budget that did not fit. A
   // plan's step need not fall as its budget grows, so the fastest plan that fits is kept.
   fitted_plan best = attempt_within(least);
-  if (!best.fits) return or_in_order(std::move(best));  // nothing fits: the executor places by best fit
+  // Nothing packs with device time: the fastest plan packed in order alone, else the executor
+  // places by best fit.
+  if (!best.fits) return or_in_order(std::move(best));
   std::uint64_t lo = least;
   for (int i = 1; i < tries && hi - lo > budget_bytes / 256; ++i) {
     const std::uint64_t mid = lo + (hi - lo) / 2;
@@ -172,7 +174,7 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
       hi = mid;
     }
   }
-  return or_in_order(std::move(best));
+  return best;
 }
 
 }  // namespace spillway::offload
