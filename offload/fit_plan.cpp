@@ -59,20 +59,26 @@ plan_timing timing_from_simulation(const trace& t, const lifetime_report& r, con
 
 // Note [Untimed layouts]
 // A layout kept apart in device time (plan_timing) gives no bytes to a copy in or an op while a
-// copy out still holds them, so the plan runs as the simulator timed it. Near the least budget
-// no such packing may fit (ResNet-50 at 1/8 of its peak on h200: auto's plans for 0.85 to 1.0
-// of the 689 MiB budget pack in 709 to 845 MiB with device time), and the executor then places
-// by best fit and evicts on demand. Packed in the executor's order alone, a plan may fit (the
-// one made for the least budget, 588 MiB, in 663 MiB): where a block lies over bytes a copy out
-// still holds, the copy in or the op waits for it, since the arena hands bytes from one stream
-// to another only after the first is done with them (Note [Arena handoff] in
-// allocator/arena_allocator.hpp). So where no plan the search tried packs with device time,
-// fit_plan packs those plans in order alone and keeps the fastest that fits, timed with a
-// replay that makes every allocation wait for its bytes (Note [Addresses in the replay] in
-// simulator.cpp): on that row 131.8 ms, with a layout, where the Session had none. Only then:
-// where a plan packs with device time, the plans packed in order alone wait too long to win
-// (ResNet-152 at 1/8: the whole budget's plan, 42.7 ms as timed, takes 58.4 ms packed in order
-// alone, where the plan kept with device time takes 45.8), and packing them costs time (a
+// copy out still holds them, so the plan runs as the simulator timed it. Near the least budget no
+// such packing may fit (ResNet-50 at 1/8 of its peak on h200: auto's plans for 0.85 to 1.0 of the
+// 689 MiB budget pack in 709 to 845 MiB with device time), and the executor then places by best fit
+// and evicts on demand. Packed in the executor's order alone, a plan may fit (the one made for the
+// least budget, 588 MiB, in 663 MiB): where a block lies over bytes a copy out still holds, the
+// copy in or the op waits for it, since the arena hands bytes from one stream to another only after
+// the first is done with them (Note [Arena handoff] in allocator/arena_allocator.hpp). So where no
+// plan the search tried packs with device time, fit_plan packs those plans in order alone and keeps
+// the fastest that fits, timed with a replay that makes every allocation wait for its bytes (Note
+// [Addresses in the replay] in simulator.cpp). Where none of them made above the least budget so
+// fits, it also plans down from the top on a grid of twice `tries` budgets toward the least, until
+// a plan made for at least the grid's budget fits (in order alone, or with device time): a plan's
+// packing does not shrink steadily with its budget (on that row, of plans made every 2 MiB from 620
+// to 666 MiB, 10 pack in order alone within 689 MiB and 14 do not, in no order), so no bisection
+// can follow it, and the higher the budget the faster the plan, mostly. On that row the least
+// budget's plan takes 131.8 ms with its waits; the grid's fourth plan, made for 643.0 MiB, packs in
+// 678.5 MiB and takes 73.4 ms with them (fit_plan takes 45.6 s on two cores in place of 16.8). Only
+// where nothing packs with device time: where a plan does, the plans packed in order alone wait too
+// long to win (ResNet-152 at 1/8: the whole budget's plan, 42.7 ms as timed, takes 58.4 ms packed
+// in order alone, where the plan kept with device time takes 45.8), and packing them costs time (a
 // 7,812-op GPT-2 trace at 1/4: 1.1 s a plan, 3.5 s with the search of a near miss).
 
 fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r, const hw_profile& hw,
@@ -119,24 +125,48 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
     if (!f.fits) missed.push_back({f.p, room, margin_doublings});
     return f;
   };
-  // `f` where it fits; else the fastest plan tried whose packing in order alone fits, timed with
-  // the waits for its addresses (Note [Untimed layouts]), where one does.
-  auto or_in_order = [&](fitted_plan f) {
+  // Where `m`'s packing in the executor's order alone fits its room: that plan, timed with the
+  // waits for its addresses (Note [Untimed layouts]).
+  auto in_order = [&](miss m) -> std::optional<fitted_plan> {
+    auto untimed = pack(m.p, nullptr, m.room);
+    if (untimed.extent > m.room) return std::nullopt;
+    sim_options so;
+    so.layout = &untimed;
+    const auto replay = simulate(t, r, m.p, hw, so);
+    if (!replay.feasible()) return std::nullopt;
+    return fitted_plan{.p = std::move(m.p),
+                       .layout = std::move(untimed),
+                       .fits = true,
+                       .waits_for_addresses = true,
+                       .predicted_seconds = replay.step_seconds,
+                       .margin_doublings = m.margin_doublings};
+  };
+  // `f` where it fits; else the fastest plan whose packing in order alone fits, of the plans
+  // tried and, with `grid` steps, of plans made down from `top` toward the least budget on a grid
+  // of `grid` budgets, until one made for at least the grid's budget fits (Note [Untimed
+  // layouts]); else `f`.
+  auto or_in_order = [&](fitted_plan f, std::uint64_t top, int grid) {
     if (f.fits) return f;
     std::optional<fitted_plan> fastest;
-    for (auto& [p, room, doublings] : missed) {
-      auto untimed = pack(p, nullptr, room);
-      if (untimed.extent > room) continue;
-      sim_options so;
-      so.layout = &untimed;
-      const auto replay = simulate(t, r, p, hw, so);
-      if (!replay.feasible() || (fastest && fastest->predicted_seconds <= replay.step_seconds)) continue;
-      fastest = fitted_plan{.p = std::move(p),
-                            .layout = std::move(untimed),
-                            .fits = true,
-                            .waits_for_addresses = true,
-                            .predicted_seconds = replay.step_seconds,
-                            .margin_doublings = doublings};
+    std::uint64_t highest = 0;  // the highest planning budget whose plan fits
+    auto keep = [&](fitted_plan g) {
+      highest = std::max(highest, g.p.budget_bytes);
+      if (!fastest || g.predicted_seconds < fastest->predicted_seconds) fastest = std::move(g);
+    };
+    for (auto& m : missed)
+      if (auto g = in_order(std::move(m))) keep(std::move(*g));
+    missed.clear();
+    for (int i = 1; i <= grid; ++i) {
+      const std::uint64_t b = top - (top - least) * static_cast<std::uint64_t>(i) / static_cast<std::uint64_t>(grid + 1);
+      if (b <= least || highest >= b) break;
+      fitted_plan g = attempt(b, budget_bytes);
+      if (g.fits) {  // with device time: no waits
+        keep(std::move(g));
+        break;
+      }
+      auto h = in_order(std::move(missed.back()));
+      missed.pop_back();
+      if (h) keep(std::move(*h));
     }
     return fastest ? std::move(*fastest) : f;
   };
@@ -155,14 +185,14 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
   std::uint64_t hi = budget.planning_bytes(margin_doublings);
   if (hi < least) hi = std::min(budget_bytes, least);
   fitted_plan top = attempt_within(hi);
-  if (top.fits || hi <= least || tries <= 0) return or_in_order(std::move(top));
+  if (top.fits || hi <= least || tries <= 0) return or_in_order(std::move(top), hi, 0);
   // The packing overshoots the budget: find about the highest planning budget whose packing
   // fits, by bisection between the least any plan needs and the budget that did not fit. A
   // plan's step need not fall as its budget grows, so the fastest plan that fits is kept.
   fitted_plan best = attempt_within(least);
-  // Nothing packs with device time: the fastest plan packed in order alone, else the executor
-  // places by best fit.
-  if (!best.fits) return or_in_order(std::move(best));
+  // Nothing packs with device time: the fastest plan packed in order alone, searched down from
+  // the top, else the executor places by best fit.
+  if (!best.fits) return or_in_order(std::move(best), hi, 2 * tries);
   std::uint64_t lo = least;
   for (int i = 1; i < tries && hi - lo > budget_bytes / 256; ++i) {
     const std::uint64_t mid = lo + (hi - lo) / 2;

@@ -39,8 +39,9 @@ struct fitted_plan {
 /// that fits. A packing that misses the budget by at most 5% is tried again with shaken orders
 /// (Note [Shaken orders] in prefetch/layout.hpp), and one that misses by at most 10% with a
 /// refinement of its tightest order (Note [Refined orders]). Where no plan it tried packs with
-/// device time, the plans are packed in the executor's order alone, and the fastest that so
-/// fits is kept, timed with the waits for its addresses (Note [Untimed layouts] in
+/// device time, the plans are packed in the executor's order alone, and where none made above
+/// the least budget so fits, up to 2 * `tries` more plans are made down from the top until one fits; the
+/// fastest that fits is kept, timed with the waits for its addresses (Note [Untimed layouts] in
 /// fit_plan.cpp).
 /// With device_budget::no_margin, the plan is first made for the whole budget less
 /// `scratch_bytes` (the most scratch one op holds beside the plan, placed) and kept when its
