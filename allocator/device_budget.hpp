@@ -23,12 +23,13 @@ namespace spillway {
 //  2. Under the budget, for scratch and packing. A Session's first plan (no_margin) is made for
 //     the whole budget less the most scratch one op held beside its tensors in the recorded
 //     iteration (executor::scratch, gathered views), and kept only when its packed layout ends
-//     below that, leaving the scratch its room at the top of the arena. Otherwise, and after an
-//     iteration of that plan still had to evict on demand, a plan is made for the budget less a
-//     packing margin (planning_bytes): 1/32 of it, doubled for each further planned iteration
-//     that had to evict on demand, at most 1/4. The margin is room for make_layout's packing, the
-//     granule's rounding and the scratch; fit_plan lowers the planning budget below it only
-//     while the packed layout still overshoots.
+//     below that, leaving the scratch its room at the top of the arena (or, where the plan at the
+//     margin below packs, one made between the two that packs there: Note [Above the margin] in
+//     offload/fit_plan.cpp). Otherwise, and after an iteration of that plan still had to evict on
+//     demand, a plan is made for the budget less a packing margin (planning_bytes): 1/32 of it,
+//     doubled for each further planned iteration that had to evict on demand, at most 1/4. The
+//     margin is room for make_layout's packing, the granule's rounding and the scratch; fit_plan
+//     lowers the planning budget below it only while the packed layout still overshoots.
 // The auto planner's sweep reserves (planner_options::auto_sweep_reserves) are not headroom: they
 // are a search over eviction limits within the planning budget.
 class device_budget {

@@ -45,7 +45,9 @@ struct fitted_plan {
 /// fit_plan.cpp).
 /// With device_budget::no_margin, the plan is first made for the whole budget less
 /// `scratch_bytes` (the most scratch one op holds beside the plan, placed) and kept when its
-/// packing fits below that; else as with no doublings. `release_points` as make_layout takes
+/// packing fits below that; else as with no doublings, and where the plan at that margin fits,
+/// up to three plans made between it and the whole budget are packed within that room, the
+/// fastest that fits kept (made with no margin; Note [Above the margin] in fit_plan.cpp). `release_points` as make_layout takes
 /// them (the executor's release_points()).
 [[nodiscard]] fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r, const hw_profile& hw,
                                    const device_budget& budget, int margin_doublings,
