@@ -698,6 +698,19 @@ TEST(LayoutOnZoo, FitPlanKeepsThePlanForTheWholeBudgetWhereItPacks) {
   EXPECT_LT(whole.predicted_seconds, 0.95 * first_step.predicted_seconds);
 }
 
+// auto's plan for ResNet-50 at 1/`part` of its footprint on h200, fit as a Session's first plan
+// (no margin), with the budgets fit_plan asked the planner for.
+struct resnet50_first_plan {
+  explicit resnet50_first_plan(std::uint64_t part)
+      : budget(rep.peak_live_bytes / part), fp(offload::fit_plan(planner, t, rep, hw, budget, device_budget::no_margin, {})) {}
+  trace t = offload::make_model_trace("resnet50");
+  offload::lifetime_report rep = offload::analyze(t);
+  offload::hw_profile hw = offload::get_profile("h200");
+  device_budget budget;
+  recording_planner planner{"auto"};
+  offload::fitted_plan fp;
+};
+
 // ResNet-50 at 1/8 of its footprint on h200 (Note [Untimed layouts] in offload/fit_plan.cpp): no
 // plan packs with device time, and of the plans made for the least budget and for the top, only
 // the least's packs in order alone (131.8 ms with its waits). The search down from the top finds
@@ -705,12 +718,8 @@ TEST(LayoutOnZoo, FitPlanKeepsThePlanForTheWholeBudgetWhereItPacks) {
 // 73.4 ms with its waits, where the least budget's plan takes 127.3 ms before any wait.
 // (OnZoo: the sanitizer builds leave it out for its time.)
 TEST(LayoutOnZoo, FitPlanSearchesDownFromTheTopWhereOnlyAPackingInOrderFits) {
-  const auto t = offload::make_model_trace("resnet50");
-  const auto rep = offload::analyze(t);
-  const auto hw = offload::get_profile("h200");
-  const device_budget budget(rep.peak_live_bytes / 8);
-  const recording_planner planner("auto");
-  const auto fp = offload::fit_plan(planner, t, rep, hw, budget, device_budget::no_margin, {});
+  const resnet50_first_plan run(8);
+  const auto& [t, rep, hw, budget, planner, fp] = run;
   ASSERT_TRUE(fp.fits);
   EXPECT_TRUE(fp.waits_for_addresses);
   EXPECT_LE(fp.layout.extent, budget.bytes());
@@ -725,12 +734,8 @@ TEST(LayoutOnZoo, FitPlanSearchesDownFromTheTopWhereOnlyAPackingInOrderFits) {
 // whole budget's plan does not pack within it, the margin's does (17.27 ms), and a plan made
 // between the two packs within the whole budget and runs faster (17.19 ms, made for 0.984 of it).
 TEST(LayoutOnZoo, FitPlanKeepsAFasterPlanAboveTheMarginWhereOnePacks) {
-  const auto t = offload::make_model_trace("resnet50");
-  const auto rep = offload::analyze(t);
-  const auto hw = offload::get_profile("h200");
-  const device_budget budget(rep.peak_live_bytes / 4);
-  const recording_planner planner("auto");
-  const auto fp = offload::fit_plan(planner, t, rep, hw, budget, device_budget::no_margin, {});
+  const resnet50_first_plan run(4);
+  const auto& [t, rep, hw, budget, planner, fp] = run;
   ASSERT_GE(planner.asked.size(), 3u);
   EXPECT_EQ(planner.asked[0], budget.bytes());
   EXPECT_EQ(planner.asked[1], budget.planning_bytes(0));
