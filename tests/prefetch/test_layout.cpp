@@ -54,6 +54,17 @@ void expect_disjoint(const device_layout& l) {
   EXPECT_GE(l.extent, l.peak_live);
 }
 
+// The budget a share `f` of the way from the least any plan needs to the peak.
+std::uint64_t between_least_and_peak(const offload::lifetime_report& rep, double f) {
+  return rep.min_budget_bytes + static_cast<std::uint64_t>(f * static_cast<double>(rep.peak_live_bytes - rep.min_budget_bytes));
+}
+
+// Gives every op a measured length of 1-20 us (ops of no length meet a degenerate case of the
+// replay at a layout's addresses: Note [Addresses in the replay] in offload/simulator.cpp).
+void give_ops_lengths(trace& t, std::mt19937_64& rng) {
+  for (auto& op : t.ops) op.measured_seconds = std::uniform_real_distribution<double>(1e-6, 2e-5)(rng);
+}
+
 trace random_trace(std::mt19937_64& rng, bool host_ops = false) {
   trace t;
   auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng); };
@@ -280,7 +291,7 @@ TEST(Layout, RandomPlansPackDisjointlyAndTheExecutorFindsEveryAddressFree) {
     // Half the rounds with host ops take zero-offload's plan, which runs every step it may on the host.
     const std::string policy = host_ops && round % 16 == 11 ? "zero-offload" : names[round % 4];
     const double f = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
-    std::uint64_t budget = rep.min_budget_bytes + static_cast<std::uint64_t>(f * static_cast<double>(rep.peak_live_bytes - rep.min_budget_bytes));
+    std::uint64_t budget = between_least_and_peak(rep, f);
     if (policy == "none") budget = rep.peak_live_bytes;
     const auto p = offload::make_planner(policy)->make_plan(t, rep, hw, budget);
     const auto l = make_layout(t, p, {});
@@ -349,11 +360,10 @@ TEST(Layout, AReplayAtTheLayoutsAddressesWaitsOnlyWhereTheBytesAreStillBusy) {
     // Ops of 1 to 20 us beside copies of 1 to 4 us. With ops of no length many start at one
     // instant, and a layout counts a tensor made and gone at an instant as apart from one whose
     // life starts there (overlaps_in_time in layout.cpp), where the replay makes it wait.
-    for (auto& op : t.ops) op.measured_seconds = std::uniform_real_distribution<double>(1e-6, 2e-5)(rng);
+    give_ops_lengths(t, rng);
     const auto rep = offload::analyze(t);
     const double f = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
-    const std::uint64_t budget =
-        rep.min_budget_bytes + static_cast<std::uint64_t>(f * static_cast<double>(rep.peak_live_bytes - rep.min_budget_bytes));
+    const std::uint64_t budget = between_least_and_peak(rep, f);
     const auto p = offload::make_planner(round % 2 == 0 ? "auto" : "lms")->make_plan(t, rep, hw, budget);
     SCOPED_TRACE("round " + std::to_string(round));
     const auto counted = offload::simulate(t, rep, p, hw);
@@ -382,7 +392,7 @@ TEST(Layout, ShakenOrdersNeverPackLooserAndPackTheSameEveryTime) {
     const auto t = random_trace(rng);
     const auto rep = offload::analyze(t);
     const double f = std::uniform_real_distribution<double>(0.0, 0.5)(rng);
-    const std::uint64_t budget = rep.min_budget_bytes + static_cast<std::uint64_t>(f * static_cast<double>(rep.peak_live_bytes - rep.min_budget_bytes));
+    const std::uint64_t budget = between_least_and_peak(rep, f);
     const auto p = offload::make_planner(round % 2 == 0 ? "auto" : "lms")->make_plan(t, rep, hw, budget);
     const auto fixed = make_layout(t, p, {});
     const auto shaken = make_layout(t, p, {}, nullptr, layout_search{.shaken_orders = 20});
@@ -409,7 +419,7 @@ TEST(Layout, RefinedOrdersNeverPackLooserAndStopAtTheGoal) {
     const auto t = random_trace(rng, round % 5 == 2);
     const auto rep = offload::analyze(t);
     const double f = std::uniform_real_distribution<double>(0.0, 0.5)(rng);
-    const std::uint64_t budget = rep.min_budget_bytes + static_cast<std::uint64_t>(f * static_cast<double>(rep.peak_live_bytes - rep.min_budget_bytes));
+    const std::uint64_t budget = between_least_and_peak(rep, f);
     const auto p = offload::make_planner(round % 2 == 0 ? "auto" : "lms")->make_plan(t, rep, hw, budget);
     const auto timing = offload::timing_from_simulation(t, rep, p, hw);
     const plan_timing* with = round % 3 == 0 ? nullptr : &timing;
@@ -455,8 +465,7 @@ TEST(Layout, FitPlanPacksWithinTheBudgetForRandomBudgetsAndMargins) {
     const auto t = random_trace(rng);
     const auto rep = offload::analyze(t);
     const double f = std::uniform_real_distribution<double>(0.1, 1.0)(rng);
-    const device_budget budget(rep.min_budget_bytes +
-                               static_cast<std::uint64_t>(f * static_cast<double>(rep.peak_live_bytes - rep.min_budget_bytes)));
+    const device_budget budget(between_least_and_peak(rep, f));
     // Half the rounds ask for no margin (a Session's first plan), half for a step of it.
     const int doublings = round % 4 < 2 ? device_budget::no_margin
                                         : static_cast<int>(rng() % (device_budget::max_margin_doublings + 1));
@@ -526,11 +535,10 @@ TEST(Layout, FitPlanTimesAPackingInOrderAloneWithItsWaits) {
   int in_order = 0, searched = 0;
   for (int round = 0; round < 400 && (in_order < 3 || searched == 0); ++round) {
     auto t = random_trace(rng);
-    for (auto& op : t.ops) op.measured_seconds = std::uniform_real_distribution<double>(1e-6, 2e-5)(rng);
+    give_ops_lengths(t, rng);
     const auto rep = offload::analyze(t);
     const double f = std::uniform_real_distribution<double>(0.0, 0.3)(rng);
-    const device_budget budget(rep.min_budget_bytes +
-                               static_cast<std::uint64_t>(f * static_cast<double>(rep.peak_live_bytes - rep.min_budget_bytes)));
+    const device_budget budget(between_least_and_peak(rep, f));
     const recording_planner planner(round % 2 == 0 ? "auto" : "lms");
     const auto fp = offload::fit_plan(planner, t, rep, hw, budget, round % 3 == 0 ? device_budget::no_margin : 0, {});
     SCOPED_TRACE("round " + std::to_string(round));
@@ -637,11 +645,10 @@ TEST(Layout, FitPlanSearchesBetweenTheMarginAndTheWholeBudget) {
   int searched = 0, above = 0;
   for (int round = 0; round < 300 && searched < 5; ++round) {
     auto t = random_trace(rng);
-    for (auto& op : t.ops) op.measured_seconds = std::uniform_real_distribution<double>(1e-6, 2e-5)(rng);
+    give_ops_lengths(t, rng);
     const auto rep = offload::analyze(t);
     const double f = std::uniform_real_distribution<double>(0.1, 0.9)(rng);
-    const device_budget budget(rep.min_budget_bytes +
-                               static_cast<std::uint64_t>(f * static_cast<double>(rep.peak_live_bytes - rep.min_budget_bytes)));
+    const device_budget budget(between_least_and_peak(rep, f));
     const std::uint64_t scratch = rng() % 2 == 0 ? 0 : rng() % (budget.bytes() / 64 + 1);
     const std::uint64_t room = budget.bytes() - device_budget::placed(scratch);
     const recording_planner planner(round % 2 == 0 ? "auto" : "lms");
