@@ -224,7 +224,14 @@ TEST(SessionHostOps, EveryPolicyBudgetAndPlacementGivesThePlainLoopsBits) {
         }
         ASSERT_NE(s.current_plan(), nullptr);
         EXPECT_EQ(last.host_ops, s.current_plan()->host_op_count()) << where;
-        EXPECT_EQ(n.host, static_cast<int>(3 * s.current_plan()->host_op_count())) << where;
+        // Each iteration runs the host bodies its plan placed there. With host_ops "auto" the
+        // placement follows measured times, so a plan made again mid-run may place more or fewer.
+        std::uint64_t placed = 0;
+        for (const auto& h : s.history()) placed += h.host_ops;
+        EXPECT_EQ(n.host, static_cast<int>(placed)) << where;
+        if (std::string(host_ops) != "auto") {
+          EXPECT_EQ(n.host, static_cast<int>(3 * s.current_plan()->host_op_count())) << where;
+        }
         host_runs += n.host;
         if (std::string(host_ops) == "host") {
           EXPECT_EQ(last.host_ops, static_cast<std::uint64_t>(layers)) << where;
