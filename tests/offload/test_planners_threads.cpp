@@ -1,7 +1,6 @@
 // Planners called from several threads at once (fit_plan's search does: Note [A wider search]
-// in offload/fit_plan.cpp) make the plan each makes alone (in the concurrency suite, so the
-// thread sanitizer build runs it), and fit_plan keeps the same plan whether its search runs one
-// budget at a time or several at once.
+// in offload/fit_plan.cpp) make the plan each makes alone, and fit_plan keeps the same plan
+// whether its search runs one budget at a time or several at once.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -73,7 +72,7 @@ TEST(PlannersThreads, FourThreadsAtOnceMakeThePlanEachMakesAlone) {
 // Random traces on a slow link and budgets near the least, until two plans were kept packed in
 // the executor's order alone (fit_plan packs the plans that missed several at once, and may
 // search a grid of budgets; one trace in 20 to 40 gets there).
-TEST(FitPlanWidth, KeepsTheSamePlanOneBudgetAtATimeOrFourAtOnce) {
+TEST(PlannersThreads, FitPlanKeepsTheSamePlanOneBudgetAtATimeOrFourAtOnce) {
   std::mt19937_64 rng(spillway::test::test_seed(9292));
   const auto hw = recompute_testing::test_hw(2e8);
   const auto pl = make_planner("auto");
