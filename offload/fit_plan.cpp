@@ -3,9 +3,6 @@
 #include <algorithm>
 #include <optional>
 
-#include <oneapi/tbb/parallel_for.h>
-#include <oneapi/tbb/task_arena.h>
-
 #include "offload/simulator.hpp"
 
 namespace spillway::offload {
@@ -78,23 +75,11 @@ plan_timing timing_from_simulation(const trace& t, const lifetime_report& r, con
 // to 666 MiB, 10 pack in order alone within 689 MiB and 14 do not, in no order), so no bisection
 // can follow it, and the higher the budget the faster the plan, mostly. On that row the least
 // budget's plan takes 131.8 ms with its waits; the grid's fourth plan, made for 643.0 MiB, packs in
-// 678.5 MiB and takes 73.4 ms with them (fit_plan takes 45.6 s on two cores in place of 16.8; Note
-// [A wider search]). Only where nothing packs with device time: where a plan does, the plans packed in order alone wait too
+// 678.5 MiB and takes 73.4 ms with them (fit_plan takes 45.6 s on two cores in place of 16.8). Only
+// where nothing packs with device time: where a plan does, the plans packed in order alone wait too
 // long to win (ResNet-152 at 1/8: the whole budget's plan, 42.7 ms as timed, takes 58.4 ms packed
 // in order alone, where the plan kept with device time takes 45.8), and packing them costs time (a
 // 7,812-op GPT-2 trace at 1/4: 1.1 s a plan, 3.5 s with the search of a near miss).
-
-// Note [A wider search]
-// The plans the search down from the top makes, and the packings in order alone of the plans
-// tried before it, do not depend on one another, so fit_plan makes as many at once as the host
-// runs tasks (oneTBB), each on its own copy of what it touches. The grid's budgets are taken in
-// batches from the top; the first in grid order whose plan fits ends the search, the others of
-// its batch are dropped, so the plan kept is the one a search of one budget at a time keeps,
-// whatever the host's width (a test runs both). A planner may run tasks of its own (auto
-// does), so on two cores the gain is small: ResNet-50 at 1/8 on h200, 46.8 and 47.0 s -> 43.2
-// and 44.8 (a program calling fit_plan, the code before and after in turn, `/usr/bin/time`);
-// the grid there asks four budgets, which a host of four or more cores plans at once. Planners
-// keep nothing between calls of make_plan, so several may run at once (offload/planner.hpp).
 
 // Note [Above the margin]
 // A Session's first plan is made for the whole budget less the ops' scratch, and kept where its
@@ -142,9 +127,7 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
     int margin_doublings;
   };
   std::vector<miss> missed;
-  // Plans for `b` and packs with device time; touches nothing shared, so the search's grid
-  // runs several at once.
-  auto plan_and_pack = [&](std::uint64_t b, std::uint64_t room) {
+  auto attempt = [&](std::uint64_t b, std::uint64_t room) {
     fitted_plan f;
     f.p = pl.make_plan(t, r, hw, b);
     f.margin_doublings = margin_doublings;
@@ -152,10 +135,6 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
     f.layout = pack(f.p, &timing, room);
     f.predicted_seconds = timing.step;
     f.fits = f.layout.extent <= room;
-    return f;
-  };
-  auto attempt = [&](std::uint64_t b, std::uint64_t room) {
-    fitted_plan f = plan_and_pack(b, room);
     if (!f.fits) missed.push_back({f.p, room, margin_doublings});
     return f;
   };
@@ -187,38 +166,20 @@ fitted_plan fit_plan(const planner& pl, const trace& t, const lifetime_report& r
       highest = std::max(highest, g.p.budget_bytes);
       if (!fastest || g.predicted_seconds < fastest->predicted_seconds) fastest = std::move(g);
     };
-    {
-      std::vector<std::optional<fitted_plan>> packed(missed.size());
-      tbb::parallel_for(std::size_t{0}, missed.size(), [&](std::size_t i) { packed[i] = in_order(std::move(missed[i])); });
-      missed.clear();
-      for (auto& g : packed)
-        if (g) keep(std::move(*g));
-    }
-    // The grid, as many budgets at once as the host runs tasks (Note [A wider search]): the
-    // first, from the top, whose plan fits ends it, as it would one budget at a time.
-    const auto width = static_cast<std::size_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
-    for (int i = 1; i <= grid;) {
-      std::vector<std::uint64_t> budgets;
-      for (; i <= grid && budgets.size() < width; ++i) {
-        const std::uint64_t b = top - (top - least) * static_cast<std::uint64_t>(i) / static_cast<std::uint64_t>(grid + 1);
-        if (b <= least || highest >= b) break;
-        budgets.push_back(b);
-      }
-      if (budgets.empty()) break;
-      std::vector<std::optional<fitted_plan>> found(budgets.size());
-      tbb::parallel_for(std::size_t{0}, budgets.size(), [&](std::size_t j) {
-        fitted_plan g = plan_and_pack(budgets[j], budget_bytes);
-        if (g.fits) {  // with device time: no waits
-          found[j] = std::move(g);
-          return;
-        }
-        found[j] = in_order({std::move(g.p), budget_bytes, margin_doublings});
-      });
-      const auto first = std::find_if(found.begin(), found.end(), [](const auto& g) { return g.has_value(); });
-      if (first != found.end()) {
-        keep(std::move(**first));
+    for (auto& m : missed)
+      if (auto g = in_order(std::move(m))) keep(std::move(*g));
+    missed.clear();
+    for (int i = 1; i <= grid; ++i) {
+      const std::uint64_t b = top - (top - least) * static_cast<std::uint64_t>(i) / static_cast<std::uint64_t>(grid + 1);
+      if (b <= least || highest >= b) break;
+      fitted_plan g = attempt(b, budget_bytes);
+      if (g.fits) {  // with device time: no waits
+        keep(std::move(g));
         break;
       }
+      auto h = in_order(std::move(missed.back()));
+      missed.pop_back();
+      if (h) keep(std::move(*h));
     }
     return fastest ? std::move(*fastest) : f;
   };

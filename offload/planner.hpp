@@ -81,8 +81,7 @@ class planner {
   /// Throws config_error naming the op and the bytes it needs when `budget` is below the
   /// least any plan needs (the largest single-op working set). A planner that cannot keep
   /// the budget (none, vdnn) still returns its plan; the simulator reports it infeasible.
-  /// Several threads may call it at once (fit_plan does: Note [A wider search] in
-  /// fit_plan.cpp), so a planner keeps nothing between calls.
+  /// Several threads may call it at once on one planner: a planner keeps nothing between calls.
   [[nodiscard]] plan make_plan(const trace& t, const lifetime_report& r, const hw_profile& hw,
                                std::uint64_t budget) const;
 

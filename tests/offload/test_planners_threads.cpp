@@ -1,6 +1,5 @@
-// Planners called from several threads at once (fit_plan's search does: Note [A wider search]
-// in offload/fit_plan.cpp) make the plan each makes alone, and fit_plan keeps the same plan
-// whether its search runs one budget at a time or several at once.
+// One planner called from several threads at once makes the plan it makes alone
+// (planner::make_plan keeps nothing between calls).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -8,10 +7,6 @@
 #include <thread>
 #include <vector>
 
-#include <oneapi/tbb/task_arena.h>
-
-#include "allocator/device_budget.hpp"
-#include "offload/fit_plan.hpp"
 #include "offload/planner.hpp"
 #include "recompute_test_support.hpp"
 #include "../test_seed.hpp"
@@ -67,33 +62,4 @@ TEST(PlannersThreads, FourThreadsAtOnceMakeThePlanEachMakesAlone) {
       for (const auto& p : made) EXPECT_EQ(difference(alone, p), "");
     }
   }
-}
-
-// Random traces on a slow link and budgets near the least, until two plans were kept packed in
-// the executor's order alone (fit_plan packs the plans that missed several at once, and may
-// search a grid of budgets; one trace in 20 to 40 gets there).
-TEST(PlannersThreads, FitPlanKeepsTheSamePlanOneBudgetAtATimeOrFourAtOnce) {
-  std::mt19937_64 rng(spillway::test::test_seed(9292));
-  const auto hw = recompute_testing::test_hw(2e8);
-  const auto pl = make_planner("auto");
-  int in_order = 0;
-  for (int round = 0; round < 400 && in_order < 2; ++round) {
-    const trace t = recompute_testing::random_training(rng);
-    const auto r = analyze(t);
-    const device_budget budget(r.min_budget_bytes + (r.peak_live_bytes - r.min_budget_bytes) / 8);
-    SCOPED_TRACE("round " + std::to_string(round));
-    auto fit = [&](int width) {
-      tbb::task_arena arena(width);
-      return arena.execute([&] { return fit_plan(*pl, t, r, hw, budget, device_budget::no_margin, {}); });
-    };
-    const auto one = fit(1);
-    const auto four = fit(4);
-    EXPECT_EQ(difference(one.p, four.p), "");
-    EXPECT_EQ(one.fits, four.fits);
-    EXPECT_EQ(one.waits_for_addresses, four.waits_for_addresses);
-    EXPECT_EQ(one.predicted_seconds, four.predicted_seconds);
-    EXPECT_EQ(one.layout.extent, four.layout.extent);
-    in_order += one.waits_for_addresses;
-  }
-  EXPECT_EQ(in_order, 2) << "random traces seldom keep a plan packed in order alone";
 }
