@@ -197,9 +197,7 @@ void io_ring::handle(io_completion c, std::deque<block_io*>& ready, unsigned& in
   flying_.pop_back();
   if (b->abandoned) {  // the late completion: only now may the owner free the block and its buffer
     --abandoned_;
-    finish(b, res < 0 ? res : 0);
-    // Counted down once the owner has freed them, so a count of 0 means the blocks are back.
-    counters_.abandoned.fetch_sub(1, std::memory_order_release);
+    finish(b, res < 0 ? res : 0);  // counted down once the owner has had it (run())
     return;
   }
   if (res == -EAGAIN || res == -EINTR) {
@@ -277,7 +275,13 @@ void io_ring::run() {
         for (io_op* op : batch) finish(static_cast<block_io*>(op), -EIO);
       }
     }
-    for (auto [b, result] : finished_) b->owner->complete(*b, result);  // may free b
+    for (auto [b, result] : finished_) {
+      const bool late = b->abandoned;  // read first: complete() may free b
+      b->owner->complete(*b, result);
+      // A late completion is counted down only now that the owner has freed its blocks, so a
+      // count of 0 means they are back (nvme_tier::stats reads the count first).
+      if (late) counters_.abandoned.fetch_sub(1, std::memory_order_release);
+    }
     finished_.clear();
     if (in_flight == 0) continue;
     const auto timeout = ready.empty() ? std::chrono::microseconds(500) : std::chrono::microseconds(100000);

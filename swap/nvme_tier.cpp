@@ -538,6 +538,11 @@ std::size_t nvme_tier::size(const std::string& name) const {
 
 nvme_stats nvme_tier::stats() const {
   nvme_stats s;
+  // The count of abandoned blocks first: it falls only after their late completion has given
+  // their file blocks back (io_ring::handle), so free_bytes read after it counts them whenever
+  // the count does not. Read the other way round, a completion between the two reads gives a
+  // count of 0 beside free bytes that still lack those blocks.
+  s.abandoned_ios = counters_->abandoned.load(std::memory_order_acquire);
   {
     std::lock_guard lock(mutex_);
     for (const auto& a : space_) {
@@ -559,7 +564,6 @@ nvme_stats nvme_tier::stats() const {
   s.huge_page_bytes = counters_->huge_page_bytes.load(std::memory_order_relaxed);
   s.region_pins = counters_->region_pins.load(std::memory_order_relaxed);
   s.timed_out_ios = counters_->timed_out.load(std::memory_order_relaxed);
-  s.abandoned_ios = counters_->abandoned.load(std::memory_order_acquire);  // blocks freed before the count fell
   return s;
 }
 

@@ -93,7 +93,8 @@ struct nvme_stats {
   std::uint64_t failed_moves = 0;     ///< COUNT of reads or writes that ended in an error
   std::uint64_t timed_out_ios = 0;    ///< COUNT of block I/Os abandoned after io_timeout
   /// COUNT of those whose late completion has not come yet: their buffers and file blocks are
-  /// still held out of use.
+  /// still held out of use. Read before the other fields, so where it is 0 free_bytes counts
+  /// their blocks.
   std::uint64_t abandoned_ios = 0;
   /// False when the kernel refused io_uring and pread/pwrite threads serve the tier instead
   /// (swap/thread_queue.hpp; a warning goes to the log).
