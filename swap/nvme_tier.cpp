@@ -539,7 +539,7 @@ std::size_t nvme_tier::size(const std::string& name) const {
 nvme_stats nvme_tier::stats() const {
   nvme_stats s;
   // The count of abandoned blocks first: it falls only after their late completion has given
-  // their file blocks back (io_ring::handle), so free_bytes read after it counts them whenever
+  // their file blocks back (io_ring::run), so free_bytes read after it counts them whenever
   // the count does not. Read the other way round, a completion between the two reads gives a
   // count of 0 beside free bytes that still lack those blocks.
   s.abandoned_ios = counters_->abandoned.load(std::memory_order_acquire);
