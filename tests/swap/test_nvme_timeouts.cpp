@@ -106,7 +106,8 @@ TEST_P(NvmeTimeouts, AWriteWithoutCompletionTimesOutAndItsBlocksStayHeldUntilThe
   // A snapshot taken while the late completion comes that counts no abandoned block counts its
   // file blocks free (one that still counts it may see them back already).
   std::atomic<bool> watching{true};
-  int torn = 0, snapshots = 0;
+  std::atomic<int> snapshots{0};
+  int torn = 0;
   std::thread watch([&] {
     while (watching.load()) {
       const auto s = h.tier->stats();
@@ -114,10 +115,11 @@ TEST_P(NvmeTimeouts, AWriteWithoutCompletionTimesOutAndItsBlocksStayHeldUntilThe
       torn += s.abandoned_ios == 0 && s.free_bytes != before.free_bytes - 3_MiB;
     }
   });
+  while (snapshots.load() == 0) std::this_thread::yield();  // watching before the completion comes
   h.release();
   watching = false;
   watch.join();
-  EXPECT_GT(snapshots, 0);
+  EXPECT_GT(snapshots.load(), 0);
   EXPECT_EQ(torn, 0) << "a snapshot counted no abandoned block beside free bytes that still lacked its blocks";
   st = h.tier->stats();
   EXPECT_EQ(st.abandoned_ios, 0u);
