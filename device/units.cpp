@@ -93,18 +93,43 @@ std::string format_real(double v) {
   return buf;
 }
 
-std::string format_bytes(std::uint64_t bytes) {
-  static constexpr const char* names[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double v = static_cast<double>(bytes);
+namespace {
+constexpr const char* unit_names[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+
+// The unit format_bytes writes `bytes` in (an index of unit_names) and the value in it.
+int unit_of(std::uint64_t bytes, double* v) {
+  *v = static_cast<double>(bytes);
   int i = 0;
-  while (v >= 1024.0 && i < 5) {
-    v /= 1024.0;
+  while (*v >= 1024.0 && i < 5) {
+    *v /= 1024.0;
     ++i;
   }
+  return i;
+}
+}  // namespace
+
+std::string format_bytes(std::uint64_t bytes) {
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double v = 0;
+  const int i = unit_of(bytes, &v);
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f %s", v, names[i]);
+  std::snprintf(buf, sizeof buf, "%.2f %s", v, unit_names[i]);
   return buf;
+}
+
+std::string format_bytes_at_least(std::uint64_t bytes) {
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double v = 0;
+  const int i = unit_of(bytes, &v);
+  // Hundredths of the unit, rounded up, in exact integers: the shown value is at least `bytes`.
+  const auto unit = static_cast<unsigned __int128>(1) << (10 * i);
+  const unsigned __int128 hundredths = (static_cast<unsigned __int128>(bytes) * 100 + unit - 1) / unit;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%llu.%02llu %s", static_cast<unsigned long long>(hundredths / 100),
+                static_cast<unsigned long long>(hundredths % 100), unit_names[i]);
+  std::string out = buf;
+  if (hundredths * unit != static_cast<unsigned __int128>(bytes) * 100) out += " (" + std::to_string(bytes) + " bytes)";
+  return out;
 }
 
 }  // namespace spillway

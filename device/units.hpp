@@ -24,6 +24,11 @@ constexpr std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1
 /// "1.50 GiB", "512.00 MiB", "17 B": for reports and error messages.
 std::string format_bytes(std::uint64_t bytes);
 
+/// A size for an error message's "at least ...": as format_bytes, but rounded up, never down,
+/// with the exact byte count beside it where the rounding moved it ("11.01 MiB (11535361
+/// bytes)"), so that what the message asks for is enough and can be given back as written.
+std::string format_bytes_at_least(std::uint64_t bytes);
+
 /// A ratio, share or time as a person would write it, for error messages that echo what was
 /// given: "0", "0.25", "-1.5", "1e+06" (six significant digits), not "0.000000".
 std::string format_real(double v);

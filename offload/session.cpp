@@ -91,7 +91,7 @@ void check_host_tier(const trace& t, const offload::lifetime_report& r, const pl
   if (have_nvme && host_ops == 0) return;
   const std::uint64_t need = have_nvme ? host_op_bytes(t, p) : offload::simulate(t, r, p, hw).peak_host_bytes;
   if (need <= cfg.host_budget) return;
-  std::string fixes = "give host_budget of at least " + format_bytes(need) + ", or 0 for no limit";
+  std::string fixes = "give host_budget of at least " + format_bytes_at_least(need) + ", or 0 for no limit";
   if (!have_nvme) fixes += ", or an NVMe swap directory (nvme.directories) for what leaves the device";
   if (host_ops > 0) fixes += ", or host_ops = device to keep the steps on the device";
   throw config_error("host_budget: " + format_bytes(cfg.host_budget) + ", but the plan for budget " +

@@ -678,7 +678,7 @@ class session_impl {
         throw config_error("nvme.reserve: " + format_bytes(cfg.nvme.reserve) + " reserved, but the plan for budget " +
                            format_bytes(stack->budget().bytes()) + " may keep " + format_bytes(need) +
                            " on the NVMe tier at once (each tensor in whole blocks of nvme.block_size, " +
-                           format_bytes(cfg.nvme.block_size) + "); give nvme.reserve of at least " + format_bytes(need) +
+                           format_bytes(cfg.nvme.block_size) + "); give nvme.reserve of at least " + format_bytes_at_least(need) +
                            ", 0 to size it from the plan, or a larger host_budget");
       }
     }

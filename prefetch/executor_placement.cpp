@@ -97,9 +97,9 @@ void* executor::allocate_bytes(std::uint64_t bytes, stream s, bool may_evict, co
                           "op writes, which is placed with the op's tensors");
     throw out_of_memory("executor: op " + std::to_string(current_op_) + " needs " + what + " (" + format_bytes(bytes) +
                         ") but " + format_bytes(in_use_) + " of the " + format_bytes(budget().bytes()) +
-                        " budget is held by this op's own tensors and scratch (" + format_bytes(pinned_bytes) +
-                        " in all, this one included) or cannot be reused; raise the device budget to at least " +
-                        format_bytes(pinned_bytes));
+                        " budget is held by this op's own tensors and scratch or cannot be reused; they need " +
+                        format_bytes_at_least(pinned_bytes) +
+                        " in all, this one included: raise the device budget to at least that");
   }
 }
 

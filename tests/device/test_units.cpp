@@ -53,6 +53,42 @@ TEST(Units, FormatThenParseRoundTripsWholeUnits) {
   EXPECT_EQ(format_bytes(3 * 512_MiB), "1.50 GiB");
 }
 
+TEST(Units, AtLeastRoundsUpAndGivesTheBytesWhereItRounded) {
+  EXPECT_EQ(format_bytes_at_least(17), "17 B");
+  EXPECT_EQ(format_bytes_at_least(8_MiB), "8.00 MiB");
+  EXPECT_EQ(format_bytes_at_least(3 * 512_MiB), "1.50 GiB");
+  // 11 MiB and 1 KiB: format_bytes writes "11.00 MiB", which is not enough.
+  EXPECT_EQ(format_bytes(11_MiB + 1_KiB), "11.00 MiB");
+  EXPECT_EQ(format_bytes_at_least(11_MiB + 1_KiB), "11.01 MiB (11535360 bytes)");
+  EXPECT_EQ(format_bytes_at_least(1_GiB - 1), "1024.00 MiB (1073741823 bytes)");
+}
+
+// Whatever the size, the value shown is at least the size and less than a hundredth of its
+// unit above it, and what the message asks for parses back to the size: the byte count where
+// one is given, else the value, which is then exact.
+TEST(Units, AtLeastIsNeverBelowTheSizeProperty) {
+  std::mt19937_64 rng(spillway::test::test_seed(11));
+  for (int i = 0; i < 20000; ++i) {
+    const std::uint64_t bytes = rng() % (std::uint64_t{1} << (1 + rng() % 49)) + 1;  // up to 512 TiB
+    const std::string s = format_bytes_at_least(bytes);
+    const auto open = s.find(" (");
+    const std::string shown = s.substr(0, open);
+    const auto sp = shown.find(' ');
+    const double value = std::stod(shown.substr(0, sp));
+    const std::string unit = shown.substr(sp + 1);
+    const double factor = unit == "B" ? 1 : unit == "KiB" ? 0x1p10 : unit == "MiB" ? 0x1p20 : unit == "GiB" ? 0x1p30 : 0x1p40;
+    const double shown_bytes = value * factor;
+    ASSERT_GE(shown_bytes * (1 + 1e-12), static_cast<double>(bytes)) << s;
+    ASSERT_LT(shown_bytes, static_cast<double>(bytes) + 0.01 * factor + 1) << s;
+    if (open == std::string::npos) {
+      ASSERT_EQ(shown, format_bytes(bytes));  // exact at two decimals: as format_bytes writes it
+      ASSERT_EQ(parse_size(shown), bytes) << s;
+    } else {
+      ASSERT_EQ(parse_size(s.substr(open + 2, s.find(" bytes") - open - 2)), bytes) << s;
+    }
+  }
+}
+
 TEST(Units, RealsAreWrittenAsGiven) {
   EXPECT_EQ(format_real(0), "0");
   EXPECT_EQ(format_real(0.25), "0.25");

@@ -206,6 +206,48 @@ TEST(Executor, BudgetBelowAnOpsWorkingSetIsAClearError) {
   }
 }
 
+// The budget the error asks for is enough for the op, where what the op needs is no whole
+// number of hundredths of a MiB (the message rounds up and gives the bytes).
+TEST(Executor, TheBudgetTheErrorAsksForRunsTheOp) {
+  constexpr std::uint64_t na = 1_MiB + 1000, nb = 1_MiB + 200_KiB + 7;
+  trace t;
+  const auto a = t.add_tensor("a", na, tensor_kind::parameter);
+  const auto b = t.add_tensor("b", nb, tensor_kind::activation);
+  const std::vector<tensor_id> reads = {a}, writes = {b};
+  std::string msg;
+  {
+    rig r(na + 64_KiB, 0);
+    r.exec->define(a, t.tensors[a]);
+    r.exec->define(b, t.tensors[b]);
+    r.exec->upload(a, nullptr);
+    r.exec->begin_iteration();
+    try {
+      r.exec->begin_op(0, reads, writes, "too big");
+      FAIL();
+    } catch (const out_of_memory& e) {
+      msg = e.what();
+    }
+  }
+  const auto from = msg.find("they need ");
+  ASSERT_NE(from, std::string::npos) << msg;
+  std::string hint = msg.substr(from + 10);
+  hint = hint.substr(0, hint.find(" in all"));
+  const auto paren = hint.find(" (");
+  ASSERT_NE(paren, std::string::npos) << "sizes that round should come with their bytes: " << msg;
+  const std::uint64_t need = parse_size(hint.substr(paren + 2, hint.find(" bytes") - paren - 2));
+  EXPECT_GE(need, na + nb);
+  EXPECT_GE(std::stod(hint.substr(0, hint.find(' '))) * 0x1p20, static_cast<double>(need)) << "rounded up: " << msg;
+  rig r(need, 0);
+  r.exec->define(a, t.tensors[a]);
+  r.exec->define(b, t.tensors[b]);
+  r.exec->upload(a, nullptr);
+  r.exec->begin_iteration();
+  r.exec->begin_op(0, reads, writes, "fits");
+  r.exec->end_op(0);
+  r.exec->release(b);
+  r.exec->end_iteration();
+}
+
 TEST(Executor, ReadBeforeWriteOfATransientIsRefused) {
   rig r(1_MiB, 0);
   r.exec->define(0, tensor_desc{"act", 4096, tensor_kind::activation});
@@ -384,7 +426,7 @@ TEST(Executor, ScratchCountsInTheBudgetUntilTheOpEnds) {
     (void)r.exec->scratch(128_KiB);
     FAIL() << "scratch past the budget was given";
   } catch (const out_of_memory& e) {
-    EXPECT_NE(std::string(e.what()).find("at least 320.00 KiB"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("they need 320.00 KiB in all"), std::string::npos) << e.what();
   }
   r.exec->end_op(1);
   const auto st = r.exec->end_iteration();
