@@ -120,7 +120,18 @@ std::uint32_t session_impl::open_op(std::string_view name, std::span<const tenso
     open_named = std::move(named);
     return k;
   }
-  const auto buffers = exec->begin_op(k, d.reads, d.writes, d.name, gathers);
+  const auto buffers = [&] {
+    if (following) return exec->begin_op(k, d.reads, d.writes, d.name, gathers);
+    try {
+      return exec->begin_op(k, d.reads, d.writes, d.name, gathers);
+    } catch (const out_of_memory& e) {
+      // Recording: the ops after this one are not known yet, so neither is the least budget.
+      throw out_of_memory(std::string(e.what()) +
+                          " (while recording an iteration, before any plan: a later op may need more; the least "
+                          "budget of the whole iteration is known once one has run, e.g. with device_budget_ratio, "
+                          "which records at the whole device)");
+    }
+  }();
   op_open = true;
   op_thread = std::this_thread::get_id();
   open_named = std::move(named);
