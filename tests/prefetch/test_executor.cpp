@@ -16,6 +16,7 @@
 #include "prefetch/executor.hpp"
 #include "prefetch/executor_stack.hpp"
 #include "prefetch/layout.hpp"
+#include "../budget_hint.hpp"
 #include "../swap/swap_test_support.hpp"
 
 using namespace spillway;
@@ -228,15 +229,12 @@ TEST(Executor, TheBudgetTheErrorAsksForRunsTheOp) {
       msg = e.what();
     }
   }
-  const auto from = msg.find("they need ");
-  ASSERT_NE(from, std::string::npos) << msg;
-  std::string hint = msg.substr(from + 10);
-  hint = hint.substr(0, hint.find(" in all"));
-  const auto paren = hint.find(" (");
-  ASSERT_NE(paren, std::string::npos) << "sizes that round should come with their bytes: " << msg;
-  const std::uint64_t need = parse_size(hint.substr(paren + 2, hint.find(" bytes") - paren - 2));
+  const auto hint = spillway::test::read_budget_hint(msg);
+  ASSERT_TRUE(hint) << msg;
+  ASSERT_TRUE(hint->bytes) << "sizes that round should come with their bytes: " << msg;
+  const std::uint64_t need = *hint->bytes;
   EXPECT_GE(need, na + nb);
-  EXPECT_GE(std::stod(hint.substr(0, hint.find(' '))) * 0x1p20, static_cast<double>(need)) << "rounded up: " << msg;
+  EXPECT_GE(std::stod(hint->shown) * 0x1p20, static_cast<double>(need)) << "rounded up: " << msg;
   rig r(need, 0);
   r.exec->define(a, t.tensors[a]);
   r.exec->define(b, t.tensors[b]);

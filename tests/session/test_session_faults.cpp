@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../budget_hint.hpp"
 #include "../swap/swap_test_support.hpp"
 #include "allocator/device_budget.hpp"
 #include "device/error.hpp"
@@ -424,6 +425,7 @@ void one_op(std::uint64_t budget, std::uint64_t bytes) {
 TEST(SessionBudgetHint, TheHintedBudgetRuns) {
   spillway::testing::watchdog dog("TheHintedBudgetRuns", std::chrono::seconds(60));
   std::string hint;
+  std::uint64_t hinted = 0;
   try {
     one_op(1_KiB, 128);
     FAIL() << "three 512 B placements ran in a 1 KiB budget";
@@ -432,15 +434,11 @@ TEST(SessionBudgetHint, TheHintedBudgetRuns) {
     EXPECT_NE(m.find("raise the device budget to at least that"), std::string::npos) << m;
     // The first iteration is being recorded: the message says the least budget is not known yet.
     EXPECT_NE(m.find("while recording an iteration, before any plan"), std::string::npos) << m;
-    const auto at = m.find("they need ");
-    ASSERT_NE(at, std::string::npos) << m;
-    hint = m.substr(at + 10);
-    hint = hint.substr(0, hint.find(" in all"));
-    // A size that rounds comes with its bytes: "11.01 MiB (11535360 bytes)".
-    if (const auto paren = hint.find(" ("); paren != std::string::npos)
-      hint = hint.substr(paren + 2, hint.find(" bytes") - paren - 2);
+    const auto h = spillway::test::read_budget_hint(m);
+    ASSERT_TRUE(h) << m;
+    hint = h->shown;
+    hinted = h->size();
   }
-  const std::uint64_t hinted = parse_size(hint, "hint");
   EXPECT_EQ(hinted, 3 * device_budget::granule) << hint;
   EXPECT_NO_THROW(one_op(hinted, 128)) << "the hinted budget " << hint << " does not run";
 }
