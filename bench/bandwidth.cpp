@@ -70,7 +70,7 @@ const command_registration registration{"bandwidth", [](CLI::App& app, int& exit
   auto* cmd = app.add_subcommand("bandwidth", "pinned host <-> device copy bandwidth");
   examples::add_config_flags(*cmd, args->config, {"backend", "cpu_device_memory", "cpu_callback_seed", "link_gbps"});
   cmd->add_option("--size", args->size, "bytes per copy (e.g. 256MiB)")->capture_default_str();
-  cmd->add_option("--repeats", args->repeats, "copies per direction")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--repeats", args->repeats, "copies per direction")->capture_default_str()->check(whole_number_in(1, 1000));
   cmd->add_option("--json", args->json, "write the figures as JSON")->check(writable_file);
   cmd->callback([args, &exit_code] { exit_code = run(*args); });
 }};

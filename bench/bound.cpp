@@ -100,7 +100,7 @@ const command_registration registration{"bound", [](CLI::App& app, int& exit_cod
   auto a = std::make_shared<bound_args>();
   auto* sub = app.add_subcommand("bound", "the lower bound: tightness on a known case, time on large traces, zoo table");
   sub->add_option("--hw", a->hw, "hardware profile name or .json for the timing and the zoo table");
-  sub->add_option("--ops", a->ops, "ops of the large trace (gpt2-small shapes)");
+  sub->add_option("--ops", a->ops, "ops of the large trace (gpt2-small shapes)")->check(whole_number_in(1, 1000000));
   sub->callback([a, &exit_code] { exit_code = run_bound(*a); });
 }};
 

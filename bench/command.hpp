@@ -24,7 +24,10 @@ struct command_entry {
 
 std::vector<command_entry>& command_registry();
 
-/// Output files are checked when the flags are read (examples/common/flags.hpp).
+/// Output files, counts and positive numbers are checked when the flags are read (examples/common/flags.hpp).
+using examples::positive_number;
+using examples::whole_number;
+using examples::whole_number_in;
 using examples::writable_file;
 
 struct command_registration {

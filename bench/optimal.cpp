@@ -251,7 +251,7 @@ int run_optimal(const optimal_args& a) {
 command_registration reg("optimal", [](CLI::App& app, int& exit_code) {
   auto a = std::make_shared<optimal_args>();
   auto* sub = app.add_subcommand("optimal", "the planners against an optimal keep/swap/recompute program (CBC or GLPK) on small traces");
-  sub->add_option("--time-limit", a->time_limit_s, "seconds the solver may take per case")->check(CLI::PositiveNumber);
+  sub->add_option("--time-limit", a->time_limit_s, "seconds the solver may take per case")->check(positive_number);
   sub->add_option("--solver", a->solver, "MILP solver (default: the first this build has, CBC before GLPK)")
       ->check(CLI::IsMember(milp_solvers()));
   sub->add_option("--hw", a->hw, "hardware profile name or .json");

@@ -266,8 +266,8 @@ const command_registration registration{"overhead", [](CLI::App& app, int& exit_
                               "nvme.reserve", "lms_swapout_threshold", "lms_swapin_ahead", "lms_swapin_groupby", "vdnn_variant"});
   cmd->add_option("--layers", args->layers, "layers of the zero-work model (3 ops each)")->capture_default_str();
   cmd->add_option("--tensor-size", args->tensor_size, "bytes of each tensor")->capture_default_str();
-  cmd->add_option("--ops", args->ops, "measured ops per run")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--runs", args->runs, "runs; the median is reported")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--ops", args->ops, "measured ops per run")->capture_default_str()->check(whole_number_in(1, 100000000));
+  cmd->add_option("--runs", args->runs, "runs; the median is reported")->capture_default_str()->check(whole_number_in(1, 1000));
   cmd->add_option("--policies", args->policies, "policies to measure")->capture_default_str();
   cmd->add_option("--budget-ratio", args->budget_ratio, "device budget of planned policies, of the footprint")
       ->capture_default_str();

@@ -618,12 +618,13 @@ command_registration reg("plan", [](CLI::App& app, int& exit_code) {
   sub->add_flag("--packed", a->packed,
                 "also plan each row as a Session does: for the highest budget whose packed layout fits (fit_plan)");
   sub->add_option("--waits", a->waits,
-                  "under each row: the share of each phase its streams are busy, and its N longest compute waits with the copies behind them");
+                  "under each row: the share of each phase its streams are busy, and its N longest compute waits with the copies behind them")
+      ->check(whole_number);
   sub->add_option("--fit-step-ms", a->fit_step_ms,
                   "op times from each op's flops and bytes on the profile (HBM rate; at least 5 us), the compute rate "
                   "fitted so the ops add up to this many ms: plan a trace recorded elsewhere for a machine whose "
                   "resident step is known")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number);
   sub->add_option("--ranks", a->dp.ranks,
                   "data parallel over N ranks (ZeRO; per-rank batch fixed): predict the step and the scaling efficiency")
       ->check(CLI::Range(1u, 1u << 20));

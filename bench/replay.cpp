@@ -310,7 +310,7 @@ const command_registration registration{"replay", [](CLI::App& app, int& exit_co
   examples::add_config_flags(*cmd, a->config, {"cpu_device_memory"});
   cmd->add_option("--budget-ratio", a->ratios, "budgets as fractions of peak live bytes")->capture_default_str();
   cmd->add_option("--policy", a->policies, "none, lms, vdnn, vdnn-conv, checkpoint, capuchin, auto")->capture_default_str();
-  cmd->add_option("--iterations", a->iterations, "measured iterations (after one warm-up)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--iterations", a->iterations, "measured iterations (after one warm-up)")->capture_default_str()->check(whole_number_in(1, 1000));
   cmd->add_option("--json", a->json_file, "write rows as JSON")->check(writable_file);
   cmd->add_option("--chrome-trace", a->chrome_file, "write each run's real timeline to FILE.<model>.<policy>.<ratio>.json")->check(writable_file);
   cmd->callback([a, &exit_code] { exit_code = run(*a); });

@@ -429,7 +429,7 @@ const command_registration registration{"tiers", [](CLI::App& app, int& exit_cod
                              {"backend", "cpu_device_memory", "cpu_callback_seed", "nvme.directories", "nvme.block_size",
                               "nvme.queue_depth", "nvme.rings"});
   cmd->add_option("--size", args->size, "bytes moved per measurement")->capture_default_str();
-  cmd->add_option("--repeats", args->repeats, "measurements per figure (best taken)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--repeats", args->repeats, "measurements per figure (best taken)")->capture_default_str()->check(whole_number_in(1, 1000));
   cmd->add_option("--json", args->json, "write the figures as JSON")->check(writable_file);
   cmd->add_flag("--no-huge-pages", args->no_huge_pages, "pinned buffers on 4 KiB pages (device_options::pinned_huge_pages off)");
   cmd->add_flag("--tune", args->tune, "sweep block size and queue depth; write the best as a config snippet");

@@ -431,7 +431,7 @@ const command_registration registration{"train", [](CLI::App& app, int& exit_cod
                              {"backend", "cpu_device_memory", "cpu_callback_seed", "link_gbps", "host_budget",
                               "nvme.directories", "nvme.reserve", "lms_swapout_threshold", "lms_swapin_ahead",
                               "lms_swapin_groupby", "vdnn_variant"});
-  cmd->add_option("--seed", args->seed, "seed of weights and data")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "seed of weights and data")->capture_default_str()->check(whole_number);
   cmd->add_option("--json", args->json, "write the rows as JSON")->check(writable_file);
   cmd->add_option("--save-runs", args->save_runs,
                   "a directory for each run's recorded trace (EXAMPLE-SETTING.trace.json, with the measured op times) "

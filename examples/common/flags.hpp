@@ -3,9 +3,13 @@
 // examples' own flags, kept as text until loaded so that a bad value is reported as given.
 #pragma once
 
+#include <cerrno>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -42,19 +46,37 @@ inline const CLI::Validator writable_file(
     },
     "FILE", "writable file");
 
+/// A CLI11 check for a count written in digits from `lo` to `hi` (--repeats, --iterations,
+/// --ops): "-1", which CLI11 would turn into the largest unsigned value, and counts past what
+/// the option can use are refused as given, before any work.
+inline CLI::Validator whole_number_in(std::uint64_t lo, std::uint64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+        errno = 0;
+        const std::uint64_t v = digits ? std::strtoull(text.c_str(), nullptr, 10) : 0;
+        if (!digits || errno == ERANGE || v < lo || v > hi)
+          return "cannot use \"" + text + "\": give a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
+        return {};
+      },
+      "N", "whole number in a range");
+}
+
 /// A CLI11 check for a whole number from 0 to 2^64 - 1 written in digits (a seed): "-1" and
 /// numbers past the range are refused as given instead of wrapping or saturating.
-inline const CLI::Validator whole_number(
+inline const CLI::Validator whole_number = whole_number_in(0, std::numeric_limits<std::uint64_t>::max());
+
+/// A CLI11 check for an amount that must be above 0 (--time-limit, --fit-step-ms): CLI's own
+/// PositiveNumber refuses 0 as "not in range 0 to 1.8e308", which reads as if 0 were allowed.
+inline const CLI::Validator positive_number(
     [](std::string& text) -> std::string {
-      static constexpr std::string_view max = "18446744073709551615";
-      const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
-      std::string_view v(text);
-      while (v.size() > 1 && v.front() == '0') v.remove_prefix(1);
-      if (!digits || v.size() > max.size() || (v.size() == max.size() && v > max))
-        return "cannot use \"" + text + "\": give a whole number from 0 to " + std::string(max);
+      char* end = nullptr;
+      const double v = std::strtod(text.c_str(), &end);
+      if (text.empty() || end != text.c_str() + text.size() || !(v > 0) || !std::isfinite(v))
+        return "cannot use \"" + text + "\": give a number above 0";
       return {};
     },
-    "N", "whole number");
+    "X>0", "positive number");
 
 /// The session_config flags of one program or subcommand, as given.
 struct config_flags {

@@ -36,4 +36,11 @@ check "give an image side (--seq) of at least 32" plan --model vgg16 --seq 8
 check "--budget-ratio: cannot use 0" plan --model gpt2-small --budget-ratio 0
 check "--steps: 1 leaves no step after the recording one" train --example gpt --steps 1
 check "unknown hardware profile 'nope'" bound --hw nope
+# Counts: 0 or a negative count (which CLI11 would make the largest unsigned value and start
+# on) is refused with the range the option takes.
+check '--iterations: cannot use "0": give a whole number from 1' replay --model resnet50 --iterations 0
+check '--ops: cannot use "-5": give a whole number from 1' bound --ops -5
+check '--waits: cannot use "-1": give a whole number from 0' plan --model gpt2-small --waits -1
+check '--seed: cannot use "-1": give a whole number from 0' train --example gpt --seed -1
+check '--repeats: cannot use "0.5": give a whole number from 1' tiers --repeats 0.5
 exit $failed

@@ -81,6 +81,19 @@ std::string parse_error_of(std::vector<std::string> args) {
   return {};
 }
 
+// The count and amount checks the bench's flags share: the ends of the range pass, one past
+// either end, a sign, a fraction and a count past 2^64 - 1 are refused with the range.
+TEST(ExampleOptions, CountsAndPositiveAmountsAreCheckedAtTheEndsOfTheirRange) {
+  auto error_of = [](const CLI::Validator& v, std::string text) { return v(text); };
+  const auto repeats = whole_number_in(1, 1000);
+  for (const char* ok : {"1", "1000", "0007"}) EXPECT_EQ(error_of(repeats, ok), "") << ok;
+  for (const char* bad : {"0", "1001", "-1", "+3", "2.5", "", "1e3", "18446744073709551616"})
+    EXPECT_EQ(error_of(repeats, bad), std::string("cannot use \"") + bad + "\": give a whole number from 1 to 1000") << bad;
+  for (const char* ok : {"0.001", "30", "1e3"}) EXPECT_EQ(error_of(positive_number, ok), "") << ok;
+  for (const char* bad : {"0", "-1", "nan", "inf", "", "3s"})
+    EXPECT_EQ(error_of(positive_number, bad), std::string("cannot use \"") + bad + "\": give a number above 0") << bad;
+}
+
 TEST(ExampleOptions, SeedsAndOutputPathsAreCheckedWhenTheFlagsAreRead) {
   for (const char* seed : {"-1", "18446744073709551616", "1.5", "12abc", "99999999999999999999999"}) {
     const auto msg = parse_error_of({"--seed", seed});
