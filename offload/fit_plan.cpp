@@ -75,7 +75,7 @@ plan_timing timing_from_simulation(const trace& t, const lifetime_report& r, con
 // to 666 MiB, 10 pack in order alone within 689 MiB and 14 do not, in no order), so no bisection
 // can follow it, and the higher the budget the faster the plan, mostly. On that row the least
 // budget's plan takes 131.8 ms with its waits; the grid's fourth plan, made for 643.0 MiB, packs in
-// 678.5 MiB and takes 73.4 ms with them (fit_plan takes 45.6 s on two cores in place of 16.8). Only
+// 668.1 MiB and takes 74.4 ms with them (fit_plan takes 29.0 s on two cores). Only
 // where nothing packs with device time: where a plan does, the plans packed in order alone wait too
 // long to win (ResNet-152 at 1/8: the whole budget's plan, 42.7 ms as timed, takes 58.4 ms packed
 // in order alone, where the plan kept with device time takes 45.8), and packing them costs time (a

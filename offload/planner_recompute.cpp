@@ -69,7 +69,21 @@ namespace spillway::offload::detail {
 //   change can end a wait that the rule does not see (on h200, ResNet-152 at 1/8 of its peak:
 //   48.4 -> 42.1 ms; ResNet-50 at 1/4: 20.0 -> 17.7; the GPT-2 models 0-2%; planning takes
 //   about 0.4-2.5 s per row on two cores in place of 0.1-0.3; 1,000 candidates gain under
-//   1% more at up to three times the time). Pinned search, on the same traces: where the
+//   1% more at up to three times the time). Each candidate's swaps come from a narrower sweep
+//   search than the other stages' (toggle_search: one reserve, two late weights, every value
+//   kept over the boundary, no late prefetches or homing), and the plan it must beat is the
+//   best one's values planned the same way; the last plan the stage finds is planned once more
+//   with the stage's usual search, and the fastest of the plans before and after wins. Planned
+//   with the usual search, the candidates took about nine tenths of auto's time on the zoo's
+//   rows at 1/4 and 1/8 on h200 (gpt2-large at 1/8: 11.5 s of planning, 1.4 s without stage 4);
+//   narrowed, the 17 rows plan in 40.2 s in all instead of 90.1, each as fast or faster but
+//   bert-large at 1/8 (95.38 -> 95.39 ms; gpt2-medium at 1/8 56.37 -> 56.29, gpt3-13b at 1/8
+//   1379.30 -> 1377.74); on v100-16g at 1/2, 1/4 and 1/8, 27 rows in 39.8 s instead of 80.8,
+//   each as fast or faster but bert-large at 1/8 (823.95 -> 824.37 ms; gpt2-large at 1/8 949.69
+//   -> 943.63). The plan a Session follows for ResNet-50 at 1/8 on h200 (fit_plan's search down
+//   a grid, Note [Untimed layouts]) takes 74.4 ms with its waits instead of 73.4, found in 29.0 s
+//   instead of 46.6. 600 candidates so narrowed: 61.1 s on h200, gpt2-xl at 1/8 207.63 ms, ResNet-152
+//   at 1/8 42.33, geometric mean 0.05% lower. Pinned search, on the same traces: where the
 //   compute of the best plan waits, for at least 5% of its step, on the copies of one value
 //   that may not be remade (a gradient copied out and back around the reruns of the ops before
 //   its read, say), the whole search runs again with that value never evicted by its sweeps,
@@ -298,6 +312,18 @@ planner_options short_search(const planner_options& o) {
   return s;
 }
 
+// A narrower one still for stage 4's candidates (Note [Recomputing planners]): one sweep reserve,
+// the late weights 0 and 4, every value kept over the boundary, no late prefetches or homing.
+planner_options toggle_search(const planner_options& short_one) {
+  planner_options s = short_one;
+  s.auto_sweep_reserves = {0.0};
+  s.auto_late_weights = {0.0, 4.0};
+  s.auto_keep_shares = {1.0};
+  s.auto_prefetch_leads = {};
+  s.auto_home_state = false;
+  return s;
+}
+
 // checkpoint's choice (Note [Recomputing planners]): every candidate but the values that cross
 // a layer boundary; with `group` > 1, only the boundaries between groups of that many layers
 // (fewer values kept, longer reruns).
@@ -509,33 +535,46 @@ void keep_least_worth(const trace& t, const lifetime_report& r, const hw_profile
 // Stage 4 (Note [Recomputing planners]): single changes to the best plan's dropped values,
 // one value dropped or kept each, in trace order, a batch at a time; the best of a batch that
 // is faster than the plan becomes the plan, and later batches change it. It ends after
-// `evaluations` candidates, or once a whole round of the values has changed nothing.
+// `evaluations` candidates, or once a whole round of the values has changed nothing. The
+// candidates take toggle_search's swaps, and so does the plan they are weighed against; the
+// values the last one drops get `so`'s swaps once more at the end, and the fastest of the three
+// plans (the stage's first, its last, and that) is kept.
 void toggle_reruns(const trace& t, const lifetime_report& r, const hw_profile& hw, std::uint64_t budget,
                    const std::vector<remake_candidate>& all, const planner_options& so, std::size_t evaluations,
                    std::optional<judged>& best, const plan_judge* judge) {
   // A fixed batch, not one per core, so the plan is the same on every machine.
   constexpr std::size_t batch = 8;
   const std::size_t nt = t.tensors.size();
-  std::size_t done = 0, next = 0, unchanged = 0;
-  while (!all.empty() && done < evaluations && unchanged < all.size()) {
-    const auto base = best->want.empty() ? std::vector<char>(nt, 0) : best->want;
+  if (all.empty() || evaluations == 0) return;
+  const auto ts = toggle_search(so);
+  auto replan = [&](const judged& j, const planner_options& o) {
+    return with_auto_swaps(t, r, hw, budget, all, j.want, o, j.keep_made, j.spread, judge, j.again, j.stay, j.held);
+  };
+  std::optional<judged> cur = best->want.empty() ? std::nullopt : replan(*best, ts);
+  if (!cur) cur = best;
+  std::size_t done = 0, next = 0, unchanged = 0, changes = 0;
+  while (done < evaluations && unchanged < all.size()) {
+    const auto base = cur->want.empty() ? std::vector<char>(nt, 0) : cur->want;
     std::vector<std::function<std::optional<judged>()>> makers;
     for (std::size_t j = 0; j < std::min(batch, all.size()); ++j)
-      makers.push_back([&, x = all[(next + j) % all.size()].x, keep_made = best->keep_made, spread = best->spread,
-                        again = best->again, stay = best->stay, held = best->held] {
+      makers.push_back([&, x = all[(next + j) % all.size()].x, keep_made = cur->keep_made, spread = cur->spread,
+                        again = cur->again, stay = cur->stay, held = cur->held] {
         auto want = base;
         want[x] = !want[x];
-        return with_auto_swaps(t, r, hw, budget, all, want, so, keep_made, spread, judge, again, stay, held);
+        return with_auto_swaps(t, r, hw, budget, all, want, ts, keep_made, spread, judge, again, stay, held);
       });
     next = (next + makers.size()) % all.size();
     done += makers.size();
     unchanged += makers.size();
     auto cand = best_of(std::move(makers));
-    if (cand && better(cand->sim, best->sim)) {
-      best = std::move(cand);
+    if (cand && better(cand->sim, cur->sim)) {
+      cur = std::move(cand);
       unchanged = 0;
+      ++changes;
     }
   }
+  if (changes > 0) keep_best(best, replan(*cur, so));
+  keep_best(best, std::move(cur));
 }
 
 // auto's search (Note [Recomputing planners]), its sweeps never evicting the values of `stay`

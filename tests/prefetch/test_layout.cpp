@@ -722,7 +722,7 @@ struct resnet50_first_plan {
 // plan packs with device time, and of the plans made for the least budget and for the top, only
 // the least's packs in order alone (131.8 ms with its waits). The search down from the top finds
 // a plan made for more of the budget that packs in order alone, far faster: 643.0 MiB of 689,
-// 73.4 ms with its waits, where the least budget's plan takes 127.3 ms before any wait.
+// 74.4 ms with its waits, where the least budget's plan takes 127.3 ms before any wait.
 // (OnZoo: the sanitizer builds leave it out for its time.)
 TEST(LayoutOnZoo, FitPlanSearchesDownFromTheTopWhereOnlyAPackingInOrderFits) {
   const resnet50_first_plan run(8);
