@@ -90,7 +90,9 @@ struct session_config {
 
   /// Applies the set SPILLWAY_* variables on top of this config. A variable Spillway does not
   /// know (a typo, an old name such as SPILLWAY_NVME_PATHS) is a config_error listing the known
-  /// ones or giving the new name; so is a value that does not parse.
+  /// ones or giving the new name; so is a value that does not parse. SPILLWAY_TEST_SEED, which
+  /// the project's tests read (a run of them with it set builds sessions), is not a setting and
+  /// is passed over.
   void apply_env();
   /// Applies the keys of a JSON object on top of this config. Unknown or old keys, wrong types
   /// and bad sizes are config_errors naming the key and `source`.

@@ -140,6 +140,19 @@ TEST(SessionConfig, OldAndUnknownVariablesAreRefused) {
   }
 }
 
+TEST(SessionConfig, TheTestSeedIsPassedOverAndOnlyItsExactName) {
+  {  // the tests' seed is no setting, and a run of the tests with it set must still build sessions
+    env_guard g({{"SPILLWAY_TEST_SEED", "7"}, {"SPILLWAY_POLICY", "lms"}});
+    const auto c = session_config::from_env();
+    EXPECT_EQ(c.policy, "lms");
+  }
+  for (const char* near : {"SPILLWAY_TEST_SEEDS", "SPILLWAY_TEST", "SPILLWAY_SEED"}) {
+    env_guard g({{near, "7"}});
+    const auto msg = error_of([] { (void)session_config::from_env(); });
+    EXPECT_TRUE(has(msg, std::string(near) + " is not a Spillway setting")) << msg;
+  }
+}
+
 TEST(SessionConfig, FromJson) {
   const auto c = session_config::from_json_text(
       R"({"backend": "cpu", "device_budget": "512MiB", "host_budget": 1048576,
