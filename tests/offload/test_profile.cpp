@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "device/error.hpp"
@@ -41,7 +44,7 @@ TEST(Profile, JsonRoundTripAndErrors) {
   j = profile_to_json(p);
   j["device_memory"] = "16GB";
   j["name"] = "mine";
-  const std::string path = ::testing::TempDir() + "spillway_profile.json";
+  const std::string path = ::testing::TempDir() + "spillway_profile_" + std::to_string(::getpid()) + ".json";
   std::ofstream(path) << j.dump();
   const auto loaded = get_profile(path);
   EXPECT_EQ(loaded.name, "mine");
@@ -52,7 +55,7 @@ TEST(Profile, JsonRoundTripAndErrors) {
 TEST(Profile, AFileErrorNamesTheFileAndTheKey) {
   auto j = profile_to_json(get_profile("v100-16g"));
   j["hbm_gbps"] = -3;
-  const std::string path = ::testing::TempDir() + "spillway_bad_profile.json";
+  const std::string path = ::testing::TempDir() + "spillway_bad_profile_" + std::to_string(::getpid()) + ".json";
   std::ofstream(path) << j.dump();
   try {
     (void)get_profile(path);

@@ -382,7 +382,8 @@ TEST(SessionHostOps, BadInputIsRefusedBeforeAnyWork) {
 }
 
 TEST(SessionHostOps, TheChromeTraceHasAHostTrack) {
-  const std::string path = ::testing::TempDir() + "host_ops_trace.json";
+  test::temp_dir dir;  // a fresh one: a file another run or user left there cannot be in the way
+  const std::string path = dir.path() + "/host_ops_trace.json";
   session_config c = config_for("lms", 0, "host");
   c.chrome_trace = path;
   {
