@@ -8,6 +8,8 @@
 #include <exception>
 #include <string>
 
+#include <sys/resource.h>
+
 #include "allocator/pinned_host_pool.hpp"
 #include "device/error.hpp"
 #include "device/log.hpp"
@@ -75,6 +77,25 @@ void io_ring::post(const std::vector<block_io*>& blocks) {
   }
   cv_.notify_one();
 }
+
+namespace {
+
+// What a user can do about a refused registration: the kernel counts fixed buffers against the
+// locked-memory limit (RLIMIT_MEMLOCK) of a process without CAP_IPC_LOCK and answers -ENOMEM
+// past it. Empty for other errors, and where the limit is not what stood in the way.
+std::string registration_hint(int rc, std::span<const iovec> iov) {
+  if (rc != -ENOMEM) return {};
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return {};
+  std::uint64_t want = 0;
+  for (const auto& v : iov) want += v.iov_len;
+  if (want <= lim.rlim_cur) return {};  // below the limit: something else refused it
+  return "; the locked-memory limit (RLIMIT_MEMLOCK) is " + std::to_string(lim.rlim_cur >> 10) + " KiB, below the " +
+         std::to_string((want + 1023) >> 10) +
+         " KiB of pinned buffers: raise it (ulimit -l, or LimitMEMLOCK= for a service) or grant CAP_IPC_LOCK";
+}
+
+}  // namespace
 
 void io_ring::refresh_buffers() {
   if (pool_ == nullptr || registration_failed_) return;
@@ -157,7 +178,7 @@ void io_ring::refresh_buffers() {
   if (rc < 0) {
     registration_failed_ = true;
     log(log_level::warning, std::string("nvme tier: cannot register pinned buffers with io_uring (") +
-                                std::strerror(-rc) + "); using unregistered buffers");
+                                std::strerror(-rc) + "); using unregistered buffers" + registration_hint(rc, iov));
     return;
   }
   for (const auto& w : want) measure(w);

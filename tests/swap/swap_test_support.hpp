@@ -1,9 +1,11 @@
 // Helpers shared by the swap tests: temporary swap directories that clean up after
-// themselves, random bytes, and a fault-injecting io_queue wrapped around the real one.
+// themselves, random bytes, whether this process may pin fixed buffers, and a fault-injecting
+// io_queue wrapped around the real one.
 #pragma once
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -48,6 +51,21 @@ class temp_dir {
  private:
   std::string path_;
 };
+
+/// Why this process cannot register `bytes` of fixed buffers with io_uring: the kernel counts
+/// them against the locked-memory limit (RLIMIT_MEMLOCK) of a process without CAP_IPC_LOCK (a
+/// user's shell, not root). Empty when it can; the tests about registration itself skip then.
+inline std::string cannot_pin(std::uint64_t bytes) {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("CapEff:", 0) == 0 && ((std::stoull(line.substr(7), nullptr, 16) >> 14) & 1) != 0)
+      return {};  // CAP_IPC_LOCK: no limit applies
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= bytes) return {};
+  return "this process may lock " + std::to_string(lim.rlim_cur >> 10) +
+         " KiB (RLIMIT_MEMLOCK, without CAP_IPC_LOCK), less than the " + std::to_string(bytes >> 10) +
+         " KiB of fixed buffers the test registers; raise it with ulimit -l to run it";
+}
 
 inline std::vector<unsigned char> random_bytes(std::size_t n, std::uint64_t seed) {
   std::vector<unsigned char> v(n);

@@ -8,9 +8,15 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <mutex>
 #include <vector>
 
+#include <sys/resource.h>
+
+#include "allocator/pinned_host_pool.hpp"
+#include "device/cpu_device.hpp"
 #include "device/error.hpp"
+#include "device/log.hpp"
 #include "device/units.hpp"
 #include "swap/nvme_tier.hpp"
 #include "swap_test_support.hpp"
@@ -135,4 +141,60 @@ TEST(NvmeQueueFaults, RefusedBufferRegistrationFallsBackToUnregisteredBuffers) {
   EXPECT_GT(st.ops, 0u);
   EXPECT_EQ(st.fixed_buffer_ops, 0u) << "no op may use a buffer the kernel refused to register";
   EXPECT_EQ(st.region_pins, 0u);
+}
+
+// With a pinned pool the ring does try to register its regions; refused as the kernel refuses a
+// process past its locked-memory limit, the tier moves the pool's buffers unregistered, and its
+// warning says which limit stood in the way and how to raise it.
+TEST(NvmeQueueFaults, ARegistrationPastTheLockedMemoryLimitSaysHowToRaiseIt) {
+  rlimit before{};
+  ASSERT_EQ(::getrlimit(RLIMIT_MEMLOCK, &before), 0);
+  rlimit low = before;
+  low.rlim_cur = 1024 * 1024;  // lowering the soft limit is always allowed; it goes back below
+  if (before.rlim_cur != RLIM_INFINITY && before.rlim_cur < low.rlim_cur) low.rlim_cur = before.rlim_cur;
+  ASSERT_EQ(::setrlimit(RLIMIT_MEMLOCK, &low), 0);
+  std::vector<std::string> warnings;
+  std::mutex m;
+  std::uint64_t pinned = 0;  // the pool's regions, all the ring tried to register
+  auto previous = set_log_sink([&](log_level l, const std::string& msg) {
+    std::lock_guard lock(m);
+    if (l == log_level::warning) warnings.push_back(msg);
+  });
+  {
+    cpu_device dev;
+    pinned_host_pool pool(dev, {.capacity = 0, .region_size = 4_MiB, .alignment = 4096});
+    auto mis = std::make_shared<misbehaviour>();
+    mis->refuse_registration = true;
+    test::temp_dir dir;
+    nvme_options o;
+    o.directories = {dir.path()};
+    o.reserve = 8_MiB;
+    o.make_queue = [mis](unsigned depth) -> std::unique_ptr<io_queue> {
+      return std::make_unique<misbehaving_queue>(make_thread_queue(depth), mis);
+    };
+    nvme_tier tier(o, &pool);
+    const auto data = test::random_bytes(3_MiB, 7);
+    auto* buf = static_cast<unsigned char*>(pool.allocate(data.size()));
+    std::memcpy(buf, data.data(), data.size());
+    tier.write("t", buf, data.size(), data.size()).wait();
+    std::memset(buf, 0, data.size());
+    tier.read("t", buf, data.size()).wait();
+    EXPECT_EQ(std::memcmp(buf, data.data(), data.size()), 0);
+    const auto st = tier.stats();
+    EXPECT_GT(st.ops, 0u);
+    EXPECT_EQ(st.fixed_buffer_ops, 0u);
+    for (const auto& r : pool.regions()) pinned += r.bytes;
+    pool.deallocate(buf, data.size());
+  }
+  set_log_sink(previous);
+  ASSERT_EQ(::setrlimit(RLIMIT_MEMLOCK, &before), 0);
+  ASSERT_EQ(warnings.size(), 1u) << "one warning, when the ring first registers";
+  const auto& w = warnings[0];
+  EXPECT_NE(w.find("cannot register pinned buffers with io_uring (Cannot allocate memory)"), std::string::npos) << w;
+  EXPECT_NE(w.find("the locked-memory limit (RLIMIT_MEMLOCK) is " + std::to_string(low.rlim_cur >> 10) +
+                   " KiB, below the " +
+                   std::to_string(pinned >> 10) + " KiB of pinned buffers"),
+            std::string::npos)
+      << w;
+  EXPECT_NE(w.find("ulimit -l"), std::string::npos) << w;
 }
