@@ -6,9 +6,9 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
-#include <mutex>
 #include <vector>
 
 #include <sys/resource.h>
@@ -146,20 +146,38 @@ TEST(NvmeQueueFaults, RefusedBufferRegistrationFallsBackToUnregisteredBuffers) {
 // With a pinned pool the ring does try to register its regions; refused as the kernel refuses a
 // process past its locked-memory limit, the tier moves the pool's buffers unregistered, and its
 // warning says which limit stood in the way and how to raise it.
-TEST(NvmeQueueFaults, ARegistrationPastTheLockedMemoryLimitSaysHowToRaiseIt) {
-  rlimit before{};
-  ASSERT_EQ(::getrlimit(RLIMIT_MEMLOCK, &before), 0);
-  rlimit low = before;
-  low.rlim_cur = 1024 * 1024;  // lowering the soft limit is always allowed; it goes back below
-  if (before.rlim_cur != RLIM_INFINITY && before.rlim_cur < low.rlim_cur) low.rlim_cur = before.rlim_cur;
-  ASSERT_EQ(::setrlimit(RLIMIT_MEMLOCK, &low), 0);
-  std::vector<std::string> warnings;
+namespace {
+
+// Lowers this process's locked-memory limit and collects the warnings logged, both until it goes
+// (an assertion that fails midway leaves neither to the tests after it).
+struct low_memlock_and_warnings {
+  rlimit before{}, low{};
   std::mutex m;
+  std::vector<std::string> warnings;
+  log_sink previous;
+  explicit low_memlock_and_warnings(rlim_t limit) {
+    if (::getrlimit(RLIMIT_MEMLOCK, &before) != 0) throw std::runtime_error("getrlimit(RLIMIT_MEMLOCK) failed");
+    low = before;  // lowering the soft limit is always allowed, and raising it back to where it was
+    if (before.rlim_cur == RLIM_INFINITY || before.rlim_cur > limit) low.rlim_cur = limit;
+    if (::setrlimit(RLIMIT_MEMLOCK, &low) != 0) throw std::runtime_error("setrlimit(RLIMIT_MEMLOCK) failed");
+    previous = set_log_sink([this](log_level l, const std::string& msg) {
+      std::lock_guard lock(m);
+      if (l == log_level::warning) warnings.push_back(msg);
+    });
+  }
+  ~low_memlock_and_warnings() {
+    set_log_sink(previous);
+    (void)::setrlimit(RLIMIT_MEMLOCK, &before);
+  }
+  low_memlock_and_warnings(const low_memlock_and_warnings&) = delete;
+  low_memlock_and_warnings& operator=(const low_memlock_and_warnings&) = delete;
+};
+
+}  // namespace
+
+TEST(NvmeQueueFaults, ARegistrationPastTheLockedMemoryLimitSaysHowToRaiseIt) {
+  low_memlock_and_warnings env(1024 * 1024);
   std::uint64_t pinned = 0;  // the pool's regions, all the ring tried to register
-  auto previous = set_log_sink([&](log_level l, const std::string& msg) {
-    std::lock_guard lock(m);
-    if (l == log_level::warning) warnings.push_back(msg);
-  });
   {
     cpu_device dev;
     pinned_host_pool pool(dev, {.capacity = 0, .region_size = 4_MiB, .alignment = 4096});
@@ -186,14 +204,12 @@ TEST(NvmeQueueFaults, ARegistrationPastTheLockedMemoryLimitSaysHowToRaiseIt) {
     for (const auto& r : pool.regions()) pinned += r.bytes;
     pool.deallocate(buf, data.size());
   }
-  set_log_sink(previous);
-  ASSERT_EQ(::setrlimit(RLIMIT_MEMLOCK, &before), 0);
-  ASSERT_EQ(warnings.size(), 1u) << "one warning, when the ring first registers";
-  const auto& w = warnings[0];
+  std::lock_guard lock(env.m);
+  ASSERT_EQ(env.warnings.size(), 1u) << "one warning, when the ring first registers";
+  const auto& w = env.warnings[0];
   EXPECT_NE(w.find("cannot register pinned buffers with io_uring (Cannot allocate memory)"), std::string::npos) << w;
-  EXPECT_NE(w.find("the locked-memory limit (RLIMIT_MEMLOCK) is " + std::to_string(low.rlim_cur >> 10) +
-                   " KiB, below the " +
-                   std::to_string(pinned >> 10) + " KiB of pinned buffers"),
+  EXPECT_NE(w.find("the locked-memory limit (RLIMIT_MEMLOCK) is " + std::to_string(env.low.rlim_cur >> 10) +
+                   " KiB, below the " + std::to_string(pinned >> 10) + " KiB of pinned buffers"),
             std::string::npos)
       << w;
   EXPECT_NE(w.find("ulimit -l"), std::string::npos) << w;
