@@ -82,7 +82,7 @@ class mpi_communicator final : public communicator {
 
   void all_reduce_sum(float* data, std::size_t n) override {
     detail::check_all_reduce(data, n);
-    const auto [b, e] = shard_range(n, size_, rank_);
+    const std::size_t b = shard_range(n, size_, rank_).first;
     // The owner's sum lands at its own place in `data`; fixed_order_sum reads each block before
     // writing it, and the shards sent to peers are the other places, which nothing writes.
     guarded("all_reduce_sum", [&] {

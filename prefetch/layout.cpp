@@ -244,7 +244,7 @@ std::vector<std::vector<std::uint32_t>> conflicts(const std::vector<block>& bloc
     // empty span meets one that holds its point strictly inside.
     std::vector<std::tuple<double, double, std::uint32_t>> active;  // to, from, block
     for (const auto& [from, to, i] : spans) {
-      std::erase_if(active, [&](const auto& a) { return std::get<0>(a) <= from; });
+      std::erase_if(active, [from = from](const auto& a) { return std::get<0>(a) <= from; });
       for (const auto& [a_to, a_from, a] : active) {
         if (a == i || !(a_from < to)) continue;
         adj[i].push_back(a);

@@ -225,12 +225,12 @@ void cnn_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
       const std::uint64_t pooled_bytes = static_cast<std::uint64_t>(B) * st.pool.channels * st.pool.out_height() *
                                          st.pool.out_width() * et;
       sa.pooled = s.add_transient(n + "pool.out", pooled_bytes);
-      s.recomputable_op(n + "pool.forward", {x}, {sa.pooled}, [=, this, &ctx](const Session::op_scope& op) {
+      s.recomputable_op(n + "pool.forward", {x}, {sa.pooled}, [=, &ctx](const Session::op_scope& op) {
         k::max_pool2d_forward(ctx, op.stream(), st.pool, op.ptr<Elem>(x), op.ptr<Elem>(sa.pooled));
       }, static_cast<double>(pooled_bytes));
       auto widened = s.add_transient(n + "widen.out", out_bytes(st.widen.shape));
       const op_workspace ws(s, n + "widen.forward.workspace", st.widen.workspace);
-      s.recomputable_op(n + "widen.forward", {sa.pooled, st.widen.w.value, st.widen.b.value}, {widened, ws.handle()}, [=, this, &ctx](const Session::op_scope& op) {
+      s.recomputable_op(n + "widen.forward", {sa.pooled, st.widen.w.value, st.widen.b.value}, {widened, ws.handle()}, [=, &ctx](const Session::op_scope& op) {
         const auto bound = ws.bind(op, ctx);
         k::conv2d_forward(ctx, op.stream(), st.widen.shape, op.ptr<Elem>(sa.pooled), op.ptr<Elem>(st.widen.w.value),
                           op.ptr<Elem>(st.widen.b.value), op.ptr<Elem>(widened));
@@ -246,7 +246,7 @@ void cnn_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
       const std::uint64_t bytes = out_bytes(blk.conv1.shape);
       ba.a1 = s.add_transient(bn + "conv1.out", bytes);
       const op_workspace ws1(s, bn + "conv1.forward.workspace", blk.conv1.workspace);
-      s.recomputable_op(bn + "conv1.forward", {x, blk.conv1.w.value, blk.conv1.b.value}, {ba.a1, ws1.handle()}, [=, this, &ctx](const Session::op_scope& op) {
+      s.recomputable_op(bn + "conv1.forward", {x, blk.conv1.w.value, blk.conv1.b.value}, {ba.a1, ws1.handle()}, [=, &ctx](const Session::op_scope& op) {
         const auto bound = ws1.bind(op, ctx);
         k::conv2d_forward(ctx, op.stream(), blk.conv1.shape, op.ptr<Elem>(x), op.ptr<Elem>(blk.conv1.w.value),
                           op.ptr<Elem>(blk.conv1.b.value), op.ptr<Elem>(ba.a1));
@@ -255,7 +255,7 @@ void cnn_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
       ws1.release(s);
       ba.y = s.add_transient(bn + "out", bytes);
       const op_workspace ws2(s, bn + "conv2.forward.workspace", blk.conv2.workspace);
-      s.recomputable_op(bn + "conv2.forward", {ba.a1, blk.conv2.w.value, blk.conv2.b.value, x}, {ba.y, ws2.handle()}, [=, this, &ctx](const Session::op_scope& op) {
+      s.recomputable_op(bn + "conv2.forward", {ba.a1, blk.conv2.w.value, blk.conv2.b.value, x}, {ba.y, ws2.handle()}, [=, &ctx](const Session::op_scope& op) {
         const auto bound = ws2.bind(op, ctx);
         k::conv2d_forward(ctx, op.stream(), blk.conv2.shape, op.ptr<Elem>(ba.a1), op.ptr<Elem>(blk.conv2.w.value),
                           op.ptr<Elem>(blk.conv2.b.value), op.ptr<Elem>(ba.y));

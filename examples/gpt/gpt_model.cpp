@@ -207,13 +207,13 @@ void gpt_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
     a.ln1 = s.add_transient(n + "ln1.out", act);
     a.ln1_mean = s.add_transient(n + "ln1.mean", bt * f32);
     a.ln1_rstd = s.add_transient(n + "ln1.rstd", bt * f32);
-    s.recomputable_op(n + "ln1.forward", {x, p.ln1_g.value, p.ln1_b.value}, {a.ln1, a.ln1_mean, a.ln1_rstd}, [=, this, &ctx](const Session::op_scope& op) {
+    s.recomputable_op(n + "ln1.forward", {x, p.ln1_g.value, p.ln1_b.value}, {a.ln1, a.ln1_mean, a.ln1_rstd}, [=, &ctx](const Session::op_scope& op) {
         k::layer_norm_forward(ctx, op.stream(), op.ptr<Elem>(x), op.ptr<Elem>(p.ln1_g.value), op.ptr<Elem>(p.ln1_b.value),
                               op.ptr<Elem>(a.ln1), op.ptr<float>(a.ln1_mean), op.ptr<float>(a.ln1_rstd), BT, C);
       }, 8 * dbt * dc);
     a.qkv = s.add_transient(n + "qkv.out", 3 * act);
     const optional_workspace qkv_ws(s, n + "qkv.forward.workspace", linear_ws(C, 3 * C));
-    s.recomputable_op(n + "qkv.forward", tensors({a.ln1, p.qkv_w.value, p.qkv_b.value}), qkv_ws.with({a.qkv}), [=, this, &ctx](const Session::op_scope& op) {
+    s.recomputable_op(n + "qkv.forward", tensors({a.ln1, p.qkv_w.value, p.qkv_b.value}), qkv_ws.with({a.qkv}), [=, &ctx](const Session::op_scope& op) {
         const auto bound = qkv_ws.bind(op, ctx);
         k::linear_forward(ctx, op.stream(), op.ptr<Elem>(a.ln1), op.ptr<Elem>(p.qkv_w.value), op.ptr<Elem>(p.qkv_b.value),
                           op.ptr<Elem>(a.qkv), BT, C, 3 * C);
@@ -222,7 +222,7 @@ void gpt_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
     a.att = s.add_transient(n + "attn.out", act);
     a.probs = s.add_transient(n + "attn.probs", probs_bytes);
     const optional_workspace attn_ws(s, n + "attn.forward.workspace", attention_ws);
-    s.recomputable_op(n + "attn.forward", tensors({a.qkv}), attn_ws.with({a.att, a.probs}), [=, this, &ctx](const Session::op_scope& op) {
+    s.recomputable_op(n + "attn.forward", tensors({a.qkv}), attn_ws.with({a.att, a.probs}), [=, &ctx](const Session::op_scope& op) {
         const auto bound = attn_ws.bind(op, ctx);
         k::attention_forward(ctx, op.stream(), {B, T, C, H}, op.ptr<Elem>(a.qkv), op.ptr<Elem>(a.att),
                              op.ptr<Elem>(a.probs));
@@ -230,7 +230,7 @@ void gpt_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
     attn_ws.release(s);
     a.x_mid = s.add_transient(n + "resid.mid", act);
     const optional_workspace proj_ws(s, n + "proj.forward.workspace", linear_ws(C, C));
-    s.recomputable_op(n + "proj.forward", tensors({a.att, p.proj_w.value, p.proj_b.value, x}), proj_ws.with({a.x_mid}), [=, this, &ctx](const Session::op_scope& op) {
+    s.recomputable_op(n + "proj.forward", tensors({a.att, p.proj_w.value, p.proj_b.value, x}), proj_ws.with({a.x_mid}), [=, &ctx](const Session::op_scope& op) {
         const auto bound = proj_ws.bind(op, ctx);
         k::linear_forward(ctx, op.stream(), op.ptr<Elem>(a.att), op.ptr<Elem>(p.proj_w.value),
                           op.ptr<Elem>(p.proj_b.value), op.ptr<Elem>(a.x_mid), BT, C, C);
@@ -240,7 +240,7 @@ void gpt_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
     a.ln2 = s.add_transient(n + "ln2.out", act);
     a.ln2_mean = s.add_transient(n + "ln2.mean", bt * f32);
     a.ln2_rstd = s.add_transient(n + "ln2.rstd", bt * f32);
-    s.recomputable_op(n + "ln2.forward", {a.x_mid, p.ln2_g.value, p.ln2_b.value}, {a.ln2, a.ln2_mean, a.ln2_rstd}, [=, this, &ctx](const Session::op_scope& op) {
+    s.recomputable_op(n + "ln2.forward", {a.x_mid, p.ln2_g.value, p.ln2_b.value}, {a.ln2, a.ln2_mean, a.ln2_rstd}, [=, &ctx](const Session::op_scope& op) {
         k::layer_norm_forward(ctx, op.stream(), op.ptr<Elem>(a.x_mid), op.ptr<Elem>(p.ln2_g.value),
                               op.ptr<Elem>(p.ln2_b.value), op.ptr<Elem>(a.ln2), op.ptr<float>(a.ln2_mean),
                               op.ptr<float>(a.ln2_rstd), BT, C);
@@ -248,7 +248,7 @@ void gpt_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
     a.fc_pre = s.add_transient(n + "fc.pre", 4 * act);
     a.fc_act = s.add_transient(n + "fc.gelu", 4 * act);
     const optional_workspace fc_ws(s, n + "fc.forward.workspace", linear_ws(C, 4 * C));
-    s.recomputable_op(n + "fc.forward", tensors({a.ln2, p.fc_w.value, p.fc_b.value}), fc_ws.with({a.fc_pre, a.fc_act}), [=, this, &ctx](const Session::op_scope& op) {
+    s.recomputable_op(n + "fc.forward", tensors({a.ln2, p.fc_w.value, p.fc_b.value}), fc_ws.with({a.fc_pre, a.fc_act}), [=, &ctx](const Session::op_scope& op) {
         const auto bound = fc_ws.bind(op, ctx);
         k::linear_forward(ctx, op.stream(), op.ptr<Elem>(a.ln2), op.ptr<Elem>(p.fc_w.value), op.ptr<Elem>(p.fc_b.value),
                           op.ptr<Elem>(a.fc_pre), BT, C, 4 * C);
@@ -257,7 +257,7 @@ void gpt_model<Elem>::pass(Session& s, std::int64_t step, int micro_batch) {
     fc_ws.release(s);
     auto x_next = s.add_transient(n + "resid.out", act);
     const optional_workspace fcproj_ws(s, n + "fcproj.forward.workspace", linear_ws(4 * C, C));
-    s.recomputable_op(n + "fcproj.forward", tensors({a.fc_act, p.fcproj_w.value, p.fcproj_b.value, a.x_mid}), fcproj_ws.with({x_next}), [=, this, &ctx](const Session::op_scope& op) {
+    s.recomputable_op(n + "fcproj.forward", tensors({a.fc_act, p.fcproj_w.value, p.fcproj_b.value, a.x_mid}), fcproj_ws.with({x_next}), [=, &ctx](const Session::op_scope& op) {
         const auto bound = fcproj_ws.bind(op, ctx);
         k::linear_forward(ctx, op.stream(), op.ptr<Elem>(a.fc_act), op.ptr<Elem>(p.fcproj_w.value),
                           op.ptr<Elem>(p.fcproj_b.value), op.ptr<Elem>(x_next), BT, 4 * C, C);

@@ -127,7 +127,7 @@ TEST(CpuDevice, StreamWorksCapturesAreGoneWhenTheStreamIsSynchronized) {
       *flag = true;
     }
   };
-  auto capture = std::make_shared<slow_to_die>(&destroyed);
+  auto capture = std::make_shared<slow_to_die>(slow_to_die{&destroyed});
   dev.launch_kernel(s, [capture] {});
   capture.reset();
   dev.synchronize_stream(s);

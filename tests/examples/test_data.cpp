@@ -89,7 +89,9 @@ TEST(ExampleData, ImagesAreTheSameBitsOnOneThreadAndOnMany) {
        std::vector<std::array<int, 4>>{{{9, 3, 16, 8}}, {{4, 1, 7, 3}}, {{16, 2, 12, 5}}}) {
     const auto many = draw(batch, channels, size, classes, 3);
     images one;
-    tbb::task_arena(1).execute([&] { one = draw(batch, channels, size, classes, 3); });
+    tbb::task_arena(1).execute([&, batch = batch, channels = channels, size = size, classes = classes] {
+      one = draw(batch, channels, size, classes, 3);
+    });
     EXPECT_TRUE(same_bits(many, one)) << batch << " images of " << channels << "x" << size << "x" << size;
     // Image n depends on n and the step alone: a smaller batch is the larger one's first images.
     const auto fewer = draw(batch - 1, channels, size, classes, 3);
