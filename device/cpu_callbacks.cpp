@@ -2,7 +2,6 @@
 // time, as CUDA runs them. See Note [Host functions].
 #include <algorithm>
 #include <iterator>
-#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -10,6 +9,7 @@
 #include "device/cpu_device_detail.hpp"
 #include "device/error.hpp"
 #include "device/stream_work.hpp"
+#include "device/units.hpp"
 
 namespace spillway {
 
@@ -95,8 +95,7 @@ void cpu_device::run_host_function(stream_impl& q, std::function<void()> fn) {
     if (limit.count() == 0 || running_call_ == nullptr || running_call_->from == &q) continue;
     const auto held = std::chrono::steady_clock::now() - running_since_;
     if (held < limit) continue;
-    char secs[32];
-    std::snprintf(secs, sizeof secs, "%.1f s", std::chrono::duration<double>(held).count());
+    const std::string secs = format_number(std::chrono::duration<double>(held).count(), std::chars_format::fixed, 1) + " s";
     unqueue();
     // A misuse by the program's host function: usage_error, in the location format of the checks.
     auto wedge = std::make_exception_ptr(usage_error(

@@ -1,9 +1,12 @@
 // Size parsing and formatting.
 // Parsing reads the decimal digits exactly (no binary floating point, no locale), so "4.1GB" is 4100000000.
+// Formatting writes with std::to_chars, which the C locale does not touch: a program that sets a
+// locale whose decimal point is a comma still reads "1.50 GiB", which parse_size takes back.
 #include "device/units.hpp"
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdio>
 
 #include "device/error.hpp"
@@ -87,10 +90,12 @@ std::uint64_t parse_size(std::string_view text, std::string_view what, bool allo
   return static_cast<std::uint64_t>(bytes);
 }
 
-std::string format_real(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
+std::string format_real(double v) { return format_number(v, std::chars_format::general, 6); }
+
+std::string format_number(double v, std::chars_format how, int precision) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v, how, precision);
+  return r.ec == std::errc{} ? std::string(buf, r.ptr) : std::string("(unprintable)");
 }
 
 namespace {
@@ -112,9 +117,7 @@ std::string format_bytes(std::uint64_t bytes) {
   if (bytes < 1024) return std::to_string(bytes) + " B";
   double v = 0;
   const int i = unit_of(bytes, &v);
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f %s", v, unit_names[i]);
-  return buf;
+  return format_number(v, std::chars_format::fixed, 2) + " " + unit_names[i];
 }
 
 std::string format_bytes_at_least(std::uint64_t bytes) {

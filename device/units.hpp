@@ -2,6 +2,7 @@
 // Parsing is strict: anything else is a config_error that quotes what was given.
 #pragma once
 
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -32,6 +33,11 @@ std::string format_bytes_at_least(std::uint64_t bytes);
 /// A ratio, share or time as a person would write it, for error messages that echo what was
 /// given: "0", "0.25", "-1.5", "1e+06" (six significant digits), not "0.000000".
 std::string format_real(double v);
+
+/// `v` as std::to_chars writes it in `how` with `precision` digits (fixed: after the point;
+/// general: significant), as printf's %f and %g do in the "C" locale, whatever locale the
+/// program has set: the decimal point is always '.', so what one part writes another reads.
+std::string format_number(double v, std::chars_format how, int precision);
 
 namespace literals {
 constexpr std::uint64_t operator""_KiB(unsigned long long v) { return v << 10; }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -46,15 +47,16 @@ std::uint64_t parse_count(std::string_view text, const std::string& where, std::
   return v;
 }
 
+// std::from_chars, not std::stod: stod reads the decimal point of the C locale, so in a program
+// that has set a German or French one "0.25" stopped at the point and was refused.
 double parse_real(std::string_view text, const std::string& where) {
+  std::string_view digits = text;
+  while (!digits.empty() && std::isspace(static_cast<unsigned char>(digits.front()))) digits.remove_prefix(1);
+  if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
   double v = 0;
-  std::size_t used = 0;
-  try {
-    v = std::stod(std::string(text), &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || !std::isfinite(v) || v < 0)
+  const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  const bool whole = r.ec == std::errc{} && r.ptr == digits.data() + digits.size() && !digits.empty();
+  if (!whole || !std::isfinite(v) || v < 0)
     throw config_error(where + ": cannot use " + as_given(text) + ": give a number >= 0, such as 12.5");
   return v;
 }

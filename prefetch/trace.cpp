@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 
 #include "device/error.hpp"
 #include "device/units.hpp"
@@ -56,13 +55,6 @@ std::optional<tensor_id> trace::find_tensor(std::string_view name) const {
   return std::nullopt;
 }
 
-namespace {
-std::string as_g(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-}  // namespace
 
 void trace::validate() const {
   for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -111,9 +103,9 @@ void trace::validate() const {
       throw config_error("trace: " + op_label(*this, i) + ": field 'flops' must be >= 0 and finite, got " +
                          std::to_string(op.flops));
     if (op.measured_seconds && !(*op.measured_seconds >= 0 && *op.measured_seconds <= max_op_seconds))
-      throw config_error("trace: " + op_label(*this, i) + ": field 'seconds' must be from 0 to " + as_g(max_op_seconds) +
+      throw config_error("trace: " + op_label(*this, i) + ": field 'seconds' must be from 0 to " + format_real(max_op_seconds) +
                          " (about 11.6 days, longer than any op of a training step), got " +
-                         as_g(*op.measured_seconds));
+                         format_real(*op.measured_seconds));
     if (!(op.host_flops >= 0) || !std::isfinite(op.host_flops))
       throw config_error("trace: " + op_label(*this, i) + ": field 'host_flops' must be >= 0 and finite, got " +
                          std::to_string(op.host_flops));

@@ -1,11 +1,13 @@
 // Size parsing: plain bytes and units are accepted; bad input is refused, quoting what was given.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <random>
 
 #include "device/error.hpp"
 #include "device/units.hpp"
 #include "../budget_hint.hpp"
+#include "../comma_locale.hpp"
 #include "../test_seed.hpp"
 
 using namespace spillway;
@@ -94,4 +96,22 @@ TEST(Units, RealsAreWrittenAsGiven) {
   EXPECT_EQ(format_real(-1.5), "-1.5");
   EXPECT_EQ(format_real(132537.900648), "132538");
   EXPECT_EQ(format_real(1e6), "1e+06");
+}
+
+// A program may set a locale whose decimal point is a comma (setlocale(LC_ALL, "") under
+// LANG=de_DE.UTF-8). What the library writes must read the same, and read back: a budget hint
+// that said "1,50 GiB" would be refused by parse_size when the user pasted it into a setting.
+TEST(Units, SizesAndRealsAreWrittenTheSameInACommaDecimalLocale) {
+  test::comma_numeric_locale comma;
+  if (!comma.active()) GTEST_SKIP() << comma.why_not();
+  char printf_wrote[16];
+  std::snprintf(printf_wrote, sizeof printf_wrote, "%.2f", 1.5);
+  ASSERT_STREQ(printf_wrote, "1,50") << "the locale is set: printf now writes a comma";
+  EXPECT_EQ(format_bytes(3 * (1_GiB / 2)), "1.50 GiB");
+  EXPECT_EQ(parse_size(format_bytes(3 * (1_GiB / 2))), 3 * (1_GiB / 2));
+  EXPECT_EQ(format_bytes_at_least(1_GiB + 1), "1.01 GiB (1073741825 bytes)");
+  EXPECT_EQ(format_real(0.25), "0.25");
+  EXPECT_EQ(format_real(1e6), "1e+06");
+  EXPECT_EQ(format_number(2.25, std::chars_format::fixed, 1), "2.2");
+  EXPECT_EQ(parse_size("1.5GiB"), 3 * (1_GiB / 2));
 }

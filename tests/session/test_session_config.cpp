@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../comma_locale.hpp"
 #include "../swap/swap_test_support.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
@@ -367,6 +368,26 @@ TEST(SessionNvmeReserve, NonZeroIsReservedAtStartAndIsAllThePlannerGets) {
   run_iterations(s, 3);
   EXPECT_EQ(swap_bytes_in(dir.path()), 48_MiB) << "a fixed reserve never grows";
   EXPECT_LE(planned_nvme_bytes(s), 48_MiB);
+}
+
+// A program that set a comma-decimal locale still gives its ratios with a point, as the
+// settings table shows them; std::stod read "0.25" as 0 followed by junk there, and refused it.
+TEST(SessionConfig, RealsAreReadWithAPointWhateverTheLocale) {
+  test::comma_numeric_locale comma;
+  if (!comma.active()) GTEST_SKIP() << comma.why_not();
+  {
+    env_guard g({{"SPILLWAY_DEVICE_BUDGET_RATIO", "0.25"}});
+    EXPECT_DOUBLE_EQ(session_config::from_env().device_budget_ratio, 0.25);
+  }
+  session_config c;
+  c.set("device_budget_ratio", " +0.5", "--device-budget-ratio");
+  EXPECT_DOUBLE_EQ(c.device_budget_ratio, 0.5);
+  for (const char* bad : {"0,25", "", "+", "0.25x", "-0.25", "1e999"}) {
+    session_config d;
+    EXPECT_TRUE(has(error_of([&] { d.set("device_budget_ratio", bad, "--device-budget-ratio"); }),
+                    "give a number >= 0, such as 12.5"))
+        << "'" << bad << "'";
+  }
 }
 
 // device_budget_ratio: one row in the table gives the flag, the variable and the JSON key.
