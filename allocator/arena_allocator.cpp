@@ -3,6 +3,7 @@
 #include "allocator/arena_allocator.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "device/error.hpp"
 #include "device/units.hpp"

@@ -1,6 +1,7 @@
 // solve_milp with CBC (COIN-OR branch and cut).
 #include <coin/Cbc_C_Interface.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <chrono>
 #include <map>

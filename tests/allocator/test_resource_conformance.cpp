@@ -2,6 +2,7 @@
 // and the arena, on both backends (cuda instances skip without a GPU).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>

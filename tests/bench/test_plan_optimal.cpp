@@ -1,5 +1,6 @@
 // The optimal reference planner on traces small enough to solve by hand: it finds the step the
 // hand analysis gives, by recomputing when the link is slow and by swapping when it is fast.
+#include <stdexcept>
 #include <gtest/gtest.h>
 
 #include "bench/milp.hpp"

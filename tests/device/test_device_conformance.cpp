@@ -2,6 +2,7 @@
 // (those instances skip here and still compile).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>

@@ -4,6 +4,7 @@
 // 4.1GB, empty strings, ...). Deterministic for a seed, so a failure reproduces.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <span>

@@ -2,6 +2,7 @@
 // the causal mask (the future never changes the past), the masked softmax alone, cuda vs cpu.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernel_rig.hpp"

@@ -2,6 +2,7 @@
 // differences, ignored rows, a bad target reported at synchronize, cuda against cpu.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernel_rig.hpp"

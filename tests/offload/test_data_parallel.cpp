@@ -2,6 +2,7 @@
 // and the simulator's network stream, by hand-worked timelines and over random models.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>

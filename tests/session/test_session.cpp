@@ -3,6 +3,7 @@
 // of its last writer, so stale or lost data fails; device bytes never exceed the budget.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>

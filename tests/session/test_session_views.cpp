@@ -4,6 +4,7 @@
 // same loop on plain host arrays.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
