@@ -93,9 +93,10 @@ std::uint64_t parse_size(std::string_view text, std::string_view what, bool allo
 std::string format_real(double v) { return format_number(v, std::chars_format::general, 6); }
 
 std::string format_number(double v, std::chars_format how, int precision) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v, how, precision);
-  return r.ec == std::errc{} ? std::string(buf, r.ptr) : std::string("(unprintable)");
+  char buf[128];
+  auto r = std::to_chars(buf, buf + sizeof buf, v, how, precision);
+  if (r.ec != std::errc{}) r = std::to_chars(buf, buf + sizeof buf, v);  // too long in `how`: the shortest form
+  return std::string(buf, r.ptr);
 }
 
 namespace {

@@ -55,7 +55,6 @@ std::optional<tensor_id> trace::find_tensor(std::string_view name) const {
   return std::nullopt;
 }
 
-
 void trace::validate() const {
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i].bytes == 0)
@@ -101,14 +100,14 @@ void trace::validate() const {
     for (tensor_id w : op.writes) written[w] = 1;
     if (!(op.flops >= 0) || !std::isfinite(op.flops))
       throw config_error("trace: " + op_label(*this, i) + ": field 'flops' must be >= 0 and finite, got " +
-                         std::to_string(op.flops));
+                         format_real(op.flops));
     if (op.measured_seconds && !(*op.measured_seconds >= 0 && *op.measured_seconds <= max_op_seconds))
       throw config_error("trace: " + op_label(*this, i) + ": field 'seconds' must be from 0 to " + format_real(max_op_seconds) +
                          " (about 11.6 days, longer than any op of a training step), got " +
                          format_real(*op.measured_seconds));
     if (!(op.host_flops >= 0) || !std::isfinite(op.host_flops))
       throw config_error("trace: " + op_label(*this, i) + ": field 'host_flops' must be >= 0 and finite, got " +
-                         std::to_string(op.host_flops));
+                         format_real(op.host_flops));
     if (op.host_capable && op.recomputable)
       throw config_error("trace: " + op_label(*this, i) +
                          ": fields 'host_capable' and 'recomputable' are both true; an op that may run on the host "
