@@ -113,6 +113,49 @@ TEST(PlannersRecompute, RemakingBeatsSwappingWhenTheLinkIsSlow) {
   EXPECT_EQ(s_swap.recomputes, 0u);
 }
 
+// Capuchin's rule swaps a value whose copy out and back hides behind compute. The link also
+// carries the model state that does not fit: here a parameter p, pushed off the device by y,
+// comes back every iteration, 16.7 ms of copy in a step of 16.1 ms of compute. On an idle link
+// a's copies (0.56 ms each way) would hide in its 16 ms stretch; beside p's the link has no time
+// left, so capuchin remakes a by rerunning its writer (0.1 ms) before b0, and its step is that
+// of the plan that swaps nothing but p (the swap-only one also copies a: 0.56 ms longer).
+TEST(PlannersRecompute, CapuchinCountsTheLinkTheModelStateTakes) {
+  trace t;
+  const auto x = t.add_tensor("x", 100, tensor_kind::parameter);
+  const auto p = t.add_tensor("p", 1500000, tensor_kind::parameter);
+  const auto a = t.add_tensor("a", 50000, tensor_kind::activation);
+  const auto y = t.add_tensor("y", 1500000, tensor_kind::activation);
+  auto op = [&](std::string name, std::vector<tensor_id> r, std::vector<tensor_id> wr, bool re, double ms) {
+    op_desc o;
+    o.name = std::move(name);
+    o.reads = std::move(r);
+    o.writes = std::move(wr);
+    o.recomputable = re;
+    o.phase = re ? op_phase::forward : op_phase::backward;
+    o.measured_seconds = ms * 1e-3;
+    t.add_op(std::move(o));
+  };
+  op("f0", {x}, {a}, true, 0.1);
+  op("s1", {p, x}, {}, false, 1);
+  op("big", {x}, {y}, false, 1);  // y fits beside neither p nor a
+  for (int i = 0; i < 7; ++i) op("c" + std::to_string(i), {y, x}, {}, false, 1);
+  for (int i = 0; i < 6; ++i) op("t" + std::to_string(i), {x}, {}, false, 1);
+  op("b0", {a, x}, {}, false, 1);
+  const auto hw = test_hw(9e7);  // p back in: 16.7 ms
+  const auto rep = analyze(t);
+  const std::uint64_t budget = 100 + 1500000 + 20000;
+  const auto plan_c = make_planner("capuchin")->make_plan(t, rep, hw, budget);
+  const auto s = simulate(t, plan_c, hw);
+  ASSERT_TRUE(s.feasible()) << s.violations[0];
+  EXPECT_EQ(s.recomputes, 1u) << "a is remade, not swapped";
+  for (const auto& st : plan_c.steps)
+    for (const auto& pf : st.prefetches) EXPECT_NE(pf.tensor, a) << "a copied back in";
+  planner_options swap_only;
+  swap_only.auto_recompute = false;
+  const auto s_swap = simulate(t, make_planner("auto", swap_only)->make_plan(t, rep, hw, budget), hw);
+  EXPECT_LT(s.step_seconds, s_swap.step_seconds - 0.3e-3);
+}
+
 // Where memory is left for part of a transformer's values, auto remakes a share of them, the
 // single reruns first, instead of every value checkpoint remakes: less rerun time and a faster
 // step than checkpoint (gpt2-medium on h200 at a quarter of its peak: 61 ms against 154 ms).
