@@ -28,11 +28,9 @@ namespace spillway::offload::detail {
 // capuchin: its rule (Peng et al., ASPLOS 2020): a value whose copy out and back fits in the
 //   compute of its idle stretch is swapped; the others are remade, those that free the most
 //   bytes per second of rerun first, as many as it takes (half or all are tried); the swaps
-//   are placed by auto's sweep. The copies are timed on what the link has left beside the
-//   model state's own (least_transfers' floor for persistent tensors, spread over the step):
-//   on h200 at 1/4 and 1/8 of their peak, the GPT models' capuchin steps are 6-22% shorter
-//   for it (gpt2-small at 1/4: 103.4 -> 86.9 ms), bert-large's at 1/8 13%, the other rows'
-//   the same.
+//   are placed by auto's sweep. The copies are timed on the link the model state leaves (on
+//   h200 at 1/4 and 1/8 of their peak, the GPT models' steps 6-22% shorter for it: gpt2-small
+//   at 1/4 103.4 -> 86.9 ms; bert-large at 1/8 13%; the other rows the same).
 // auto: the fastest of its swap-only search, every baseline's plan (lms, vdnn, checkpoint,
 //   capuchin), and plans that remake shares of checkpoint's values, swaps placed by a shorter
 //   sweep search. Stage 1 remakes all of them. Where its best plan still spends more than 5%
@@ -370,19 +368,15 @@ std::optional<judged> capuchin_plan(const trace& t, const lifetime_report& r, co
                                     std::uint64_t budget, const planner_options& opt) {
   // Swaps are taken in the order their values go idle, each on a link already busy with the
   // ones before it; a swap hides when its copy out and back end before the value's next use.
-  // The link is not the values' alone: the model state that does not fit crosses it too, at
-  // least the bytes of least_transfers' persistent-only floor each way, spread here over the
-  // step. The values' swaps see what bandwidth is left (none: no swap hides).
+  // The model state that does not fit crosses the link too, at least least_transfers' floor for
+  // persistent tensors each way, spread here over the step; the swaps get what is left.
   auto all = remake_candidates(t, r, hw);
   std::sort(all.begin(), all.end(), [](const remake_candidate& a, const remake_candidate& b) { return a.after < b.after; });
   std::vector<double> at(t.ops.size() + 1, 0);
   for (std::size_t k = 0; k < t.ops.size(); ++k) at[k + 1] = at[k] + hw.op_seconds(t.ops[k]);
-  transfer_floor_options state_only;
-  state_only.persistent_only = true;
-  const auto state = least_transfers(t, r, budget, hw.host_bytes, state_only);
-  auto left = [&](double bytes_per_s, std::uint64_t state_bytes) {
-    const double busy = at.back() > 0 ? static_cast<double>(state_bytes) / bytes_per_s / at.back() : 0;
-    return bytes_per_s * std::max(0.0, 1 - busy);
+  const auto state = least_transfers(t, r, budget, hw.host_bytes, {.persistent_only = true});
+  auto left = [&](double bytes_per_s, std::uint64_t state_bytes) {  // 0: no swap hides
+    return at.back() > 0 ? std::max(0.0, bytes_per_s - static_cast<double>(state_bytes) / at.back()) : bytes_per_s;
   };
   const double d2h_rate = left(hw.d2h_bytes_per_s, state.d2h_bytes);
   const double h2d_rate = left(hw.h2d_bytes_per_s, state.h2d_bytes);

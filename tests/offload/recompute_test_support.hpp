@@ -1,14 +1,15 @@
 // Shared by the recomputation tests (test_planners_recompute.cpp, test_rerun_schedule.cpp), the
 // planners' property tests (test_planners.cpp, the replay alone) and the bound tests
-// (test_bounds.cpp, the profile alone): a profile for hand-made traces, random training
-// iterations with recomputable forward ops, and an independent replay of a plan that understands
-// reruns.
+// (test_bounds.cpp, the profile and ops alone): a profile and timed ops for hand-made traces,
+// random training iterations with recomputable forward ops, and an independent replay of a plan
+// that understands reruns.
 #pragma once
 
 #include <algorithm>
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "offload/lifetime.hpp"
@@ -18,6 +19,18 @@
 #include "prefetch/trace.hpp"
 
 namespace spillway::offload::recompute_testing {
+
+/// An op for a hand-made trace, with its time.
+inline op_desc op_of(std::string name, std::vector<tensor_id> r, std::vector<tensor_id> w, double seconds,
+                     bool recomputable = false) {
+  op_desc o;
+  o.name = std::move(name);
+  o.reads = std::move(r);
+  o.writes = std::move(w);
+  o.measured_seconds = seconds;
+  o.recomputable = recomputable;
+  return o;
+}
 
 inline hw_profile test_hw(double link_bytes_per_s) {
   hw_profile hw;

@@ -17,17 +17,8 @@
 namespace spillway::offload {
 namespace {
 
+using recompute_testing::op_of;
 using recompute_testing::test_hw;
-
-op_desc op_of(std::string name, std::vector<tensor_id> r, std::vector<tensor_id> w, double seconds, bool recomputable = false) {
-  op_desc o;
-  o.name = std::move(name);
-  o.reads = std::move(r);
-  o.writes = std::move(w);
-  o.measured_seconds = seconds;
-  o.recomputable = recomputable;
-  return o;
-}
 
 // Two 1 GB parameters read by turns over 10 ops of 1 ms, a 10 GB/s link, a budget that holds
 // one of them. Neither can stay, so every op waits for its parameter: the best step is

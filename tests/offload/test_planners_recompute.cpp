@@ -125,22 +125,12 @@ TEST(PlannersRecompute, CapuchinCountsTheLinkTheModelStateTakes) {
   const auto p = t.add_tensor("p", 1500000, tensor_kind::parameter);
   const auto a = t.add_tensor("a", 50000, tensor_kind::activation);
   const auto y = t.add_tensor("y", 1500000, tensor_kind::activation);
-  auto op = [&](std::string name, std::vector<tensor_id> r, std::vector<tensor_id> wr, bool re, double ms) {
-    op_desc o;
-    o.name = std::move(name);
-    o.reads = std::move(r);
-    o.writes = std::move(wr);
-    o.recomputable = re;
-    o.phase = re ? op_phase::forward : op_phase::backward;
-    o.measured_seconds = ms * 1e-3;
-    t.add_op(std::move(o));
-  };
-  op("f0", {x}, {a}, true, 0.1);
-  op("s1", {p, x}, {}, false, 1);
-  op("big", {x}, {y}, false, 1);  // y fits beside neither p nor a
-  for (int i = 0; i < 7; ++i) op("c" + std::to_string(i), {y, x}, {}, false, 1);
-  for (int i = 0; i < 6; ++i) op("t" + std::to_string(i), {x}, {}, false, 1);
-  op("b0", {a, x}, {}, false, 1);
+  t.add_op(op_of("f0", {x}, {a}, 0.1e-3, true));
+  t.add_op(op_of("s1", {p, x}, {}, 1e-3));
+  t.add_op(op_of("big", {x}, {y}, 1e-3));  // y fits beside neither p nor a
+  for (int i = 0; i < 7; ++i) t.add_op(op_of("c" + std::to_string(i), {y, x}, {}, 1e-3));
+  for (int i = 0; i < 6; ++i) t.add_op(op_of("t" + std::to_string(i), {x}, {}, 1e-3));
+  t.add_op(op_of("b0", {a, x}, {}, 1e-3));
   const auto hw = test_hw(9e7);  // p back in: 16.7 ms
   const auto rep = analyze(t);
   const std::uint64_t budget = 100 + 1500000 + 20000;
