@@ -117,8 +117,8 @@ TEST(PlannersRecompute, RemakingBeatsSwappingWhenTheLinkIsSlow) {
 // carries the model state that does not fit: here a parameter p, pushed off the device by y,
 // comes back every iteration, 16.7 ms of copy in a step of 16.1 ms of compute. On an idle link
 // a's copies (0.56 ms each way) would hide in its 16 ms stretch; beside p's the link has no time
-// left, so capuchin remakes a by rerunning its writer (0.1 ms) before b0, and its step is that
-// of the plan that swaps nothing but p (the swap-only one also copies a: 0.56 ms longer).
+// left, so capuchin remakes a by rerunning its writer (0.1 ms) before b0: a step 0.46 ms
+// shorter than the swap-only plan's, which copies a out and back.
 TEST(PlannersRecompute, CapuchinCountsTheLinkTheModelStateTakes) {
   trace t;
   const auto x = t.add_tensor("x", 100, tensor_kind::parameter);
