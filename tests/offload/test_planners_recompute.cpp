@@ -85,13 +85,8 @@ TEST(PlannersRecompute, RemakingBeatsSwappingWhenTheLinkIsSlow) {
   const auto b = t.add_tensor("b", 100000, tensor_kind::activation);
   const auto d = t.add_tensor("d", 1000, tensor_kind::activation);
   auto op = [&](std::string name, std::vector<tensor_id> r, std::vector<tensor_id> wr, bool re, std::int32_t layer) {
-    op_desc o;
-    o.name = std::move(name);
-    o.reads = std::move(r);
-    o.writes = std::move(wr);
-    o.recomputable = re;
+    auto o = op_of(std::move(name), std::move(r), std::move(wr), 1e-3, re);
     o.layer = layer;
-    o.measured_seconds = 1e-3;
     t.add_op(std::move(o));
   };
   op("f0", {w}, {a}, true, 0);
