@@ -6,7 +6,9 @@
 
 #include <cblas.h>
 
+#include <cstdint>
 #include <cstring>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -20,6 +22,17 @@ void check(const conv2d_shape& sh, const char* kernel) {
   SPILLWAY_KERNEL_EXPECTS(sh.batch >= 0 && sh.in_channels > 0 && sh.out_channels > 0 &&
                               sh.kernel.fits(sh.height) && sh.kernel.fits(sh.width),
                           kernel);
+  // cuDNN's tensor descriptors count elements in an int: both backends refuse what it refuses.
+  const auto elements = [&](int channels, int h, int w) {
+    return static_cast<std::uint64_t>(sh.batch) * static_cast<std::uint64_t>(channels) *
+           static_cast<std::uint64_t>(h) * static_cast<std::uint64_t>(w);
+  };
+  const std::uint64_t x = elements(sh.in_channels, sh.height, sh.width);
+  const std::uint64_t y = elements(sh.out_channels, sh.out_height(), sh.out_width());
+  SPILLWAY_EXPECTS_T(usage_error, x <= conv2d_max_elements && y <= conv2d_max_elements,
+                     std::string(kernel) + ": x has " + std::to_string(x) + " elements and y " + std::to_string(y) +
+                         "; a convolution takes at most " + std::to_string(conv2d_max_elements) +
+                         " per tensor (cuDNN's limit): split the batch");
 }
 
 struct conv_sizes {

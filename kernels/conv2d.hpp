@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/bf16.hpp"
 #include "kernels/context.hpp"
@@ -21,6 +22,10 @@ struct conv2d_shape {
   [[nodiscard]] int out_height() const noexcept { return kernel.out(height); }
   [[nodiscard]] int out_width() const noexcept { return kernel.out(width); }
 };
+
+/// The most elements x or y of one convolution may have (cuDNN counts them in an int); a larger
+/// shape is refused on every backend, so a batch that runs on the cpu backend runs on a GPU.
+inline constexpr std::uint64_t conv2d_max_elements = 2147483647;
 
 /// Workspace the convolution of `shape` needs, forward and backward, on ctx's backend: cuDNN's
 /// algorithms' scratch on the cuda backend, 0 on the cpu backend (its im2col columns are the

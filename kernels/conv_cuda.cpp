@@ -106,6 +106,7 @@ std::size_t filter_workspace(cudnnHandle_t h, const conv_setup& d) {
 
 template <class T>
 std::size_t cuda_conv2d_workspace_bytes(kernel_context& ctx, const conv2d_shape& shape) {
+  if (shape.batch == 0) return 0;  // no descriptor takes an empty batch; nothing runs
   auto* h = static_cast<cudnnHandle_t>(ctx.cudnn_handle());
   const conv_setup d(shape, data_type<T>);
   std::size_t fwd = 0;
@@ -133,6 +134,20 @@ void cuda_conv2d_forward(kernel_context& ctx, stream s, const conv2d_shape& shap
 template <class T>
 void cuda_conv2d_backward(kernel_context& ctx, stream s, const conv2d_shape& shape, const T* x, const T* w,
                           const T* dy, T* dx, T* dw, T* dbias, bool accumulate) {
+  if (shape.batch == 0) {
+    // cuDNN takes no empty batch (CUDNN_STATUS_BAD_PARAM); the sums over no images are zero, as
+    // the cpu launcher leaves them.
+    if (!accumulate) {
+      const std::size_t w_elements = static_cast<std::size_t>(shape.out_channels) *
+                                     static_cast<std::size_t>(shape.in_channels) *
+                                     static_cast<std::size_t>(shape.kernel.size) * static_cast<std::size_t>(shape.kernel.size);
+      SPILLWAY_CUDA_TRY(cudaMemsetAsync(dw, 0, w_elements * sizeof(T), static_cast<cudaStream_t>(s.handle)));
+      if (dbias != nullptr)
+        SPILLWAY_CUDA_TRY(cudaMemsetAsync(dbias, 0, static_cast<std::size_t>(shape.out_channels) * sizeof(T),
+                                          static_cast<cudaStream_t>(s.handle)));
+    }
+    return;
+  }
   cudnnHandle_t h = handle_on(ctx, s);
   const conv_setup d(shape, data_type<T>);
   const std::size_t data_bytes = dx != nullptr ? data_workspace(h, d) : 0;

@@ -93,6 +93,57 @@ TEST(Conv2d, RejectsAKernelLargerThanThePaddedImage) {
                spillway::usage_error);
 }
 
+TEST(Conv2d, RefusesTensorsOverCudnnsElementLimitOnEveryBackend) {
+  // 64 x 512 x 256 x 256 is 2^31 elements: cuDNN's descriptors refuse it, so the cpu backend
+  // does too, before any work (the pointers are never read).
+  rig r;
+  float* d = r.alloc<float>(16);
+  const conv2d_shape big{64, 512, 256, 256, 8, {1, 1, 0}};
+  try {
+    conv2d_forward(r.ctx(), r.s(), big, d, d, nullptr, d);
+    FAIL() << "a 2^31-element input was taken";
+  } catch (const spillway::usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("split the batch"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(conv2d_backward(r.ctx(), r.s(), big, d, d, d, d, d, nullptr, false), spillway::usage_error);
+  EXPECT_THROW((void)conv2d_workspace_bytes(r.ctx(), big), spillway::usage_error);
+  // The output counts too: 8 input channels, 2^31 output elements.
+  const conv2d_shape wide_out{64, 8, 256, 256, 512, {1, 1, 0}};
+  EXPECT_THROW(conv2d_forward(r.ctx(), r.s(), wide_out, d, d, nullptr, d), spillway::usage_error);
+  // One image fewer is within the limit: the check passes (only the workspace query runs).
+  EXPECT_EQ(conv2d_workspace_bytes(r.ctx(), conv2d_shape{63, 512, 256, 256, 8, {1, 1, 0}}), 0u);
+}
+
+namespace {
+// The weight and bias gradients of an empty batch: added to, nothing; overwritten, zero. The
+// cuda launcher does it without cuDNN (which takes no empty batch), the cpu one by its loops.
+void expect_empty_batch_backward(rig& r) {
+  const conv2d_shape sh{0, 2, 5, 5, 3, {3, 1, 1}};
+  const std::vector<float> seven(w_size(sh), 7.0f), bias_seven(3, 7.0f);
+  float* x = r.alloc<float>(4);
+  float* gw = r.up(seven);
+  float* gb = r.up(bias_seven);
+  conv2d_backward(r.ctx(), r.s(), sh, x, x, x, nullptr, gw, gb, true);
+  EXPECT_EQ(r.down(gw, w_size(sh)), seven);
+  EXPECT_EQ(r.down(gb, 3), bias_seven);
+  conv2d_backward(r.ctx(), r.s(), sh, x, x, x, nullptr, gw, gb, false);
+  EXPECT_EQ(r.down(gw, w_size(sh)), std::vector<float>(w_size(sh), 0.0f));
+  EXPECT_EQ(r.down(gb, 3), std::vector<float>(3, 0.0f));
+  EXPECT_EQ(conv2d_workspace_bytes(r.ctx(), sh), 0u);
+}
+}  // namespace
+
+TEST(Conv2d, BackwardOfAnEmptyBatchLeavesZeroSumsOrAddsNothing) {
+  rig r;
+  expect_empty_batch_backward(r);
+}
+
+TEST(Conv2dCuda, BackwardOfAnEmptyBatchLeavesZeroSumsOrAddsNothing) {
+  SPILLWAY_NEEDS_CUDA();
+  rig r("cuda");
+  expect_empty_batch_backward(r);
+}
+
 TEST(Conv2dCuda, MatchesCpu) {
   SPILLWAY_NEEDS_CUDA();
   const conv2d_shape sh{4, 16, 16, 16, 32, {3, 2, 1}};
