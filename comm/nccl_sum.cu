@@ -27,6 +27,10 @@ void launch_fixed_order_sum(const float* staging, const float* own, int rank, in
   if (n == 0) return;
   constexpr unsigned threads = 256;
   const auto blocks = static_cast<unsigned>(std::min<std::size_t>((n + threads - 1) / threads, 4096));
+  // The thread's last-error slot may still hold an earlier error a caller tolerated: cleared
+  // first, so the check after the launch reports this launch's own (a sticky error survives the
+  // clearing read and fails the launch itself).
+  (void)cudaGetLastError();
   fixed_order_sum_kernel<<<blocks, threads, 0, stream>>>(staging, own, rank, ranks, out, n);
   SPILLWAY_CUDA_TRY(cudaGetLastError());
 }

@@ -62,8 +62,14 @@ void cpu_device::serve_callbacks() {
 
 void cpu_device::run_host_function(stream_impl& q, std::function<void()> fn) {
   if (!rules_.one_callback_thread) {
-    detail::stream_work_scope scope("a host function");
-    fn();
+    {
+      detail::stream_work_scope scope("a host function");
+      const struct release {
+        std::function<void()>& fn;
+        ~release() { fn = nullptr; }  // the captures die inside the scope, as on CUDA
+      } release_after{fn};
+      fn();
+    }
     host_functions_.fetch_add(1, std::memory_order_relaxed);
     return;
   }

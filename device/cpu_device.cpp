@@ -290,13 +290,21 @@ void cpu_device::serve(stream_impl& q) {
           run_host_function(q, std::move(item.fn));
         } else {
           detail::stream_work_scope scope(item.marker ? "an event mark" : "a cpu kernel or copy");
+          // Its captures die inside the scope, thrown or not, as those of a host function do on
+          // CUDA (where launch_kernel is one): a capture whose destructor calls the Device is
+          // refused here as it is there.
+          const struct release {
+            std::function<void()>& fn;
+            ~release() { fn = nullptr; }
+          } release_after{item.fn};
           item.fn();
         }
       } catch (...) {
         failure = std::current_exception();
       }
     }
-    item.fn = nullptr;  // captures die on the stream's thread, before the item counts as done
+    item.fn = nullptr;  // captures die on the stream's thread, before the item counts as done (a
+                        // host function's, or work skipped after a sticky failure)
     if (delay.count() > 0) wait_until(start + delay);
     if (failure) {
       if (rules_.sticky_errors) fail(failure);

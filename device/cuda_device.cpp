@@ -60,6 +60,15 @@ class cuda_device final : public Device {
     SPILLWAY_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least_priority_, &greatest_priority_));
   }
 
+  // Work still queued (a host function among it) would otherwise run against a destroyed
+  // Device; the cpu backend drains its streams the same way.
+  ~cuda_device() override {
+    if (cudaSetDevice(ordinal_) == cudaSuccess) (void)cudaDeviceSynchronize();
+    (void)cudaGetLastError();
+  }
+  cuda_device(const cuda_device&) = delete;
+  cuda_device& operator=(const cuda_device&) = delete;
+
   const device_properties& properties() const noexcept override { return props_; }
 
   void* allocate(std::size_t bytes) override {
@@ -128,6 +137,7 @@ class cuda_device final : public Device {
   void deallocate_pinned(void* ptr, std::size_t bytes) noexcept override {
     if (ptr == nullptr) return;
     if (!caller_may_call("deallocate_pinned")) return;
+    note_failure(cudaSetDevice(ordinal_), "cudaSetDevice");
     note_failure(cudaHostUnregister(ptr), "cudaHostUnregister");
     ::munmap(ptr, round_up(bytes, page));
   }
@@ -144,10 +154,13 @@ class cuda_device final : public Device {
     return stream{s};
   }
   void destroy_stream(stream s) noexcept override {
-    if (caller_may_call("destroy_stream")) note_failure(cudaStreamDestroy(native(s)), "cudaStreamDestroy");
+    if (!caller_may_call("destroy_stream")) return;
+    note_failure(cudaSetDevice(ordinal_), "cudaSetDevice");
+    note_failure(cudaStreamDestroy(native(s)), "cudaStreamDestroy");
   }
   void synchronize_stream(stream s) override {
     check_caller("synchronize_stream");
+    activate();
     SPILLWAY_CUDA_TRY(cudaStreamSynchronize(native(s)));
     rethrow_host_failure();
   }
@@ -156,12 +169,15 @@ class cuda_device final : public Device {
   event create_timing_event() override { return make_event("create_timing_event", cudaEventDefault); }
   double elapsed_ms(event start, event end) override {
     check_caller("elapsed_ms");
+    activate();
     float ms = 0;
     SPILLWAY_CUDA_TRY(cudaEventElapsedTime(&ms, native(start), native(end)));
     return ms;
   }
   void destroy_event(event e) noexcept override {
-    if (caller_may_call("destroy_event")) note_failure(cudaEventDestroy(native(e)), "cudaEventDestroy");
+    if (!caller_may_call("destroy_event")) return;
+    note_failure(cudaSetDevice(ordinal_), "cudaSetDevice");
+    note_failure(cudaEventDestroy(native(e)), "cudaEventDestroy");
   }
   void record_event(event e, stream s) override {
     check_caller("record_event");
@@ -171,6 +187,7 @@ class cuda_device final : public Device {
   bool query_event(event e) override {
     check_caller("query_event");
     rethrow_host_failure();
+    activate();
     const cudaError_t status = cudaEventQuery(native(e));
     if (status == cudaErrorNotReady) {
       (void)cudaGetLastError();  // "not ready" is an answer, not an error: leave no trace of it
@@ -181,6 +198,7 @@ class cuda_device final : public Device {
   }
   void synchronize_event(event e) override {
     check_caller("synchronize_event");
+    activate();
     SPILLWAY_CUDA_TRY(cudaEventSynchronize(native(e)));
     rethrow_host_failure();
   }
@@ -220,8 +238,10 @@ class cuda_device final : public Device {
     const cudaError_t status = cudaLaunchHostFunc(
         native(s),
         [](void* raw) {
-          std::unique_ptr<payload> job(static_cast<payload*>(raw));
+          // The scope first: the work's captures are destroyed inside it (after job), so a
+          // capture whose destructor calls the Device is caught as the work itself would be.
           detail::stream_work_scope scope("a host function");
+          std::unique_ptr<payload> job(static_cast<payload*>(raw));
           try {
             job->fn();
           } catch (...) {
@@ -248,7 +268,8 @@ class cuda_device final : public Device {
 
  private:
   // Makes this device current on the calling thread. Threads other than the one that made the
-  // device (I/O completions, the Session's helpers) launch too, and a thread starts on GPU 0.
+  // device (I/O completions, the Session's helpers, the event worker) launch, wait and free too,
+  // and a thread starts on GPU 0: a runtime call there would make GPU 0's context for it.
   void activate() const {
     int current = -1;
     if (cudaGetDevice(&current) == cudaSuccess && current == ordinal_) return;  // no driver call

@@ -139,8 +139,8 @@ class Device : public abstract_interface {
   // Device memory.
   [[nodiscard]] virtual void* allocate(std::size_t bytes) = 0;
   virtual void deallocate(void* ptr, std::size_t bytes) noexcept = 0;
-  /// Bytes of device memory currently handed out by allocate() (cpu backend: exact; cuda:
-  /// total minus free as the runtime reports it).
+  /// Bytes of device memory currently handed out by this Device's allocate() and not yet given
+  /// back, on either backend (on cuda, the runtime's own use and other processes' are not in it).
   [[nodiscard]] virtual std::size_t used_memory() const = 0;
   /// Bytes of device memory that allocate() can still hand out now (cpu backend: capacity less
   /// used; cuda: the free memory the runtime reports, which other processes also take from).

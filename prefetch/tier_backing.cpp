@@ -160,8 +160,10 @@ void* tier_backing::allocate_host(const std::string& name, std::uint64_t bytes, 
 // When it refuses the copy, or the wait reports a failure, the mark is settled unrecorded and
 // the device's error thrown; `enqueued` says whether the copy was enqueued (and so whether the
 // device may still touch its memory).
+// `before_mark` (noexcept) runs once the copy is enqueued, before the mark that ends it: what it
+// records behind the copy is reached by the time a wait for the mark returns.
 void tier_backing::copy_then_mark(void* dst, const void* src, std::uint64_t bytes, copy_kind kind, stream s,
-                                  detail::device_mark& mark, bool& enqueued) {
+                                  detail::device_mark& mark, bool& enqueued, const std::function<void()>& before_mark) {
   try {
     device_.copy_async(dst, src, bytes, kind, s);
     enqueued = true;
@@ -169,6 +171,7 @@ void tier_backing::copy_then_mark(void* dst, const void* src, std::uint64_t byte
     mark.abandon();
     throw;
   }
+  if (before_mark) before_mark();
   try {
     mark.record(s);
   } catch (...) {
@@ -409,18 +412,22 @@ void tier_backing::land(const std::string& name, void* dst, void* staging, std::
         span = copy_span{};
       }
     }
-    try {
-      copy_then_mark(dst, staging, bytes, copy_kind::host_to_device, s, *mark, copying);
-    } catch (...) {
-      err = std::current_exception();
-    }
-    if (!err && span.end) {
+    // The span ends, and joins the list, before the mark: drain() returns once the mark is
+    // reached, and end_iteration then times every span listed (an end recorded after the mark
+    // might not be reached yet, and the GPU answers "not ready" to timing it).
+    auto end_span = [&]() noexcept {
+      if (!span.end) return;
       try {
         device_.record_event(*span.end, s);
         std::lock_guard lock(spans_mutex_);
         copy_spans_.push_back(std::move(span));
       } catch (...) {  // NOLINT(bugprone-empty-catch): the span is dropped, the copy stands
       }
+    };
+    try {
+      copy_then_mark(dst, staging, bytes, copy_kind::host_to_device, s, *mark, copying, end_span);
+    } catch (...) {
+      err = std::current_exception();
     }
   }
   if (err) {

@@ -4,6 +4,7 @@
 // comes back to the device unchanged can later leave it again without any copy (a "drop").
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -58,7 +59,7 @@ class tier_backing final : public tensor_backing {
   void write_staged(tensor_id id, const std::string& name, const std::string& file_name, void* staging,
                     std::uint64_t bytes, const std::shared_ptr<detail::move_state>& state, std::exception_ptr device_error);
   void copy_then_mark(void* dst, const void* src, std::uint64_t bytes, copy_kind kind, stream s,
-                      detail::device_mark& mark, bool& enqueued);
+                      detail::device_mark& mark, bool& enqueued, const std::function<void()>& before_mark = {});
   void forget_failed_save(tensor_id id, void* block, bool staging, bool enqueued) noexcept;
   void copy_out(tensor_id id, void* dst, bool staging, const void* src, std::uint64_t bytes, stream s,
                 detail::device_mark& mark, detail::move_state& state);

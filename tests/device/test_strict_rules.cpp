@@ -302,6 +302,38 @@ TEST(StrictRules, AKernelThatFreesDeviceMemoryFails) {
   EXPECT_THROW(dev->synchronize_stream(s), usage_error);
 }
 
+// So is freeing it from the destructor of something the work captured: on CUDA the captures of
+// a host function die inside the callback, where no runtime call is allowed, so here they die
+// inside the stream work too, for kernels and host functions alike.
+TEST(StrictRules, WorkWhoseCapturesFreeDeviceMemoryFails) {
+  struct frees_on_death {
+    Device* dev;
+    void* d;
+    ~frees_on_death() {
+      if (d != nullptr) dev->deallocate(d, 4096);
+    }
+  };
+  for (bool host_function : {false, true}) {
+    auto dev = strict_cpu();
+    owned_stream s(*dev);
+    auto owner = std::make_shared<frees_on_death>(dev.get(), dev->allocate(4096));
+    std::atomic<bool> go{false};
+    dev->launch_kernel(s, [&go] {
+      while (!go) std::this_thread::yield();  // holds the stream until the work's capture is the last owner
+    });
+    auto work = [owner] { (void)owner; };
+    if (host_function)
+      dev->launch_host(s, std::move(work));
+    else
+      dev->launch_kernel(s, std::move(work));
+    owner.reset();
+    go = true;
+    // Freed outside the work, the free would wait for the very stream it runs on: a hang.
+    spillway::testing::watchdog dog("WorkWhoseCapturesFreeDeviceMemoryFails", std::chrono::seconds(30));
+    EXPECT_THROW(dev->synchronize_stream(s), usage_error) << (host_function ? "host function" : "kernel");
+  }
+}
+
 TEST(StrictRules, FreesSynchronizeTheDevice) {
   auto dev = strict_cpu();
   const auto before = static_cast<cpu_device&>(*dev).counters().synchronizing_frees;

@@ -360,7 +360,7 @@ TEST(Executor, ATimedIterationPutsNoHostFunctionOnAnyStream) {
 TEST(Executor, APlanThroughTheNvmeTierUsesNoHostFunction) {
   test::temp_dir dir;
   swapping_model m(tier::nvme);
-  rig r(4 * m.n, 50e6, /*timeline=*/false, dir.path());  // 256 KiB copies take ~5 ms
+  rig r(4 * m.n, 50e6, /*timeline=*/true, dir.path());  // 256 KiB copies take ~5 ms
   m.define(r, tier::nvme);
   auto bad = std::make_shared<std::atomic<int>>(0);
   const auto before = r.dev->counters();
@@ -377,6 +377,15 @@ TEST(Executor, APlanThroughTheNvmeTierUsesNoHostFunction) {
   std::vector<unsigned char> back(m.n);
   r.exec->read(m.p0, back.data());
   EXPECT_TRUE(holds(back.data(), m.n, m.p0_value)) << "p0 lost an update on its way through NVMe";
+  // Each load's copy span ends before the mark the iteration's end waits for, so every span it
+  // times was reached (timing one that was not is an error on a GPU, and here).
+  int loads = 0;
+  for (const auto& item : r.exec->timeline()) {
+    if (item.where != timeline_item::track::h2d) continue;
+    EXPECT_GE(item.end_us, item.start_us) << item.name;
+    ++loads;
+  }
+  EXPECT_GT(loads, 0) << "no copy from NVMe on the timeline";
   r.dev->synchronize();
 }
 
