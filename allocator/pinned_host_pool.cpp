@@ -32,6 +32,7 @@ struct detail::pinned_region_impl {
   std::uintptr_t begin = 0;      // first aligned byte
   std::size_t bytes = 0;         // usable bytes from begin (a multiple of the alignment)
   std::size_t live_blocks = 0;
+  std::uint64_t id = 0;          // pinned_region::id
 };
 
 struct pinned_host_pool::region : detail::pinned_region_impl {};
@@ -112,12 +113,14 @@ void pinned_host_pool::add_region(std::size_t bytes) {
   r->mapped_bytes = mapped;
   r->begin = round_up(reinterpret_cast<std::uintptr_t>(r->mapping), align);
   r->bytes = bytes;
+  r->id = next_region_id_++;
   blocks_.emplace(r->begin, detail::pinned_block{bytes, 0, r.get(), true});
   free_.emplace(bytes, r->begin);
   stats_.reserved_bytes += bytes;
   stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
   ++stats_.regions;
   regions_.push_back(std::move(r));
+  generation_.fetch_add(1, std::memory_order_release);
 }
 
 void* pinned_host_pool::carve(std::map<std::uintptr_t, detail::pinned_block>::iterator it, std::size_t rounded,
@@ -193,6 +196,7 @@ std::size_t pinned_host_pool::release_unused_locked() {
     released += r->bytes;
     return true;
   });
+  if (released > 0) generation_.fetch_add(1, std::memory_order_release);
   return released;
 }
 
@@ -200,7 +204,7 @@ std::vector<pinned_region> pinned_host_pool::regions() const {
   std::lock_guard lock(mutex_);
   std::vector<pinned_region> out;
   out.reserve(regions_.size());
-  for (const auto& r : regions_) out.push_back({reinterpret_cast<void*>(r->begin), r->bytes});
+  for (const auto& r : regions_) out.push_back({reinterpret_cast<void*>(r->begin), r->bytes, r->id});
   return out;
 }
 

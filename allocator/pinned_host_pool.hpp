@@ -4,6 +4,7 @@
 // one buffer serves both the GPU copy and the NVMe transfer.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -44,6 +45,9 @@ struct pinned_pool_stats {
 struct pinned_region {
   void* base = nullptr;
   std::size_t bytes = 0;
+  /// Unique for the pool's life: a region pinned again at the same address and size (mmap
+  /// often hands a freed range back) is a new region, whose pages io_uring must register anew.
+  std::uint64_t id = 0;
 };
 
 namespace detail {
@@ -81,6 +85,11 @@ class pinned_host_pool {
 
   /// The regions currently pinned, for io_uring buffer registration.
   [[nodiscard]] std::vector<pinned_region> regions() const;
+  /// Changes whenever a region is pinned or unpinned (release order: a reader that sees a value
+  /// sees the regions as they were when it was set). A fixed-buffer registration made from
+  /// regions() read after generation() returned g still describes every live block while
+  /// generation() returns g: a block's region outlives the block.
+  [[nodiscard]] std::uint64_t generation() const noexcept { return generation_.load(std::memory_order_acquire); }
   /// Index of the region holding `ptr` in regions(), or -1.
   [[nodiscard]] int region_index(const void* ptr) const;
 
@@ -111,6 +120,8 @@ class pinned_host_pool {
   std::vector<std::unique_ptr<region>> regions_;
   pinned_pool_stats stats_;
   std::map<std::uintptr_t, detail::pinned_block> blocks_;  // every block, by address
+  std::uint64_t next_region_id_ = 1;
+  std::atomic<std::uint64_t> generation_{0};
   std::set<free_key> free_;                                // free blocks, by size then address
 };
 

@@ -99,19 +99,23 @@ std::string registration_hint(int rc, std::span<const iovec> iov) {
 
 void io_ring::refresh_buffers() {
   if (pool_ == nullptr || registration_failed_) return;
+  // Read before the regions: a change after this read shows as a newer generation, and run()
+  // then uses no fixed buffer until the next refresh (Note [Fixed buffers and pool changes]).
+  const std::uint64_t generation = pool_->generation();
   const auto regions = pool_->regions();
   std::vector<registered> want;
   std::vector<iovec> iov;
   for (const auto& r : regions) {
     if (r.bytes == 0 || r.bytes > max_fixed_buffer) continue;
-    want.push_back({reinterpret_cast<std::uintptr_t>(r.base), r.bytes, static_cast<int>(iov.size())});
+    want.push_back({reinterpret_cast<std::uintptr_t>(r.base), r.bytes, static_cast<int>(iov.size()), r.id});
     iov.push_back({r.base, r.bytes});
   }
   std::sort(want.begin(), want.end(), [](const auto& a, const auto& b) { return a.base < b.base; });
+  // Whatever follows leaves registered_ describing `regions` (or empty, so no fixed buffer).
+  registered_generation_ = generation;
   const bool same = want.size() == registered_.size() &&
-                    std::equal(want.begin(), want.end(), registered_.begin(), [](const auto& a, const auto& b) {
-                      return a.base == b.base && a.bytes == b.bytes;
-                    });
+                    std::equal(want.begin(), want.end(), registered_.begin(),
+                               [](const auto& a, const auto& b) { return a.same_region(b); });
   if (same) return;
   // Note [Counting huge-page bytes]
   // The pool's regions were marked for huge pages by allocate_pinned before anything pinned
@@ -125,13 +129,12 @@ void io_ring::refresh_buffers() {
   std::vector<registered> fresh;  // registered by this call for the first time, not measured yet
   for (const auto& w : want) {
     const bool seen = std::any_of(registered_.begin(), registered_.end(),
-                                  [&](const registered& r) { return r.base == w.base && r.bytes == w.bytes; });
+                                  [&](const registered& r) { return r.same_region(w); });
     if (!seen) fresh.push_back(w);
   }
   const auto measure = [&](const registered& w) {
     if (!huge_pages_) return;
-    auto it = std::find_if(fresh.begin(), fresh.end(),
-                           [&](const registered& f) { return f.base == w.base && f.bytes == w.bytes; });
+    auto it = std::find_if(fresh.begin(), fresh.end(), [&](const registered& f) { return f.same_region(w); });
     if (it == fresh.end()) return;
     fresh.erase(it);
     counters_.huge_page_bytes.fetch_add(huge_page_backed_bytes(reinterpret_cast<const void*>(w.base), w.bytes),
@@ -144,7 +147,7 @@ void io_ring::refresh_buffers() {
   // region is pinned once, into the next slot. A region that left the pool, a full table or a
   // queue without slots falls back to registering the whole list.
   const bool any_gone = std::any_of(registered_.begin(), registered_.end(), [&](const registered& r) {
-    return !std::any_of(want.begin(), want.end(), [&](const registered& w) { return w.base == r.base && w.bytes == r.bytes; });
+    return !std::any_of(want.begin(), want.end(), [&](const registered& w) { return w.same_region(r); });
   });
   if (slots_ != slot_table::unsupported) {
     if (slots_ == slot_table::untried || any_gone) {
@@ -156,13 +159,13 @@ void io_ring::refresh_buffers() {
     for (const auto& w : want) {
       if (!ok) break;
       const bool seen = std::any_of(registered_.begin(), registered_.end(),
-                                    [&](const registered& r) { return r.base == w.base && r.bytes == w.bytes; });
+                                    [&](const registered& r) { return r.same_region(w); });
       if (seen) continue;
       if (next_slot_ >= max_slots || queue_->update_buffer(next_slot_, iovec{reinterpret_cast<void*>(w.base), w.bytes}) != 0) {
         ok = false;
         break;
       }
-      registered_.push_back({w.base, w.bytes, static_cast<int>(next_slot_++)});
+      registered_.push_back({w.base, w.bytes, static_cast<int>(next_slot_++), w.region});
       counters_.region_pins.fetch_add(1, std::memory_order_relaxed);
       measure(w);
     }
@@ -266,6 +269,16 @@ void io_ring::run() {
       pending_.clear();
     }
     if (in_flight == 0 && !ready.empty()) refresh_buffers();
+    // Note [Fixed buffers and pool changes]
+    // io_uring knows a fixed buffer by its address, and keeps the pages it pinned at
+    // registration. The pool may unpin an empty region and pin a new one, which mmap often
+    // places at the freed address: a block there matches the old entry by address, and a
+    // fixed read or write would move the old pages, not the block's (the CRC then fails a
+    // good read). The registration is refreshed only while nothing is in flight, so until
+    // then, once the pool has changed, ops use plain buffers. Every op here was queued before
+    // this read, and a live block's region outlives it, so an unchanged generation means every
+    // op's region is registered as it is.
+    const bool registration_current = pool_ == nullptr || pool_->generation() == registered_generation_;
     batch.clear();
     while (in_flight + batch.size() < depth && !ready.empty()) {
       block_io* b = ready.front();
@@ -274,7 +287,7 @@ void io_ring::run() {
         b->owner->prepare(*b);
         b->prepared = true;
       }
-      b->buffer_index = buffer_index(b->buffer, b->length);
+      b->buffer_index = registration_current ? buffer_index(b->buffer, b->length) : -1;
       if (b->buffer_index >= 0) counters_.fixed_ops.fetch_add(1, std::memory_order_relaxed);
       batch.push_back(b);
     }

@@ -90,6 +90,10 @@ class io_ring {
     std::uintptr_t base;
     std::size_t bytes;
     int index;
+    std::uint64_t region;  // pinned_region::id: the same range pinned again is not the same buffer
+    [[nodiscard]] bool same_region(const registered& o) const noexcept {
+      return base == o.base && bytes == o.bytes && region == o.region;
+    }
   };
 
   void run();
@@ -105,6 +109,7 @@ class io_ring {
   unsigned max_retries_;
   bool huge_pages_;
   std::vector<registered> registered_;  // sorted by base; only touched by the ring's thread
+  std::uint64_t registered_generation_ = 0;  // the pool's generation() registered_ describes
   bool registration_failed_ = false;
   enum class slot_table : std::uint8_t { untried, on, unsupported };
   slot_table slots_ = slot_table::untried;  // Note [Registering one region at a time]
