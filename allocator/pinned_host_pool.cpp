@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <exception>
 #include <string>
 
 #include "device/error.hpp"
@@ -74,38 +75,70 @@ void* pinned_host_pool::allocate(std::size_t bytes) {
                        " B (sizes must be between 1 B and " + format_bytes(max_size_bytes) + ")");
   }
   const std::size_t rounded = round_up(bytes, options_.alignment);
-  std::lock_guard lock(mutex_);
-
-  if (auto f = free_.lower_bound({rounded, 0}); f != free_.end()) {
-    return carve(blocks_.find(f->second), rounded, bytes);
-  }
+  std::unique_lock lock(mutex_);
+  if (auto f = free_.lower_bound({rounded, 0}); f != free_.end()) return carve(blocks_.find(f->second), rounded, bytes);
 
   // No free block fits: unpin the empty regions (none can hold this request) and pin a new
-  // region (Note [Pinned regions]).
-  release_unused_locked();
+  // region (Note [Pinned regions]), both outside the lock (Note [Pinning outside the lock]).
+  auto unused = take_unused_locked();
   std::size_t region_bytes = rounded > options_.region_size / 4 ? rounded : options_.region_size;
   if (options_.capacity != 0) {
-    const std::size_t room = options_.capacity - std::min(options_.capacity, stats_.reserved_bytes);
-    if (rounded > room) throw_out_of_memory(bytes, "the capacity is reached");
+    const std::size_t taken = stats_.reserved_bytes + pinning_bytes_;
+    const std::size_t room = options_.capacity - std::min(options_.capacity, taken);
+    if (rounded > room) {
+      std::exception_ptr full;
+      try {
+        throw_out_of_memory(bytes, "the capacity is reached");
+      } catch (...) {
+        full = std::current_exception();
+      }
+      lock.unlock();
+      unpin(std::move(unused));
+      std::rethrow_exception(full);
+    }
     region_bytes = std::min(region_bytes, room / options_.alignment * options_.alignment);
   }
+  pinning_bytes_ += region_bytes;  // held against the capacity while it is pinned
+  lock.unlock();
+  unpin(std::move(unused));
+  std::unique_ptr<region> r;
   try {
-    add_region(region_bytes);
+    r = pin(region_bytes);
   } catch (const out_of_memory&) {
     // The system refused to pin more. Give back empty regions and try once more, smaller.
-    release_unused_locked();
+    lock.lock();
+    pinning_bytes_ -= region_bytes - rounded;
+    region_bytes = rounded;
+    unused = take_unused_locked();
+    lock.unlock();
+    unpin(std::move(unused));
     try {
-      add_region(rounded);
+      r = pin(region_bytes);
     } catch (const out_of_memory& e) {
+      lock.lock();
+      pinning_bytes_ -= region_bytes;
       throw_out_of_memory(bytes, std::string("the device refused to pin more: ") + e.what());
     }
   }
+  lock.lock();
+  pinning_bytes_ -= region_bytes;
+  add_region(std::move(r));
   auto f = free_.lower_bound({rounded, 0});
   assert(f != free_.end());
   return carve(blocks_.find(f->second), rounded, bytes);
 }
 
-void pinned_host_pool::add_region(std::size_t bytes) {
+// Note [Pinning outside the lock]
+// Pinning and unpinning are slow on a GPU (cudaHostRegister and cudaHostUnregister walk every
+// page: tens of milliseconds for a region of 64 MiB, more for a tensor-sized one), and the
+// pool's other users do not wait for them: frees come from the NVMe ring's thread and the event
+// worker as copies complete. So the lock covers the bookkeeping only. A region being pinned
+// holds its bytes against the capacity (pinning_bytes_) but is in no list, nor in the stats,
+// until it is added, so nothing carves from it early; an empty region taken for unpinning leaves the lists
+// (and the generation changes) before its pages go. Two threads that find no fit at once may
+// each pin a region: the second is simply used by later requests.
+
+std::unique_ptr<pinned_host_pool::region> pinned_host_pool::pin(std::size_t bytes) {
   const std::size_t align = std::max(options_.alignment, page_size);
   const std::size_t mapped = bytes + (align - page_size);  // room to align the base
   auto r = std::make_unique<region>();
@@ -113,10 +146,18 @@ void pinned_host_pool::add_region(std::size_t bytes) {
   r->mapped_bytes = mapped;
   r->begin = round_up(reinterpret_cast<std::uintptr_t>(r->mapping), align);
   r->bytes = bytes;
+  return r;
+}
+
+void pinned_host_pool::unpin(std::vector<std::unique_ptr<region>> regions) noexcept {
+  for (auto& r : regions) device_->deallocate_pinned(r->mapping, r->mapped_bytes);
+}
+
+void pinned_host_pool::add_region(std::unique_ptr<region> r) {
   r->id = next_region_id_++;
-  blocks_.emplace(r->begin, detail::pinned_block{bytes, 0, r.get(), true});
-  free_.emplace(bytes, r->begin);
-  stats_.reserved_bytes += bytes;
+  blocks_.emplace(r->begin, detail::pinned_block{r->bytes, 0, r.get(), true});
+  free_.emplace(r->bytes, r->begin);
+  stats_.reserved_bytes += r->bytes;
   stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
   ++stats_.regions;
   regions_.push_back(std::move(r));
@@ -177,27 +218,33 @@ void pinned_host_pool::deallocate(void* ptr, std::size_t bytes) noexcept {
 }
 
 std::size_t pinned_host_pool::release_unused() {
-  std::lock_guard lock(mutex_);
-  return release_unused_locked();
+  std::size_t released = 0;
+  std::vector<std::unique_ptr<region>> unused;
+  {
+    std::lock_guard lock(mutex_);
+    unused = take_unused_locked();
+  }
+  for (const auto& r : unused) released += r->bytes;
+  unpin(std::move(unused));
+  return released;
 }
 
-std::size_t pinned_host_pool::release_unused_locked() {
-  std::size_t released = 0;
-  std::erase_if(regions_, [&](const std::unique_ptr<region>& r) {
+std::vector<std::unique_ptr<pinned_host_pool::region>> pinned_host_pool::take_unused_locked() {
+  std::vector<std::unique_ptr<region>> out;
+  std::erase_if(regions_, [&](std::unique_ptr<region>& r) {
     if (r->live_blocks != 0) return false;
     // An empty region is a single free block (freeing coalesces it back to one).
     auto it = blocks_.find(r->begin);
     assert(it != blocks_.end() && it->second.free && it->second.size == r->bytes);
     free_.erase({it->second.size, it->first});
     blocks_.erase(it);
-    device_->deallocate_pinned(r->mapping, r->mapped_bytes);
     stats_.reserved_bytes -= r->bytes;
     --stats_.regions;
-    released += r->bytes;
+    out.push_back(std::move(r));
     return true;
   });
-  if (released > 0) generation_.fetch_add(1, std::memory_order_release);
-  return released;
+  if (!out.empty()) generation_.fetch_add(1, std::memory_order_release);
+  return out;
 }
 
 std::vector<pinned_region> pinned_host_pool::regions() const {

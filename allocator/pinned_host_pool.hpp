@@ -110,8 +110,11 @@ class pinned_host_pool {
 
   void* carve(std::map<std::uintptr_t, detail::pinned_block>::iterator it, std::size_t rounded,
               std::size_t requested);
-  void add_region(std::size_t bytes);
-  std::size_t release_unused_locked();
+  // Note [Pinning outside the lock] in pinned_host_pool.cpp: pin and unpin run unlocked.
+  [[nodiscard]] std::unique_ptr<region> pin(std::size_t bytes);
+  void unpin(std::vector<std::unique_ptr<region>> regions) noexcept;
+  void add_region(std::unique_ptr<region> r);
+  [[nodiscard]] std::vector<std::unique_ptr<region>> take_unused_locked();
   [[noreturn]] void throw_out_of_memory(std::size_t bytes, const std::string& why) const;
 
   Device* device_;
@@ -121,6 +124,8 @@ class pinned_host_pool {
   pinned_pool_stats stats_;
   std::map<std::uintptr_t, detail::pinned_block> blocks_;  // every block, by address
   std::uint64_t next_region_id_ = 1;
+  std::size_t pinning_bytes_ = 0;  // of regions being pinned, against the capacity
+
   std::atomic<std::uint64_t> generation_{0};
   std::set<free_key> free_;                                // free blocks, by size then address
 };

@@ -229,3 +229,44 @@ TEST(PinnedPoolDeviceFaults, ARefusalOfEveryPinIsAClearErrorAndChangesNothing) {
   pool.deallocate(kept, 3_MiB);
   pool.check_invariants();
 }
+
+// Pinning is slow on a GPU (cudaHostRegister walks every page), and the pool's frees come from
+// other threads (the NVMe ring's, the event worker's) as copies complete: a region being pinned
+// holds none of them up (Note [Pinning outside the lock]), and the capacity counts it meanwhile.
+TEST(PinnedHostPoolFaults, PinningARegionHoldsUpNoFreeOnAnotherThread) {
+  faulty_device dev(std::make_unique<cpu_device>());
+  pinned_host_pool pool(dev, {.capacity = 3_MiB, .region_size = 1_MiB});
+  void* a = pool.allocate(256_KiB);  // the first region (1 MiB), kept in use throughout
+  void* c = pool.allocate(256_KiB);
+  std::atomic<bool> pinning{false}, go_on{false};
+  dev.before_pinning = [&] {
+    pinning = true;
+    while (!go_on) std::this_thread::yield();
+  };
+  // No free block fits 900 KiB: a region of its own size is pinned, held up here.
+  std::thread grow([&] { pool.deallocate(pool.allocate(900_KiB), 900_KiB); });
+  while (!pinning) std::this_thread::yield();
+  std::atomic<bool> freed{false};
+  std::thread release([&] {
+    pool.deallocate(c, 256_KiB);
+    freed = true;
+  });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!freed && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  if (!freed) {  // let the pinning end, so that the test fails instead of hanging
+    go_on = true;
+    grow.join();
+    release.join();
+    FAIL() << "a free waited for another thread's pinning";
+  }
+  // The region being pinned counts against the capacity: 1024 KiB pinned and 900 KiB pinning
+  // leave 1148 KiB of the 3 MiB, so 1152 KiB is refused at once.
+  EXPECT_THROW((void)pool.allocate(1_MiB + 128_KiB), out_of_memory);
+  go_on = true;
+  grow.join();
+  release.join();
+  pool.deallocate(a, 256_KiB);
+  pool.check_invariants();
+  EXPECT_EQ(pool.stats().allocated_bytes, 0u);
+  EXPECT_EQ(pool.stats().regions, 2u);
+}

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -62,7 +63,12 @@ class faulty_device final : public Device {
   void deallocate(void* p, std::size_t b) noexcept override { inner_->deallocate(p, b); }
   [[nodiscard]] std::size_t used_memory() const override { return inner_->used_memory(); }
   [[nodiscard]] std::size_t free_memory() const override { return inner_->free_memory(); }
+  /// Runs at the start of every allocate_pinned (a test holds pinning up with it, as a slow
+  /// cudaHostRegister would); set before the device is shared between threads.
+  std::function<void()> before_pinning;
+
   [[nodiscard]] void* allocate_pinned(std::size_t b) override {
+    if (before_pinning) before_pinning();
     maybe_fail(device_call::allocate_pinned, b);
     return inner_->allocate_pinned(b);
   }
