@@ -299,6 +299,24 @@ def peers_section(out, steps, train, v):
     return section
 
 
+def reruns_section(steps, v):
+    """checkpoint's reruns checked bit for bit against each op's first run (gpt and cnn)."""
+    runs = {s["name"]: s for s in steps if s["name"] in ("reruns-gpt", "reruns-cnn")}
+    if not runs:
+        v.add("reruns checked bit for bit (gpt, cnn)", "SKIP", "not run")
+        return
+    bad = [s for s in runs.values() if s["status"] in ("fail", "hang")]
+    skipped = [s["name"] for s in runs.values() if s["status"] == "skip"]
+    if bad:
+        result = "HANG" if all(s["status"] == "hang" for s in bad) else "FAIL"
+        v.add("reruns checked bit for bit (gpt, cnn)", result,
+              "; ".join(f"{s['name']}: {s['status']} ({s.get('reason', '')}), see logs/{s['name']}.txt" for s in bad))
+    elif len(runs) < 2 or skipped:
+        v.add("reruns checked bit for bit (gpt, cnn)", "SKIP", "not run: " + ", ".join(skipped or ["one of the two"]))
+    else:
+        v.add("reruns checked bit for bit (gpt, cnn)", "PASS", "every rerun wrote its op's first bits")
+
+
 def write_junit(out, steps, v):
     """One case per step and per verdict line, for scripts/lib/count_tests.py."""
     logs = os.path.join(out, "meson-logs")
@@ -342,6 +360,7 @@ def main():
     nvme = nvme_section(a.out, steps, v)
     overhead = overhead_section(a.out, steps, v)
     peers = peers_section(a.out, steps, train, v)
+    reruns_section(steps, v)
     for s in steps:  # the steps no target above speaks for
         if s["status"] in ("hang", "fail") and s["name"] in ("starts", "cuda-info"):
             v.add(f"step {s['name']}", s["status"].upper(), why_missing(a.out, steps, s["name"]))

@@ -307,6 +307,9 @@ TEST(StrictRules, AKernelThatFreesDeviceMemoryFails) {
 // inside the stream work too, for kernels and host functions alike.
 TEST(StrictRules, WorkWhoseCapturesFreeDeviceMemoryFails) {
   struct frees_on_death {
+    frees_on_death(Device* device, void* block) : dev(device), d(block) {}
+    frees_on_death(const frees_on_death&) = delete;
+    frees_on_death& operator=(const frees_on_death&) = delete;
     Device* dev;
     void* d;
     ~frees_on_death() {
