@@ -134,9 +134,9 @@ void* pinned_host_pool::allocate(std::size_t bytes) {
 // pool's other users do not wait for them: frees come from the NVMe ring's thread and the event
 // worker as copies complete. So the lock covers the bookkeeping only. A region being pinned
 // holds its bytes against the capacity (pinning_bytes_) but is in no list, nor in the stats,
-// until it is added, so nothing carves from it early; an empty region taken for unpinning leaves the lists
-// (and the generation changes) before its pages go. Two threads that find no fit at once may
-// each pin a region: the second is simply used by later requests.
+// until it is added, so nothing carves from it early; an empty region taken for unpinning
+// leaves the lists (and the generation changes) before its pages go. Two threads that find no
+// fit at once may each pin a region: the second is simply used by later requests.
 
 std::unique_ptr<pinned_host_pool::region> pinned_host_pool::pin(std::size_t bytes) {
   const std::size_t align = std::max(options_.alignment, page_size);

@@ -123,11 +123,10 @@ class pinned_host_pool {
   std::vector<std::unique_ptr<region>> regions_;
   pinned_pool_stats stats_;
   std::map<std::uintptr_t, detail::pinned_block> blocks_;  // every block, by address
-  std::uint64_t next_region_id_ = 1;
-  std::size_t pinning_bytes_ = 0;  // of regions being pinned, against the capacity
-
-  std::atomic<std::uint64_t> generation_{0};
   std::set<free_key> free_;                                // free blocks, by size then address
+  std::uint64_t next_region_id_ = 1;
+  std::size_t pinning_bytes_ = 0;  // of regions being pinned, held against the capacity
+  std::atomic<std::uint64_t> generation_{0};
 };
 
 }  // namespace spillway

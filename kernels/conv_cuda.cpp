@@ -138,9 +138,9 @@ void cuda_conv2d_backward(kernel_context& ctx, stream s, const conv2d_shape& sha
     // cuDNN takes no empty batch (CUDNN_STATUS_BAD_PARAM); the sums over no images are zero, as
     // the cpu launcher leaves them.
     if (!accumulate) {
-      const std::size_t w_elements = static_cast<std::size_t>(shape.out_channels) *
-                                     static_cast<std::size_t>(shape.in_channels) *
-                                     static_cast<std::size_t>(shape.kernel.size) * static_cast<std::size_t>(shape.kernel.size);
+      const auto r = static_cast<std::size_t>(shape.kernel.size);
+      const std::size_t w_elements =
+          static_cast<std::size_t>(shape.out_channels) * static_cast<std::size_t>(shape.in_channels) * r * r;
       SPILLWAY_CUDA_TRY(cudaMemsetAsync(dw, 0, w_elements * sizeof(T), static_cast<cudaStream_t>(s.handle)));
       if (dbias != nullptr)
         SPILLWAY_CUDA_TRY(cudaMemsetAsync(dbias, 0, static_cast<std::size_t>(shape.out_channels) * sizeof(T),
