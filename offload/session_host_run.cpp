@@ -15,7 +15,9 @@ namespace spillway {
 //    memory, which the debug mode cpu_debug_host_access relies on) and the caller waits for it;
 //  * on a GPU the tensors are copied to pinned host memory kept by the Session (device to host on
 //    the op's stream, then a wait), `f` runs on the caller's thread, and tensors the op writes
-//    or accumulates are copied back on the stream; the next run's wait orders the reuse of the
+//    or accumulates are copied back on the stream. Tensors the op only writes are copied in too:
+//    the op's kernels before run() may have written part of them, and `f` sees what they wrote
+//    as it does on the cpu backend (and what it leaves alone goes back unchanged); the next run's wait orders the reuse of the
 //    staging memory. session_hooks::stage_host_runs takes this path on the cpu backend too, so
 //    tests cover it.
 // A parent named by the op is its gathered copy (Note [Views]), like ptr(). An exception from
@@ -55,7 +57,7 @@ void session_impl::run_on_host(const std::function<void(const Session::op_scope:
     void* host = static_cast<std::byte*>(host_staging) + at;
     at += round_up(tensors[n.id].bytes, 256);
     ptrs.emplace_back(n.id, host);
-    if (n.read) dev->copy_async(host, op_ptr(tensor_handle{n.id}), tensors[n.id].bytes, copy_kind::device_to_host, s);
+    dev->copy_async(host, op_ptr(tensor_handle{n.id}), tensors[n.id].bytes, copy_kind::device_to_host, s);
   }
   dev->synchronize_stream(s);
   f(access);

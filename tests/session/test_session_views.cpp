@@ -271,18 +271,26 @@ TEST(SessionHostRun, StagedRunsAsOnAGpuGiveTheSameBitsAndCopyBackOnlyWhatTheOpWr
 }
 
 TEST(SessionHostRun, RunsInStreamOrderAfterTheOpsKernels) {
-  Session s(config_for("none", 0));
-  auto x = s.add_persistent("x", sizeof(std::uint64_t), tensor_kind::parameter);
-  s.begin_iteration();
-  {
-    auto op = s.op("set", {}, {x});
-    auto* p = op.ptr<std::uint64_t>(x);
-    op.device().launch_kernel(op.stream(), [p] { *p = 41; });  // queued, maybe not yet run
-    std::uint64_t seen = 0;
-    op.run([&](const auto& h) { seen = ++*h.template ptr<std::uint64_t>(x); });
-    EXPECT_EQ(seen, 42u);
+  // Staged as on a GPU too: a tensor the op only writes holds, in f, what the op's kernels wrote.
+  for (bool stage : {false, true}) {
+    session_hooks h;
+    h.stage_host_runs = stage;
+    Session s(config_for("none", 0), h);
+    auto x = s.add_persistent("x", sizeof(std::uint64_t), tensor_kind::parameter);
+    s.begin_iteration();
+    {
+      auto op = s.op("set", {}, {x});
+      auto* p = op.ptr<std::uint64_t>(x);
+      op.device().launch_kernel(op.stream(), [p] { *p = 41; });  // queued, maybe not yet run
+      std::uint64_t seen = 0;
+      op.run([&](const auto& a) { seen = ++*a.template ptr<std::uint64_t>(x); });
+      EXPECT_EQ(seen, 42u) << (stage ? "staged" : "unstaged");
+    }
+    (void)s.end_iteration();
+    std::uint64_t got = 0;
+    s.read(x, &got, sizeof got);
+    EXPECT_EQ(got, 42u) << (stage ? "staged" : "unstaged");
   }
-  (void)s.end_iteration();
 }
 
 TEST(SessionHostRun, AnExceptionFromTheFunctionReachesTheCallerOnEitherPath) {
