@@ -209,6 +209,8 @@ void Session::read(tensor_handle t, void* host, std::uint64_t bytes) {
                      "read(\"" + d.name + "\"): asked for " + std::to_string(bytes) + " bytes; it has " +
                          std::to_string(d.bytes));
   SPILLWAY_EXPECTS_T(usage_error, !impl_->op_open, "read(\"" + d.name + "\") inside an op's scope");
+  SPILLWAY_EXPECTS_T(usage_error, host != nullptr, "read(\"" + d.name + "\"): host is null; give memory of " +
+                                                       std::to_string(d.bytes) + " bytes to copy into");
   impl_->read(t, host);
 }
 

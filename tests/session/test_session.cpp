@@ -541,6 +541,8 @@ TEST(Session, MisuseIsAUsageErrorAndBadInputAConfigError) {
     EXPECT_NE(msg.find("give"), std::string::npos) << "does not say what is right: " << msg;
   }
   EXPECT_THROW((void)s.op("early", {w}, {}), usage_error);
+  EXPECT_THROW(s.read(w, nullptr, 4_KiB), usage_error);  // not a crash in a copy
+  EXPECT_THROW(s.write(w, nullptr, 4_KiB), usage_error);
   EXPECT_THROW((void)s.end_iteration(), usage_error);
   EXPECT_THROW((void)s.add_transient("t", 4_KiB), usage_error);
   s.begin_iteration();
