@@ -301,6 +301,7 @@ void executor::evict(tensor_id id, tier to, bool on_demand, std::span<const tens
     device_->stream_wait_event(d2h_, op_done_);
     d2h_waits_op_done_ = true;
   }
+  if (st.ready_pending) wait_landed(d2h_, st);  // the copy out reads what a load still in flight writes
   timeline_item* item = options_.timeline ? stamp_start(d2h_, timeline_item::track::d2h, st.desc.name) : nullptr;
   const auto kept = keep.empty() ? std::span<const tensor_id>(&id, 1) : keep;
   st.pending_save =
@@ -323,11 +324,16 @@ std::size_t executor::free_redundant_copies(std::span<const tensor_id> keep) {
   for (tensor_id id = 0; id < tensors_.size(); ++id) {
     auto& t = tensors_[id];
     if (!t || !t->tier_current) continue;
-    const bool on_device = t->dev != nullptr && t->dev_valid;
+    // A load still on the link: the device does not hold the value yet, so the tier copy is its
+    // only one (a copy out now would read bytes the load has not written).
+    const bool on_device = t->dev != nullptr && t->dev_valid && (!t->ready_pending || landed(*t));
     // A gradient only in the tier whose value the trace overwrites before reading it again: dead
-    // (value_dead_after's rule), so its copy goes too.
+    // (value_dead_after's rule), so its copy goes too. Judged after the op that has run last:
+    // the open one once it has ended, else the one before it.
     const bool dead = t->dev == nullptr && t->desc.kind == tensor_kind::gradient &&
-                      (current_op_ == 0 ? value_dead_before_first_use(id) : value_dead_after(id, current_op_ - 1));
+                      (op_ended_             ? value_dead_after(id, current_op_)
+                       : current_op_ == 0    ? value_dead_before_first_use(id)
+                                             : value_dead_after(id, current_op_ - 1));
     if (!on_device && !dead) continue;
     if (std::find(keep.begin(), keep.end(), id) != keep.end() || backing_->where(id) != tier::host) continue;
     backing_->discard(id);
@@ -374,6 +380,7 @@ void executor::begin_iteration() {
   peak_ = in_use_;
   iteration_start_ = std::chrono::steady_clock::now();
   current_op_ = 0;
+  op_ended_ = false;
   for (auto& t : tensors_) {
     if (!t) continue;
     t->released = false;
@@ -435,6 +442,7 @@ std::vector<void*> executor::begin_op(op_index k, std::span<const tensor_id> rea
   SPILLWAY_EXPECTS_T(usage_error, in_iteration_, "executor: an op outside begin_iteration/end_iteration");
   SPILLWAY_EXPECTS_T(usage_error, !op_open_, "executor: begin_op inside another op (end_op first)");
   current_op_ = k;
+  op_ended_ = false;
   current_name_ = name;
   ++clock_;
   pinned_.assign(reads.begin(), reads.end());
@@ -552,6 +560,7 @@ void executor::end_op(op_index k) {
   timeline_item* const item = std::exchange(open_op_, nullptr);
   op_done_current_ = false;  // the op's work is enqueued: op_done_ no longer covers it
   op_open_ = false;
+  op_ended_ = true;
   // The op ends whatever the device says to its end stamp: its work is enqueued, and what it
   // wrote is the tensors' value. A stamp the device refuses is reported once the op has ended.
   std::exception_ptr stamp_failure;

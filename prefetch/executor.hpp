@@ -271,6 +271,7 @@ class executor {
   std::vector<tensor_id> writes_;  // the current op's written tensors
   std::vector<std::pair<void*, std::uint64_t>> scratch_;  // the current op's scratch
   bool op_open_ = false;           // between begin_op and end_op (or begin_host_op and end_host_op)
+  bool op_ended_ = false;          // op current_op_ has ended (end_op or end_host_op has begun)
   bool host_op_open_ = false;      // between begin_host_op and end_host_op
   double host_op_start_us_ = 0;
   timeline_item* open_op_ = nullptr;

@@ -39,6 +39,7 @@ std::vector<void*> executor::begin_host_op(op_index k, std::span<const tensor_id
   SPILLWAY_EXPECTS_T(usage_error, in_iteration_, "executor: host op \"" + name + "\" outside begin_iteration/end_iteration");
   SPILLWAY_EXPECTS_T(usage_error, !op_open_, "executor: host op \"" + name + "\" inside another op (end it first)");
   current_op_ = k;
+  op_ended_ = false;
   current_name_ = name;
   ++clock_;
   writes_.assign(writes.begin(), writes.end());
@@ -98,6 +99,7 @@ void executor::end_host_op(op_index k) {
   const double end_us = now_us();
   op_open_ = false;
   host_op_open_ = false;
+  op_ended_ = true;
   ++stats_.host_ops;
   stats_.host_op_ms += (end_us - host_op_start_us_) / 1000.0;
   if (options_.timeline)

@@ -17,10 +17,13 @@
 #include "prefetch/executor_stack.hpp"
 #include "prefetch/layout.hpp"
 #include "../budget_hint.hpp"
+#include "patterns.hpp"
 #include "../swap/swap_test_support.hpp"
 
 using namespace spillway;
 using namespace spillway::literals;
+using spillway::test::fill;
+using spillway::test::holds;
 
 namespace {
 
@@ -49,13 +52,6 @@ struct rig {
   executor* exec = nullptr;
 };
 
-void fill(void* p, std::size_t n, unsigned char v) { std::memset(p, v, n); }
-bool holds(const void* p, std::size_t n, unsigned char v) {
-  const auto* b = static_cast<const unsigned char*>(p);
-  for (std::size_t i = 0; i < n; ++i)
-    if (b[i] != v) return false;
-  return true;
-}
 
 using values = std::vector<std::pair<tensor_id, unsigned char>>;
 
@@ -597,78 +593,4 @@ TEST(Executor, StaleAndReleasedTierCopiesGiveTheirHostBytesBack) {
         << "iteration " << it << ": a stale or released tier copy still holds host memory";
   }
   EXPECT_EQ(bad_reads->load(), 0);
-}
-
-// A transient swapped out and back, which the plan drops at its last use and the program
-// releases right after, gives its tier copy back at the drop: the op's own copy out finds the
-// host bytes the simulator counted free. Here the host tier holds one tensor; kept until the
-// release, y's copy left no room for z's, and a plan judged to fit the tier ran out of it. Its
-// device copy stays until release(), so a program that reads it once more first still finds it.
-TEST(Executor, ATransientDroppedAtItsLastUseGivesItsTierCopyBackBeforeTheOpsCopiesOut) {
-  constexpr std::uint64_t n = 1_MiB;
-  trace t;
-  const auto m = t.add_tensor("m", n, tensor_kind::parameter);
-  const auto y = t.add_tensor("y", n, tensor_kind::activation);
-  const auto z = t.add_tensor("z", n, tensor_kind::activation);
-  t.add_op("fwd", {m}, {y});
-  t.add_op("mid", {m}, {});
-  t.add_op("bwd", {y}, {z});
-  t.add_op("use", {z}, {});
-  t.validate();
-  plan p = plan::empty_for(t, "y out and back, z out and back", 3 * n);
-  p.initial_tier = {tier::device, tier::device, tier::device};
-  p.steps[0].evictions.push_back({y, evict_action::evict_to_host});
-  p.steps[2].prefetches.push_back({y, tier::host, 2});
-  p.steps[2].evictions.push_back({y, evict_action::drop});
-  p.steps[2].evictions.push_back({z, evict_action::evict_to_host});
-  p.steps[3].prefetches.push_back({z, tier::host, 3});
-
-  device_options o;
-  o.cpu_device_memory = 64_MiB;
-  cpu_device dev(o);
-  executor_stack_options so;
-  so.device_budget = 4 * n;
-  so.host_budget = n;
-  executor_stack stack(dev, so);
-  executor& ex = stack.exec();
-  for (tensor_id id : {m, y, z}) ex.define(id, t.tensors[id]);
-  ex.upload(m, nullptr);
-  auto bad_reads = std::make_shared<std::atomic<int>>(0);
-  for (int it = 0; it < 3; ++it) {
-    if (it == 1) ex.follow(&t, &p);  // the first iteration, unplanned, shows where y is released
-    ex.begin_iteration();
-    const auto v = static_cast<unsigned char>(40 + it);
-    std::vector<tensor_id> none, ms = {m}, ys = {y}, zs = {z};
-    (void)ex.begin_op(0, ms, ys, "fwd");
-    dev.launch_kernel(ex.compute_stream(), [yp = ex.device_ptr(y), v] { fill(yp, n, v); });
-    ex.end_op(0);
-    (void)ex.begin_op(1, ms, none, "mid");
-    ex.end_op(1);
-    (void)ex.begin_op(2, ys, zs, "bwd");
-    dev.launch_kernel(ex.compute_stream(), [yp = ex.device_ptr(y), zp = ex.device_ptr(z), v, bad_reads] {
-      if (!holds(yp, n, v)) ++*bad_reads;
-      fill(zp, n, static_cast<unsigned char>(v + 1));
-    });
-    ASSERT_NO_THROW(ex.end_op(2)) << "iteration " << it << ": z found no room in the host tier";
-    std::vector<tensor_id> last = zs;
-    if (it == 2) {  // the program departs: its last op reads y too, before y's release
-      ex.abandon_plan();
-      last.push_back(y);
-    } else {
-      ex.release(y);
-    }
-    (void)ex.begin_op(3, last, none, "use");
-    dev.launch_kernel(ex.compute_stream(), [zp = ex.device_ptr(z), yp = it == 2 ? ex.device_ptr(y) : nullptr, v, bad_reads] {
-      if (!holds(zp, n, static_cast<unsigned char>(v + 1))) ++*bad_reads;
-      if (yp != nullptr && !holds(yp, n, v)) ++*bad_reads;
-    });
-    ex.end_op(3);
-    if (it == 2) ex.release(y);
-    ex.release(z);
-    const auto st = ex.end_iteration();
-    if (it == 1) {
-      EXPECT_EQ(st.on_demand_fetches + st.on_demand_evictions, 0u) << "the plan was not followed";
-    }
-  }
-  EXPECT_EQ(bad_reads->load(), 0) << "an op saw a lost value";
 }

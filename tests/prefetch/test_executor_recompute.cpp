@@ -15,9 +15,11 @@
 #include "prefetch/executor.hpp"
 #include "prefetch/executor_stack.hpp"
 #include "prefetch/layout.hpp"
+#include "patterns.hpp"
 
 using namespace spillway;
 using namespace spillway::literals;
+using spillway::test::holds;
 
 namespace {
 
@@ -38,12 +40,6 @@ struct rig {
   executor* exec = nullptr;
 };
 
-bool holds(const void* p, std::size_t bytes, unsigned char v) {
-  const auto* b = static_cast<const unsigned char*>(p);
-  for (std::size_t i = 0; i < bytes; ++i)
-    if (b[i] != v) return false;
-  return true;
-}
 
 // op0 "gen.forward" (recomputable) reads p, writes a; op1 "mid" reads p, writes b; op2 "use"
 // reads a and b. The plan drops a after op0 and reruns op0 before op2.
