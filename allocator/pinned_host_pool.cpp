@@ -101,6 +101,11 @@ void* pinned_host_pool::allocate(std::size_t bytes) {
   pinning_bytes_ += region_bytes;  // held against the capacity while it is pinned
   lock.unlock();
   unpin(std::move(unused));
+  // A pin that fails in any way gives its bytes back to the capacity (the lock is not held here).
+  const auto give_back = [&] {
+    lock.lock();
+    pinning_bytes_ -= region_bytes;
+  };
   std::unique_ptr<region> r;
   try {
     r = pin(region_bytes);
@@ -115,10 +120,15 @@ void* pinned_host_pool::allocate(std::size_t bytes) {
     try {
       r = pin(region_bytes);
     } catch (const out_of_memory& e) {
-      lock.lock();
-      pinning_bytes_ -= region_bytes;
+      give_back();
       throw_out_of_memory(bytes, std::string("the device refused to pin more: ") + e.what());
+    } catch (...) {
+      give_back();
+      throw;
     }
+  } catch (...) {
+    give_back();
+    throw;
   }
   lock.lock();
   pinning_bytes_ -= region_bytes;

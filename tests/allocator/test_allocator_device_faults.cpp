@@ -270,3 +270,22 @@ TEST(PinnedHostPoolFaults, PinningARegionHoldsUpNoFreeOnAnotherThread) {
   EXPECT_EQ(pool.stats().allocated_bytes, 0u);
   EXPECT_EQ(pool.stats().regions, 2u);
 }
+
+// A pin refused for another reason than memory (a cuda_error: the call is not supported, an
+// argument is invalid) gives the bytes it held against the capacity back: the next request
+// that fits is served.
+TEST(PinnedHostPoolFaults, APinThatFailsOtherwiseGivesItsBytesBackToTheCapacity) {
+  faulty_device dev(std::make_unique<cpu_device>());
+  pinned_host_pool pool(dev, {.capacity = 2_MiB, .region_size = 1_MiB});
+  int refusals = 1;
+  dev.before_pinning = [&] {
+    if (refusals-- > 0) throw cuda_error("pinning refused for the test");
+  };
+  EXPECT_THROW((void)pool.allocate(64_KiB), cuda_error);
+  void* whole = nullptr;
+  ASSERT_NO_THROW(whole = pool.allocate(2_MiB)) << "the refused pin still holds capacity";
+  pool.deallocate(whole, 2_MiB);
+  pool.check_invariants();
+  EXPECT_EQ(pool.stats().allocated_bytes, 0u);
+}
+
