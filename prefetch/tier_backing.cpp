@@ -506,7 +506,8 @@ void tier_backing::get(tensor_id id, const std::string& name, void* dst, std::ui
   try {
     nvme_->read(file_name, staging, capacity_of(bytes)).wait();
   } catch (...) {
-    free_staging(staging, bytes);
+    // A read that timed out may still land in the block (Note [Hung completions]).
+    nvme_->after_settled(staging, [this, staging, bytes] { free_staging(staging, bytes); });
     throw;
   }
   std::memcpy(dst, staging, bytes);
@@ -531,7 +532,7 @@ void* tier_backing::host_copy(tensor_id id, const std::string& name, std::uint64
     try {
       nvme_->read(file_name, staging, capacity_of(bytes)).wait();
     } catch (...) {
-      free_staging(staging, bytes);
+      nvme_->after_settled(staging, [this, staging, bytes] { free_staging(staging, bytes); });
       std::lock_guard relock(mutex_);
       host_.deallocate(block, bytes);
       throw;

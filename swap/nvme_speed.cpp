@@ -13,7 +13,13 @@ nvme_speed measure_speed(nvme_tier& tier, pinned_host_pool& pool, std::size_t by
   const auto stats = tier.stats();
   const std::size_t stripe = std::size_t{tier.options().block_size} * std::max<std::size_t>(1, tier.options().directories.size());
   // Whole stripes only, so that every file's share is whole blocks and fits its free space.
-  const std::size_t free_stripes = stats.free_bytes / stripe;
+  // The file with the least free space sets how many stripes fit (after a partial grow the
+  // files' free space differs, and each file takes one block of every stripe).
+  std::size_t free_stripes = stats.free_bytes / stripe;
+  if (!stats.free_bytes_per_file.empty()) {
+    const auto least = *std::min_element(stats.free_bytes_per_file.begin(), stats.free_bytes_per_file.end());
+    free_stripes = std::min<std::size_t>(free_stripes, least / tier.options().block_size);
+  }
   const std::size_t n = std::min(bytes / stripe, free_stripes) * stripe;
   nvme_speed out;
   if (n == 0) return out;
@@ -35,7 +41,8 @@ nvme_speed measure_speed(nvme_tier& tier, pinned_host_pool& pool, std::size_t by
     out.read_bytes_per_s = static_cast<double>(n) / std::max(read_s, 1e-9);
   } catch (...) {
     if (tier.contains(name)) tier.erase(name);
-    pool.deallocate(buf, capacity);
+    // A read that timed out may still land in the buffer: it goes back once the kernel is done.
+    tier.after_settled(buf, [&pool, buf, capacity] { pool.deallocate(buf, capacity); });
     throw;
   }
   pool.deallocate(buf, capacity);

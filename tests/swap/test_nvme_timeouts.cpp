@@ -12,8 +12,11 @@
 #include <thread>
 #include <vector>
 
+#include "allocator/pinned_host_pool.hpp"
+#include "device/cpu_device.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
+#include "swap/nvme_speed.hpp"
 #include "swap/nvme_tier.hpp"
 #include "swap_test_support.hpp"
 
@@ -189,6 +192,21 @@ TEST_P(NvmeTimeouts, CompletionsInTimeAreNotTouched) {
   EXPECT_EQ(back, data);
   EXPECT_EQ(h.tier->stats().timed_out_ios, 0u);
   EXPECT_EQ(h.plan->cancels, 0u);
+}
+
+// The speed test's buffer comes from the pinned pool: a read of it that timed out may still
+// land there, so it goes back to the pool only once the late completion is reaped, never while
+// another block could be carved from it.
+TEST_P(NvmeTimeouts, TheSpeedTestsBufferOfAReadThatTimedOutStaysOutOfThePoolUntilTheLateCompletion) {
+  held_tier h(GetParam());
+  cpu_device dev;
+  pinned_host_pool pool(dev);
+  h.hold(io_kind::read, 1);
+  EXPECT_THROW((void)measure_speed(*h.tier, pool, 1_MiB), io_error);
+  EXPECT_GT(pool.stats().allocated_bytes, 0u) << "the buffer the kernel may still fill went back to the pool";
+  h.release();
+  for (int i = 0; i < 400 && pool.stats().allocated_bytes != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(pool.stats().allocated_bytes, 0u) << "the buffer never went back after the late completion";
 }
 
 INSTANTIATE_TEST_SUITE_P(Queues, NvmeTimeouts, ::testing::Values(queue_kind::uring, queue_kind::threads),
