@@ -147,7 +147,9 @@ class Session {
   /// between iterations, wherever the tensor lives: weights loaded from a file of the loop's own
   /// format, an averaged copy swapped in for an evaluation and back, a layer initialised again.
   /// A parent split into views is written whole, a view its own range. Inside an iteration,
-  /// write in an op instead (an op that writes the tensor, with a copy on op.stream()).
+  /// write in an op instead (an op that writes the tensor, with a copy on op.stream()). A write
+  /// whose value cannot be stored (the host tier full, an NVMe write refused) throws and leaves
+  /// the tensor its earlier value.
   void write(tensor_handle t, const void* host, std::uint64_t bytes);
 
   /// Writes a checkpoint of every persistent tensor (wherever it lives: device, host or NVMe) to
@@ -161,7 +163,10 @@ class Session {
   /// `meta`. A checkpoint whose tensors differ from those registered (a name, a size, a kind, one
   /// missing or extra) or whose bytes fail their CRC is a corruption_error or config_error naming
   /// the first difference, and changes no tensor. The Session then counts its iterations on from
-  /// the saved count, so op seeds go on as in the run that saved. Outside an iteration only.
+  /// the saved count, so op seeds go on as in the run that saved. A value that cannot be stored
+  /// (the host tier full, an NVMe write refused) ends the load with that error: the tensors
+  /// before it hold the checkpoint's values, it and those after it their earlier ones, none
+  /// lost; load again once the cause is gone. Outside an iteration only.
   std::string load(const std::string& dir);
 
   /// Starts an iteration of the phase `tag` ("train", "eval", ...). Each phase keeps its own

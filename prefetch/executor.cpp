@@ -119,8 +119,9 @@ void executor::define(tensor_id id, const tensor_desc& desc) {
 
 void executor::upload(tensor_id id, const void* host, tier where) {
   auto& st = state(id);
-  if (st.dev != nullptr) drop_device(id);
+  // Stored first: a put that fails leaves the tensor its value, on the device or in the tier.
   backing_->put(id, st.desc.name, host, st.desc.bytes, where == tier::device ? tier::host : where);
+  if (st.dev != nullptr) drop_device(id);
   st.tier_current = true;
   ++st.version;
   st.awaiting_rerun = false;

@@ -70,6 +70,7 @@ class executor {
   /// Declares tensor `id` (ids are dense from 0). Re-declaring with the same size is a no-op.
   void define(tensor_id id, const tensor_desc& desc);
   /// Sets a persistent tensor's value from host memory (stored in `where`, host by default).
+  /// One that throws leaves the tensor its earlier value.
   void upload(tensor_id id, const void* host, tier where = tier::host);
   /// Per transient, the op after which the program last released it (-1: not seen), for
   /// make_layout (prefetch/layout.hpp).

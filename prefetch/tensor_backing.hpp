@@ -58,7 +58,8 @@ class tensor_backing {
   /// consumers wait with move_handle::stream_wait; a handle without one means the copy was
   /// enqueued on `s` before load() returned. No implementation may wait in a host function.
   virtual move_handle load(tensor_id id, const std::string& name, void* dst, std::uint64_t bytes, stream s) = 0;
-  /// Stores host bytes as tensor `id`'s tier copy (initial values), synchronously.
+  /// Stores host bytes as tensor `id`'s tier copy (initial values), synchronously. One that
+  /// throws leaves the earlier copy as it was.
   virtual void put(tensor_id id, const std::string& name, const void* host, std::uint64_t bytes, tier to) = 0;
   /// Reads tensor `id`'s tier copy into host memory, synchronously (throws io_error on failure).
   virtual void get(tensor_id id, const std::string& name, void* host, std::uint64_t bytes) = 0;

@@ -450,12 +450,26 @@ void tier_backing::land(const std::string& name, void* dst, void* staging, std::
   state->finish(nullptr);
 }
 
+// Note [Puts keep the old copy]
+// put() replaces a tensor's tier copy with given bytes (a Session's write or load). The old copy
+// stays until the new one is stored, so a put that fails (the tier full, the drive refusing a
+// write) leaves the tensor its earlier value. A host copy of the same size is overwritten in
+// place, which cannot fail and needs no second block; an NVMe copy is written anew under a fresh
+// name, the old one erased after.
 void tier_backing::put(tensor_id id, const std::string& name, const void* src, std::uint64_t bytes, tier to) {
   settle(id);
   std::unique_lock lock(mutex_);
-  auto& c = slot(id);
-  free_copy(c);
-  c.bytes = bytes;
+  auto fill = [&](void* dst) {
+    if (src != nullptr) std::memcpy(dst, src, bytes);
+    else std::memset(dst, 0, bytes);
+  };
+  {
+    auto& c = slot(id);
+    if (c.where == tier::host && !c.staging && c.bytes == bytes && (to == tier::host || nvme_ == nullptr)) {
+      fill(c.host);
+      return;
+    }
+  }
   void* block = nullptr;
   if (to == tier::host || nvme_ == nullptr) {
     try {
@@ -465,29 +479,31 @@ void tier_backing::put(tensor_id id, const std::string& name, const void* src, s
     }
   }
   if (block != nullptr) {
-    if (src != nullptr) std::memcpy(block, src, bytes);
-    else std::memset(block, 0, bytes);
+    fill(block);
+    auto& c = slot(id);
+    free_copy(c);
+    c.bytes = bytes;
     c.where = tier::host;
     c.host = block;
     return;
   }
-  c.nvme_name = name + "#" + std::to_string(id) + "." + std::to_string(++generation_);
-  const std::string file_name = c.nvme_name;
+  const std::string file_name = name + "#" + std::to_string(id) + "." + std::to_string(++generation_);
   lock.unlock();
   void* staging = staging_block(bytes);
-  if (src != nullptr) std::memcpy(staging, src, bytes);
-  else std::memset(staging, 0, bytes);
+  fill(staging);
   try {
     nvme_->write(file_name, staging, bytes, capacity_of(bytes)).wait();
   } catch (...) {
-    free_staging(staging, bytes);
-    std::lock_guard relock(mutex_);
-    slot(id).nvme_name.clear();
+    free_staging(staging, bytes);  // a failed write keeps nothing, and the kernel only read it
     throw;
   }
   free_staging(staging, bytes);
   std::lock_guard relock(mutex_);
-  slot(id).where = tier::nvme;
+  auto& c = slot(id);
+  free_copy(c);
+  c.bytes = bytes;
+  c.nvme_name = file_name;
+  c.where = tier::nvme;
   counters_.nvme_write_bytes += bytes;
 }
 

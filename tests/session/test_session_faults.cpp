@@ -172,6 +172,42 @@ TEST_P(SessionFaults, WritesFailingFromIterationThreeKeepTheValues) {
   EXPECT_TRUE(dir.empty()) << "the Session left a swap file behind";
 }
 
+// write() and load() whose NVMe writes fail keep every tensor's earlier value (Note [Puts keep
+// the old copy] in prefetch/tier_backing.cpp): the failure is reported, and a read, a save and
+// the next iteration find the values as they were.
+TEST_P(SessionFaults, AWriteOrLoadWhoseStoreFailsKeepsTheEarlierValues) {
+  spillway::testing::watchdog dog("AWriteOrLoadWhoseStoreFailsKeepsTheEarlierValues", std::chrono::seconds(60));
+  test::temp_dir dir, ckpt;
+  auto faults = std::make_shared<test::fault_plan>();
+  session_hooks hooks;
+  hooks.make_io_queue = test::faulty(faults);
+  {
+    Session s(nvme_config(dir.path(), GetParam()), hooks);
+    auto m = add_layers(s);
+    iterate(s, m);
+    ASSERT_TRUE(iterate(s, m).planned);
+    (void)s.save(ckpt.path());  // the initial values
+    const auto other = test::random_bytes(layer_bytes, 7);
+    fail_io(*faults, io_kind::write, ENOSPC, 0);
+    for (int i = 0; i < layers; ++i) EXPECT_THROW(s.write(m.w[i], other.data(), other.size()), io_error) << i;
+    faults->disarm();
+    expect_initial_values(s, m);
+    for (int i = 0; i < layers; ++i) s.write(m.w[i], other.data(), other.size());  // all now hold `other`
+    fail_io(*faults, io_kind::write, ENOSPC, 0);
+    EXPECT_THROW((void)s.load(ckpt.path()), io_error);
+    faults->disarm();
+    for (int i = 0; i < layers; ++i) {  // each tensor holds one of its two values, none lost
+      std::vector<unsigned char> back(layer_bytes);
+      s.read(m.w[i], back.data(), back.size());
+      EXPECT_TRUE(back == other || back == m.init[i]) << "layer" << i << ".weight lost its value";
+    }
+    (void)s.load(ckpt.path());
+    EXPECT_TRUE(iterate(s, m).planned);
+    expect_initial_values(s, m);
+  }
+  EXPECT_TRUE(dir.empty()) << "the Session left a swap file behind";
+}
+
 // A kernel of a planned iteration fails (on a GPU, an error that ends the context), with swaps
 // to and from NVMe in flight: the Session reports that error, the next iteration reports it
 // again, nothing hangs, and the Session, torn down, leaves no swap file behind.
