@@ -8,14 +8,16 @@
 namespace spillway::examples {
 
 namespace {
-std::weak_ptr<comm::communicator>& job_world() {
-  static std::weak_ptr<comm::communicator> w;
+// Held, not watched: an error reaches the program's handler after train() has unwound and let
+// the model's communicator go, and end_data_parallel_job still has to end the job then.
+std::shared_ptr<comm::communicator>& job_world() {
+  static std::shared_ptr<comm::communicator> w;
   return w;
 }
 }  // namespace
 
 void end_data_parallel_job(int code) {
-  if (const auto c = job_world().lock(); c && c->size() > 1) c->abort(code);
+  if (const auto& c = job_world(); c && c->size() > 1) c->abort(code);
 }
 
 batch_shares batch_shares::from(const example_options& o) {
