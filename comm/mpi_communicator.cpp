@@ -58,6 +58,15 @@ void ensure_mpi() {
       MPI_Finalized(&fin);
       if (!fin) MPI_Finalize();
     });
+  } else {
+    // The program started MPI itself: its level must allow the collective stream's thread too
+    // (a plain MPI_Init gives MPI_THREAD_SINGLE).
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_SERIALIZED)
+      throw comm_error("world: the program initialised MPI with thread support level " + std::to_string(provided) +
+                       ", below MPI_THREAD_SERIALIZED, which Spillway needs (collectives run on a thread of their own); "
+                       "initialise it with MPI_Init_thread(..., MPI_THREAD_SERIALIZED, ...) or leave it to Spillway");
   }
   // Errors come back as codes, which every call turns into a comm_error.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
