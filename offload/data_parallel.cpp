@@ -106,11 +106,15 @@ class rank_rewrite {
   // Parameters the optimizer writes: each gets a shard, gathered into the whole before its next read.
   void find_parameters() {
     param_shard_.assign(t_.tensors.size(), no_shard);
+    steps_left_.assign(t_.tensors.size(), 0);
     for (const auto& op : t_.ops) {
       if (op.phase != op_phase::optimizer) continue;
-      for (tensor_id w : op.writes)
-        if (t_.tensors[w].kind == tensor_kind::parameter && param_shard_[w] == no_shard)
+      for (tensor_id w : op.writes) {
+        if (t_.tensors[w].kind != tensor_kind::parameter) continue;
+        ++steps_left_[w];
+        if (param_shard_[w] == no_shard)
           param_shard_[w] = r_.t.add_tensor(t_.tensors[w].name + ".shard", shard(t_.tensors[w].bytes), tensor_kind::parameter);
+      }
     }
   }
 
@@ -173,9 +177,11 @@ class rank_rewrite {
     for (tensor_id x : partial)
       if (!is_persistent(r_.t.tensors[x].kind)) emit_collective("all_reduce." + r_.t.tensors[x].name, collective_kind::all_reduce,
                                                                 {x}, {x}, op_phase::optimizer, layer, r_.t.tensors[x].bytes);
-    // after_step (and parameters only the optimizer reads): the shards it wrote wait for a gather.
+    // after_step (and parameters only the optimizer reads): the shards it wrote wait for a gather,
+    // once the last op that steps them has run (a parameter stepped in chunks, by several ops, is
+    // gathered once, whole).
     for (tensor_id w : written) {
-      if (param_shard_[w] == no_shard) continue;
+      if (param_shard_[w] == no_shard || --steps_left_[w] != 0) continue;
       if (std::binary_search(gathered_early_.begin(), gathered_early_.end(), w)) continue;
       params_open_.tensors.push_back(w);
       params_open_.bytes += t_.tensors[w].bytes;
@@ -308,6 +314,7 @@ class rank_rewrite {
   std::uint32_t n_;
   rank_trace r_;
   std::vector<tensor_id> grad_shard_, param_shard_;
+  std::vector<std::uint32_t> steps_left_;             // per parameter: optimizer ops that write it, not yet emitted
   std::vector<std::vector<tensor_id>> finished_at_;  // per op: gradients it finishes
   op_index last_finish_ = no_op;
   bucket grads_open_, params_open_;

@@ -39,7 +39,8 @@ TEST(RingCost, MovesNMinusOneOverNOfTheBufferEachWay) {
 }
 
 // A small mixed-precision model the way the zoo builds one: forward ops reading weights,
-// backward ops writing (and accumulating) gradients, Adam per weight over fp32 state.
+// backward ops writing (and accumulating) gradients, Adam per weight over fp32 state (in two
+// chunks for every other weight).
 struct model_params {
   tensor_id w, g, m, v, master;
 };
@@ -109,12 +110,17 @@ trace random_model(std::mt19937_64& rng, bool clip, std::vector<model_params>* o
     const auto& p = ps[i];
     std::vector<tensor_id> r{p.w, p.g, p.m, p.v, p.master};
     if (norm) r.push_back(*norm);
-    auto o = op("adam.w" + std::to_string(i), r, {p.w, p.m, p.v, p.master}, op_phase::optimizer);
-    o.flops = 12.0 * static_cast<double>(t.tensors[p.w].bytes / 2);
-    o.host_capable = true;
-    o.host_flops = o.flops;
-    o.host_bytes = 14 * t.tensors[p.w].bytes;
-    t.add_op(std::move(o));
+    // Every other weight is stepped in two chunks, by two ops, as the examples step a large one.
+    const int chunks = i % 2 == 1 ? 2 : 1;
+    for (int c = 0; c < chunks; ++c) {
+      auto o = op("adam.w" + std::to_string(i) + (chunks > 1 ? "." + std::to_string(c) : ""), r,
+                  {p.w, p.m, p.v, p.master}, op_phase::optimizer);
+      o.flops = 12.0 * static_cast<double>(t.tensors[p.w].bytes / 2) / chunks;
+      o.host_capable = true;
+      o.host_flops = o.flops;
+      o.host_bytes = 14 * t.tensors[p.w].bytes / chunks;
+      t.add_op(std::move(o));
+    }
   }
   t.validate();
   if (out) *out = ps;
