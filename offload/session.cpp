@@ -160,6 +160,44 @@ Device& Session::device() { return *impl_->dev; }
 const session_config& Session::config() const noexcept { return impl_->cfg; }
 std::uint64_t Session::device_budget() const noexcept { return impl_->stack->budget().bytes(); }
 
+// A refused budget changes nothing: it is checked before the arena is reserved again, and a
+// phase's plan refused for it puts every phase's plan and the old budget back.
+void session_impl::set_device_budget(std::uint64_t bytes) {
+  end_failed_step();
+  SPILLWAY_EXPECTS_T(usage_error, !in_iteration,
+                     "set_device_budget(" + format_bytes(bytes) + ") inside an iteration; call it after end_iteration()");
+  const device_budget budget(bytes);
+  budget.check_fits(*dev);
+  const std::uint64_t least = least_of_all();
+  if (bytes < least) {
+    throw config_error("set_device_budget: " + format_bytes(bytes) + " (" + std::to_string(bytes) +
+                       " B) is below the least the recorded iteration needs: " + format_bytes(least) + " (" +
+                       std::to_string(least) + " B, its largest single op's working set); give at least that");
+  }
+  const device_budget old = stack->budget();
+  stack->set_device_budget(budget);  // every tensor leaves for its tier; the arena is reserved again
+  // Every phase's plan, made again for the new budget. One refused (the plan would need more
+  // of the host or NVMe tier than there is) refuses the budget: every phase keeps its plan,
+  // the Session its old budget.
+  std::vector<std::pair<phase_state*, phase_state>> before;
+  try {
+    for (auto& [tag, ph] : phases) {
+      if (!ph.have_plan) continue;
+      before.emplace_back(&ph, ph);
+      ph.margin_doublings = device_budget::no_margin;
+      plan_trace(ph, ph.recorded);
+    }
+  } catch (...) {
+    for (auto& [ph, was] : before) *ph = std::move(was);
+    stack->set_device_budget(old);
+    if (active != nullptr && active->have_plan) exec->follow(&active->recorded, &active->p, &active->layout);
+    throw;
+  }
+  ratio_refused = nullptr;  // the loop chose the budget itself
+  shapes.clear();           // made for the old budget (Note [Shapes])
+  churn.clear();
+}
+
 void Session::set_device_budget(std::uint64_t bytes) {
   const session_detail::session_call claim(*impl_, "set_device_budget");
   impl_->set_device_budget(bytes);

@@ -416,28 +416,7 @@ class session_impl {
   }
 
   /// Session::set_device_budget: checked first, so a refused budget changes nothing.
-  void set_device_budget(std::uint64_t bytes) {
-    end_failed_step();
-    SPILLWAY_EXPECTS_T(usage_error, !in_iteration,
-                       "set_device_budget(" + format_bytes(bytes) + ") inside an iteration; call it after end_iteration()");
-    const device_budget budget(bytes);
-    budget.check_fits(*dev);
-    const std::uint64_t least = least_of_all();
-    if (bytes < least) {
-      throw config_error("set_device_budget: " + format_bytes(bytes) + " (" + std::to_string(bytes) +
-                         " B) is below the least the recorded iteration needs: " + format_bytes(least) + " (" +
-                         std::to_string(least) + " B, its largest single op's working set); give at least that");
-    }
-    stack->set_device_budget(budget);  // every tensor leaves for its tier; the arena is reserved again
-    ratio_refused = nullptr;           // the loop chose the budget itself
-    shapes.clear();                    // made for the old budget (Note [Shapes])
-    churn.clear();
-    for (auto& [tag, ph] : phases) {   // every phase's plan, made again for the new budget
-      if (!ph.have_plan) continue;
-      ph.margin_doublings = device_budget::no_margin;
-      plan_trace(ph, std::move(ph.recorded));
-    }
-  }
+  void set_device_budget(std::uint64_t bytes);
 
   /// The least budget over every recorded phase: each phase's plan must fit it.
   std::uint64_t least_of_all() const {
@@ -530,18 +509,20 @@ class session_impl {
       // first planned iteration's op times (Note [Timing the plan's ops]).
       const bool wider = r.on_demand_evictions > 0 && active->margin_doublings < device_budget::max_margin_doublings;
       std::optional<phase_state> before;
-      if (active->retime && !io_failure && !wider) before = *active;
+      if ((active->retime && !io_failure) || wider) before = *active;
       const bool retimed = active->retime && !io_failure && take_op_times(active->recorded, st.op_ms);
       active->retime = false;
+      if (before) before->retime = false;
       if (wider) ++active->margin_doublings;
       if (wider || retimed) {
         try {
-          plan_trace(*active, std::move(active->recorded));
+          plan_trace(*active, active->recorded);
         } catch (const config_error&) {
-          if (!before) throw;
-          // The new times alone gave a plan this Session cannot hold (more of the host or NVMe
-          // tier than it has): the plan it runs now stays, as if the times had not moved.
+          // The new times or the wider margin gave a plan this Session cannot hold (more of the
+          // host or NVMe tier than it has): the plan it runs now stays, as if the times had not
+          // moved, and its margin is not widened again.
           *active = std::move(*before);
+          if (wider) active->margin_doublings = device_budget::max_margin_doublings;
           exec->follow(&active->recorded, &active->p, &active->layout);
         }
       }
@@ -659,19 +640,19 @@ class session_impl {
     // Plan for the whole budget less the ops' scratch where that plan's packed layout fits there,
     // else under the budget by the packing margin (Note [Headroom]) and lower still until the
     // packed layout fits; the executor's on-demand path covers what the plan misses.
+    // Nothing of `ph` changes until every check has passed: a plan refused leaves the phase as
+    // it was, following its old plan.
     auto fitted = offload::fit_plan(*p, t, report, hw, stack->budget(), ph.margin_doublings, exec->release_points(),
                                     ph.scratch);
-    ph.p = std::move(fitted.p);
-    ph.margin_doublings = fitted.margin_doublings;
-    ph.predicted_ms = fitted.predicted_seconds * 1e3;
+    double predicted_ms = fitted.predicted_seconds * 1e3;
     if (edit_plan) {  // session_hooks::edit_plan
-      edit_plan(t, ph.p);
-      fitted.layout = make_layout(t, ph.p, exec->release_points());
-      ph.predicted_ms = 0;  // not the plan that was timed
+      edit_plan(t, fitted.p);
+      fitted.layout = make_layout(t, fitted.p, exec->release_points());
+      predicted_ms = 0;  // not the plan that was timed
     }
-    ph.p.validate(t);
+    fitted.p.validate(t);
     if (stack->nvme() != nullptr) {  // Note [Sizing the NVMe tier]
-      const std::uint64_t need = nvme_bytes_of(ph.p, t, stack->nvme()->options());
+      const std::uint64_t need = nvme_bytes_of(fitted.p, t, stack->nvme()->options());
       if (cfg.nvme.reserve == 0) {
         stack->nvme()->reserve(need);
       } else if (need > stack->nvme()->stats().capacity_bytes) {
@@ -682,7 +663,10 @@ class session_impl {
                            ", 0 to size it from the plan, or a larger host_budget");
       }
     }
-    check_host_tier(t, report, ph.p, hw, cfg, stack->nvme() != nullptr);
+    check_host_tier(t, report, fitted.p, hw, cfg, stack->nvme() != nullptr);
+    ph.p = std::move(fitted.p);
+    ph.margin_doublings = fitted.margin_doublings;
+    ph.predicted_ms = predicted_ms;
     ph.recorded = std::move(t);
     ph.layout = std::move(fitted.layout);
     ph.footprint = report.peak_live_bytes;

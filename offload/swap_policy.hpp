@@ -101,7 +101,8 @@ class Session {
   /// every tensor leaves the device for its tier, the device memory is reserved again for `bytes`,
   /// and the recorded trace, if any, is planned again for it, so the next iteration follows the
   /// new plan. A budget of 0, above the device's memory, or below least_budget_bytes() is a
-  /// config_error that names it and what would fit, and changes nothing; inside an iteration it is
+  /// config_error that names it and what would fit, and changes nothing; so is one whose plan
+  /// would keep more in the host or NVMe tier than they hold. Inside an iteration it is
   /// a usage_error. When the device cannot give that much now (memory others hold on a GPU), it is
   /// an out_of_memory and the old budget stays. Results do not change with the budget.
   void set_device_budget(std::uint64_t bytes);

@@ -520,6 +520,46 @@ TEST(Session, SetDeviceBudgetRefusesWhatCannotWork) {
   EXPECT_TRUE(s.history().back().planned);
 }
 
+// A budget whose plan the Session cannot hold (it would keep more in the host tier than
+// host_budget allows) is refused, and refusing it changes nothing: the budget, the recorded
+// trace and the plan stay, and the next iterations follow that plan.
+TEST(Session, ABudgetWhosePlanTheHostTierCannotHoldChangesNothing) {
+  auto cfg = base_config("lms", 0);
+  cfg.host_budget = 300_KiB;  // the weight's copy and little more
+  Session s(cfg);
+  auto w = s.add_persistent("w", 256_KiB, tensor_kind::parameter);
+  auto one_iteration = [&] {
+    s.begin_iteration();
+    auto y1 = s.add_transient("y1", 128_KiB);
+    auto y2 = s.add_transient("y2", 128_KiB);
+    { auto op = s.op("a", {w}, {y1}); }
+    { auto op = s.op("b", {w}, {y2}); }
+    { auto op = s.op("c", {y1, y2}, {}); }
+    s.release(y1);
+    s.release(y2);
+    return s.end_iteration();
+  };
+  (void)one_iteration();
+  ASSERT_TRUE(one_iteration().planned);
+  const std::uint64_t before = s.device_budget();
+  const std::size_t ops = s.recorded_trace().ops.size();
+  // At the least budget y1 must leave the device while b runs, and the host tier has no room.
+  try {
+    s.set_device_budget(s.least_budget_bytes());
+    FAIL() << "a budget whose plan needs more of the host tier than it has was taken";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("host_budget"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(s.device_budget(), before) << "a refused budget changed the budget";
+  EXPECT_EQ(s.recorded_trace().ops.size(), ops) << "a refused budget lost the recorded trace";
+  for (int i = 0; i < 2; ++i) {
+    iteration_report r;
+    ASSERT_NO_THROW(r = one_iteration()) << "iteration " << i << " after the refusal";
+    EXPECT_TRUE(r.planned) << "iteration " << i << " after the refusal";
+    EXPECT_EQ(r.on_demand_fetches + r.on_demand_evictions, 0u) << "iteration " << i << " did not follow the plan";
+  }
+}
+
 // Misuse of the API is a usage_error (with a location); bad input is a config_error that names
 // the input and says what is right, with no location.
 TEST(Session, MisuseIsAUsageErrorAndBadInputAConfigError) {
