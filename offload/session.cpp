@@ -209,7 +209,12 @@ tensor_handle Session::add_persistent(std::string name, std::uint64_t bytes, ten
     throw config_error("add_persistent(\"" + name + "\"): kind " + std::string(to_string(kind)) +
                        " is transient; give a parameter, gradient or optimizer state kind, or use add_transient");
   const auto id = impl_->add_tensor(std::move(name), bytes, kind);
-  impl_->exec->upload(id, initial);
+  try {
+    impl_->exec->upload(id, initial);
+  } catch (...) {
+    impl_->forget_tensor(id);  // not registered: the loop may add it again, and save() skips nothing
+    throw;
+  }
   return tensor_handle{id};
 }
 

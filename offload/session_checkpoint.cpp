@@ -37,6 +37,12 @@ void Session::save(const std::string& dir, std::string_view meta) {
     entries.push_back(checkpoint::entry{d.name, d.bytes, d.kind});
     largest = std::max(largest, d.bytes);
   }
+  // Only a gradient may have no value (dropped after its last read); a parameter or optimizer
+  // state without one would come back as zeros, so it is refused before anything is written.
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (entries[i].kind != tensor_kind::gradient && !s.holds_value(ids[i]))
+      throw usage_error("save(\"" + dir + "\"): " + std::string(to_string(entries[i].kind)) + " \"" + entries[i].name +
+                        "\" holds no value, and a checkpoint of it would restore zeros; give it one with write() first");
   std::vector<unsigned char> buffer;  // Note [Checkpointed values]
   checkpoint::write(
       dir, entries,
@@ -46,7 +52,7 @@ void Session::save(const std::string& dir, std::string_view meta) {
         if (s.holds_value(id)) {
           s.exec->read(id, buffer.data());
         } else {
-          std::memset(buffer.data(), 0, entries[i].bytes);
+          std::memset(buffer.data(), 0, entries[i].bytes);  // a gradient dropped after its last read
         }
         sink(buffer.data(), entries[i].bytes);
       },

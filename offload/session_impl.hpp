@@ -242,6 +242,15 @@ class session_impl {
     return id;
   }
 
+  /// Undoes add_tensor of a persistent tensor, the last one added, whose first value found no
+  /// room (Session::add_persistent).
+  void forget_tensor(tensor_id id) {
+    if (id + 1 != tensors.size()) return;
+    exec->forget(id);
+    by_name.erase(tensors[id].name);
+    tensors.pop_back();
+  }
+
   void check_handle(tensor_handle t) const {
     SPILLWAY_EXPECTS_T(usage_error, t.id < tensors.size(), "unknown tensor handle " + std::to_string(t.id));
   }

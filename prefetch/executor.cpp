@@ -656,6 +656,11 @@ void executor::retire(tensor_id id) {
   st.awaiting_rerun = false;
 }
 
+void executor::forget(tensor_id id) {
+  retire(id);
+  tensors_[id].reset();
+}
+
 executor_stats executor::end_iteration() {
   SPILLWAY_EXPECTS_T(usage_error, in_iteration_, "executor: end_iteration without begin_iteration");
   SPILLWAY_EXPECTS_T(usage_error, !op_open_, "executor: end_iteration inside an op (end_op first)");

@@ -136,6 +136,9 @@ class executor {
   /// its kind: for a persistent tensor whose bytes now live in other tensors (a parent split
   /// into views). Outside an op.
   void retire(tensor_id id);
+  /// Undoes define(id) for a tensor its owner could not register after all (its first value
+  /// found no room): its copies go back and the id may be defined afresh. Outside an op.
+  void forget(tensor_id id);
   /// Waits for the iteration, leaves persistent tensors where the plan starts them, reports.
   executor_stats end_iteration();
 
