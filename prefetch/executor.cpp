@@ -670,6 +670,12 @@ executor_stats executor::end_iteration() {
     bool& in;
     ~ends_iteration() { in = false; }
   } ends{in_iteration_};
+  // What reruns made for a later step that the iteration did not reach (the loop ended it early)
+  // goes with the iteration, as the transients do.
+  for (auto id : std::exchange(rerun_temps_, {})) {
+    state(id).rerun_temp = false;
+    retire(id);
+  }
   for (tensor_id id = 0; id < tensors_.size(); ++id) {
     auto& t = tensors_[id];
     if (t && !is_persistent(t->desc.kind) && !t->released && (t->dev != nullptr || t->tier_current)) release(id);

@@ -238,6 +238,28 @@ TEST(ExecutorRecompute, AReleasedValueARerunOfALaterStepReadsIsKeptUntilThen) {
   }
   EXPECT_EQ(bad->load(), 0) << "an op or a rerun saw the wrong bytes";
 
+  // An iteration that ends before op 4 (the loop stopped early) gives back a, which op 3's
+  // reruns made for op 4's: no value of it outlives the iteration.
+  {
+    r.exec->begin_iteration();
+    const std::vector<tensor_id> vp{p}, va{a}, vb{b}, vc{c}, vd{d};
+    r.exec->begin_op(0, vp, va, "g0.forward");
+    body(0);
+    r.exec->end_op(0);
+    r.exec->begin_op(1, va, vb, "g1.forward");
+    body(1);
+    r.exec->end_op(1);
+    r.exec->release(a);
+    r.exec->begin_op(2, vp, vc, "mid");
+    r.exec->end_op(2);
+    r.exec->begin_op(3, vp, vd, "mid2");
+    r.exec->end_op(3);
+    for (auto id : {b, c, d}) r.exec->release(id);
+    (void)r.exec->end_iteration();
+    EXPECT_EQ(r.exec->device_bytes_in_use(), n) << "only p stays on the device; a rerun's a outlived the iteration";
+    EXPECT_THROW(r.exec->check_readable(a), usage_error) << "a holds a value from the iteration before";
+  }
+
   // make_layout keeps a placed from the rerun before op 3 through op 4's rerun, which is its
   // last reader; op 4 does not touch it, so it goes before op 4's own tensors (Note [Rerun
   // temps before the op]).
