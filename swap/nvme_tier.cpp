@@ -300,12 +300,17 @@ void nvme_tier::place(record& r, const std::string& name) {
       const std::uint64_t have = space_[f].total_blocks() * bs;
       const std::uint64_t need = have + (count - space_[f].free_blocks()) * bs;
       try {
-        grow_files(std::max(need, 2 * have));
-      } catch (const out_of_memory&) {
         try {
-          grow_files(need);
-        } catch (const out_of_memory&) {  // NOLINT(bugprone-empty-catch): reported below as out of swap space
+          grow_files(std::max(need, 2 * have));
+        } catch (const out_of_memory&) {
+          try {
+            grow_files(need);
+          } catch (const out_of_memory&) {  // NOLINT(bugprone-empty-catch): reported below as out of swap space
+          }
         }
+      } catch (...) {
+        release(r);  // the blocks taken in the files before this one go back
+        throw;
       }
       got = space_[f].allocate(count);
     }

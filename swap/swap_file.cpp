@@ -61,7 +61,7 @@ void reserve_space(int fd, const std::string& where, std::uint64_t offset, std::
   };
   if (const std::uint64_t available = free_bytes(fd); available < len) throw too_little(available);
   const int rc = ::posix_fallocate(fd, static_cast<off_t>(offset), static_cast<off_t>(len));
-  if (rc == ENOSPC) throw too_little(free_bytes(fd));
+  if (rc == ENOSPC || rc == EDQUOT) throw too_little(free_bytes(fd));  // the disk, or the user's quota on it
   if (rc == EOPNOTSUPP || rc == EINVAL) {
     if (::ftruncate(fd, static_cast<off_t>(offset + len)) != 0)
       throw io_error(where + ": cannot size the swap file: " + errno_text(errno), errno);

@@ -1,10 +1,15 @@
 // A real file system filling up (a 4 MiB tmpfs mounted for the test; it needs root and skips
 // without it): space the tier cannot reserve is an error naming the directory before any
 // tensor is written, growing on demand stops with such an error and keeps what was stored, and
-// space reserved up front stays usable when something else fills the disk.
+// space reserved up front stays usable when something else fills the disk. And a file that
+// cannot grow for another reason (a file size limit, no root needed) gives back what the write
+// had taken.
 #include <gtest/gtest.h>
 
 #include <sys/mount.h>
+#include <sys/resource.h>
+
+#include <csignal>
 
 #include <filesystem>
 #include <fstream>
@@ -126,3 +131,51 @@ TEST(NvmeDiskFull, SpaceReservedUpFrontStaysUsableWhenSomethingElseFillsTheDisk)
   std::filesystem::remove(d.path() + "/hog");
   EXPECT_EQ(d.files(), 0u);
 }
+
+// A swap file that cannot grow for another reason than space (here the process's file size
+// limit: fallocate fails with EFBIG) fails the write with that error, and the blocks the write
+// had already taken in the other files go back: the tier's free space is as before, and a
+// tensor that fits is stored and read back whole.
+TEST(NvmeDiskFull, AGrowthThatFailsOtherwiseGivesBackTheBlocksTheWriteHadTaken) {
+  test::temp_dir a, b;
+  nvme_options o;
+  o.directories = {a.path(), b.path()};
+  o.reserve = 2_MiB;  // 1 MiB, four blocks, per file
+  o.grow_on_demand = true;
+  o.block_size = 256_KiB;
+  o.queue_depth = 8;
+  nvme_tier t(o);
+  // One block in each file, then the one in file 0 erased: file 0 has four blocks free, file 1
+  // three. An eight-block tensor starting at file 1 takes four in file 0, then must grow file 1.
+  const auto one = test::random_bytes(256_KiB, 1);
+  t.write("x0", one.data(), one.size()).wait();
+  t.write("x1", one.data(), one.size()).wait();
+  t.write("x2", one.data(), one.size()).wait();
+  t.erase("x0");
+  t.erase("x2");
+  const auto before = t.stats();
+  ASSERT_EQ(before.free_bytes_per_file, (std::vector<std::uint64_t>{1_MiB, 768_KiB}));
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);  // the kernel signals a file past the limit
+  rlimit low = old;
+  low.rlim_cur = 1_MiB + 64_KiB;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &low), 0);
+  const auto big = test::random_bytes(2_MiB, 2);
+  std::string failure;
+  try {
+    t.write("big", big.data(), big.size()).wait();
+  } catch (const error& e) {
+    failure = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  ASSERT_FALSE(failure.empty()) << "the files grew past the process's file size limit";
+  EXPECT_FALSE(t.contains("big"));
+  EXPECT_EQ(t.stats().free_bytes, before.free_bytes) << "blocks of the failed write stayed taken: " << failure;
+  t.write("big", big.data(), big.size()).wait();  // the limit lifted, it grows and stores it
+  std::vector<unsigned char> back(big.size());
+  t.read("big", back.data()).wait();
+  EXPECT_EQ(back, big);
+}
+
