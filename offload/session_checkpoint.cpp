@@ -1,5 +1,9 @@
 // Session::save and Session::load: every persistent tensor, wherever it lives, to and from one
 // checkpoint file (offload/checkpoint.hpp), one tensor at a time through one host buffer.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
 #include "offload/checkpoint.hpp"
 #include "offload/session_call.hpp"
 #include "offload/session_impl.hpp"
@@ -76,7 +80,20 @@ std::string Session::load(const std::string& dir) {
     largest = std::max(largest, d.bytes);
   }
   const checkpoint::reader r(dir);
-  r.check_matches(expected, "the Session's persistent tensors");
+  try {
+    r.check_matches(expected, "the Session's persistent tensors");
+  } catch (const config_error& e) {
+    // A parent split into views is saved as its pieces (Note [Views] in session_views.cpp): a
+    // checkpoint made with other views, or none, differs in those names.
+    const auto entries = r.entries();
+    const bool views = !s.splits.empty() || std::any_of(entries.begin(), entries.end(), [](const checkpoint::entry& c) {
+                         return c.name.find('[') != std::string::npos;
+                       });
+    if (!views) throw;
+    throw config_error(std::string(e.what()) +
+                       ", or by a Session whose views split its tensors otherwise: a tensor split into views "
+                       "(add_view) is saved as its pieces, so load it into a Session that adds the same views");
+  }
   r.verify();  // every CRC before any tensor changes (Note [Checkpointed values])
   std::vector<unsigned char> buffer(largest);
   for (auto id : ids) {

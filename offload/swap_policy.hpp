@@ -124,7 +124,9 @@ class Session {
   /// it (views and the bytes between them), as an optimizer step over one flat buffer does; the
   /// planner moves only what ops name, so a flat buffer with a view per layer moves per layer.
   /// Views of one parent must not overlap; they are added before any op or read names the
-  /// parent (outside an iteration), and read() and checkpoints see the parent whole. Inside an
+  /// parent (outside an iteration), and read() and write() see the parent whole. A checkpoint
+  /// holds each view, and the bytes between views, under a name of its own, so it loads into a
+  /// Session that adds the same views (load says so when the views differ). Inside an
   /// op that names the parent, ptr(parent) is one contiguous buffer: the library gathers the
   /// pieces into op scratch first and scatters what the op writes back after it, so such an op
   /// needs the parent's bytes twice on the device (Note [Views] in session_views.cpp).

@@ -577,7 +577,7 @@ TEST(SessionCheckpoint, SavesWhenAGradientWasDroppedAfterItsLastUse) {
 }
 
 // Views: the checkpoint holds the bytes the executor keeps (a split parent's pieces); a Session
-// that adds the same views loads them, and reads the parent whole.
+// that adds the same views loads them, and reads the parent whole; one without them is told so.
 TEST(SessionCheckpoint, RoundTripOfAParentSplitIntoViews) {
   test::temp_dir dir;
   constexpr std::uint64_t layer = 8_KiB;
@@ -608,4 +608,13 @@ TEST(SessionCheckpoint, RoundTripOfAParentSplitIntoViews) {
   (void)fresh.load(dir.path());
   fresh.read(p, back.data(), back.size());
   EXPECT_EQ(back, want);
+  // A Session without the views is refused, and told why.
+  Session plain(cpu_config(0));
+  (void)plain.add_persistent("params", init.size(), tensor_kind::parameter);
+  try {
+    (void)plain.load(dir.path());
+    ADD_FAILURE() << "a checkpoint of views loaded into a Session without them";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("same views"), std::string::npos) << e.what();
+  }
 }
