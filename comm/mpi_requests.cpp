@@ -118,6 +118,7 @@ void mpi_requests::wait_all(std::chrono::milliseconds timeout, int my_rank, int 
                         duration_text(timeout) + " (" + (missing.size() == 1 ? "it" : "each") +
                         " failed, was killed, or is stuck)";
       if (static_cast<int>(missing.size()) < ranks - 1) msg += "; the other ranks are fine";
+      msg += "; a rank that is only slow (a long checkpoint save) needs a longer comm_options::timeout";
       msg += " [this is rank " + std::to_string(my_rank) + " of " + std::to_string(ranks) + "]";
       throw comm_error(msg);
     }

@@ -104,6 +104,11 @@ void add_common_flags(CLI::App& app, flag_values& v, bool with_data) {
                  "backward pass has produced it")
       ->type_name("KIB")
       ->capture_default_str();
+  app.add_option("--comm-timeout", v.comm_timeout_s,
+                 "with --data-parallel: seconds a rank waits for the others in a collective before it fails, naming "
+                 "them (0: for ever); raise it where one rank may fall far behind, as in a long checkpoint save")
+      ->type_name("SECONDS")
+      ->capture_default_str();
   if (with_data) app.add_option("--data", v.data, "text file to train on (bytes are the tokens)")->capture_default_str();
 }
 
@@ -126,6 +131,7 @@ example_options to_options(const flag_values& v) {
   if (v.bucket_kib > (std::uint64_t{1} << 30))
     throw config_error("--bucket-kib: " + std::to_string(v.bucket_kib) + " is not a bucket size; give 1 to 1073741824 KiB");
   o.bucket_bytes = v.bucket_kib * 1024;
+  o.comm_timeout_s = v.comm_timeout_s;
   o.validate();
   return o;
 }

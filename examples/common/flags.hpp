@@ -122,6 +122,7 @@ struct flag_values {
   bool data_parallel = false;
   int zero = 2;
   std::uint64_t bucket_kib = 1024;
+  double comm_timeout_s = 120;
 };
 
 /// Adds every session_config flag (add_config_flags), --budget-ratio, --steps, --seed, --preset,

@@ -197,6 +197,9 @@ void example_options::validate() const {
   if (bucket_bytes < 1024 || bucket_bytes > (std::uint64_t{1} << 40))
     throw config_error("--bucket-kib: " + std::to_string(bucket_bytes / 1024) +
                        " KiB is not a bucket size; give 1 to 1073741824 KiB (1 KiB to 1 TiB)");
+  if (!(comm_timeout_s >= 0) || comm_timeout_s > 1e7)
+    throw config_error("--comm-timeout: " + format_real(comm_timeout_s) +
+                       " is not a number of seconds; give one from 0 (wait for ever) to 1e7");
   if (data_parallel && micro_batches > 1)
     throw config_error("--micro-batches and --data-parallel together: a rank trains on one micro-batch of each step; "
                        "give --micro-batches N alone for one process, or --data-parallel under mpirun -np N");

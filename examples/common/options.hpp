@@ -47,6 +47,9 @@ struct example_options : session_config {
   /// bytes, each queued as soon as the backward pass has produced it (Note [Overlapped gradient
   /// exchange] in examples/common/gradient_exchange.hpp).
   std::uint64_t bucket_bytes = std::uint64_t{1} << 20;
+  /// --comm-timeout: with --data-parallel, how long a collective waits for the other ranks
+  /// (comm::comm_options::timeout), in seconds; 0 waits for ever.
+  double comm_timeout_s = 120;
 
   /// session_config::validate, then the example's own settings; config_error naming the first
   /// bad one (by its flag or variable) and quoting its value. Checks the checkpoint folders

@@ -1,6 +1,8 @@
 // batch_shares: micro-batches and ranks.
 #include "examples/common/shares.hpp"
 
+#include <chrono>
+#include <cstdint>
 #include <string>
 
 #include "device/error.hpp"
@@ -25,7 +27,9 @@ batch_shares batch_shares::from(const example_options& o) {
   s.zero = o.zero;
   s.bucket_bytes = o.bucket_bytes;
   if (o.data_parallel) {
-    s.comm = comm::communicator::world();
+    comm::comm_options co;
+    co.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.comm_timeout_s * 1e3));
+    s.comm = comm::communicator::world(co);
     job_world() = s.comm;
     s.count = s.comm->size();
     s.first = s.comm->rank();

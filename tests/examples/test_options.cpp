@@ -84,6 +84,16 @@ std::string parse_error_of(std::vector<std::string> args) {
 
 // The count and amount checks the bench's flags share: the ends of the range pass, one past
 // either end, a sign, a fraction and a count past 2^64 - 1 are refused with the range.
+TEST(ExampleOptions, TheCollectivesTimeoutIsSecondsFromZeroUp) {
+  EXPECT_EQ(load({}).comm_timeout_s, 120);
+  EXPECT_EQ(load({"--comm-timeout", "600"}).comm_timeout_s, 600);
+  EXPECT_EQ(load({"--comm-timeout", "0"}).comm_timeout_s, 0);
+  for (const char* bad : {"-1", "nan", "1e8"}) {
+    const auto e = error_of({"--comm-timeout", bad});
+    EXPECT_TRUE(has(e, "--comm-timeout") && has(e, "give one from 0")) << bad << ": " << e;
+  }
+}
+
 TEST(ExampleOptions, CountsAndPositiveAmountsAreCheckedAtTheEndsOfTheirRange) {
   auto error_of = [](const CLI::Validator& v, std::string text) { return v(text); };
   const auto repeats = whole_number_in(1, 1000);
