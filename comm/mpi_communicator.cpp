@@ -4,6 +4,8 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -31,6 +33,7 @@ constexpr int tag_reduce_scatter = 101;
 constexpr int tag_all_gather = 102;
 constexpr int tag_broadcast = 103;
 constexpr int tag_barrier = 104;
+constexpr int tag_agree = 105;
 
 /// Starts MPI once per process (if the program has not) and finalizes it at exit.
 void ensure_mpi() {
@@ -95,6 +98,7 @@ class mpi_communicator final : public communicator {
     // The owner's sum lands at its own place in `data`; fixed_order_sum reads each block before
     // writing it, and the shards sent to peers are the other places, which nothing writes.
     guarded("all_reduce_sum", [&] {
+      agree("all_reduce_sum", "n", n, nullptr, 0);
       reduce_scatter("all_reduce_sum", data, data + b, n);
       gather("all_reduce_sum", data + b, data, n, sizeof(float));
     });
@@ -102,17 +106,24 @@ class mpi_communicator final : public communicator {
 
   void reduce_scatter_sum(const float* in, float* out, std::size_t n) override {
     detail::check_reduce_scatter(in, out, n, size_, rank_);
-    guarded("reduce_scatter_sum", [&] { reduce_scatter("reduce_scatter_sum", in, out, n); });
+    guarded("reduce_scatter_sum", [&] {
+      agree("reduce_scatter_sum", "n", n, nullptr, 0);
+      reduce_scatter("reduce_scatter_sum", in, out, n);
+    });
   }
 
   void all_gather(const void* shard, void* out, std::size_t n, std::size_t elem_bytes) override {
     detail::check_all_gather(shard, out, n, elem_bytes, size_, rank_);
-    guarded("all_gather", [&] { gather("all_gather", shard, out, n, elem_bytes); });
+    guarded("all_gather", [&] {
+      agree("all_gather", "n", n, "elem_bytes", elem_bytes);
+      gather("all_gather", shard, out, n, elem_bytes);
+    });
   }
 
   void broadcast(void* data, std::size_t bytes, int root) override {
     detail::check_broadcast(data, bytes, root, size_);
     guarded("broadcast", [&] {
+      agree("broadcast", "bytes", bytes, "root", static_cast<std::uint64_t>(root));
       const std::size_t chunk = detail::max_message_bytes();
       for (std::size_t c = 0; c < bytes; c += chunk) {
         const std::size_t len = std::min(chunk, bytes - c);
@@ -159,6 +170,36 @@ class mpi_communicator final : public communicator {
     } catch (const comm_error& e) {
       failed_ = e.what();
       throw;
+    }
+  }
+
+  /// Every rank checks that the others passed this collective the same sizes (and root): ranks
+  /// that disagree would otherwise sum or copy misaligned bytes, some of them without an error.
+  /// A mismatch fails the collective on every rank, naming a rank that differs and both values.
+  void agree(const char* what, const char* a_name, std::uint64_t a, const char* b_name, std::uint64_t b) {
+    if (size_ == 1) return;
+    const std::array<std::uint64_t, 2> mine{a, b};
+    std::vector<std::array<std::uint64_t, 2>> theirs(static_cast<std::size_t>(size_));
+    {
+      mpi_requests reqs(comm_, what);
+      for (int peer = 0; peer < size_; ++peer) {
+        if (peer == rank_) continue;
+        reqs.receive(theirs[static_cast<std::size_t>(peer)].data(), sizeof mine, peer, tag_agree);
+        reqs.send(mine.data(), sizeof mine, peer, tag_agree);
+      }
+      reqs.wait_all(options_.timeout, rank_, size_);
+    }
+    auto args = [&](const std::array<std::uint64_t, 2>& v) {
+      std::string s = std::string(a_name) + " = " + std::to_string(v[0]);
+      if (b_name != nullptr) s += ", " + std::string(b_name) + " = " + std::to_string(v[1]);
+      return s;
+    };
+    for (int peer = 0; peer < size_; ++peer) {
+      const auto& v = theirs[static_cast<std::size_t>(peer)];
+      if (peer == rank_ || v == mine) continue;
+      throw comm_error(std::string(what) + ": the ranks disagree: rank " + std::to_string(peer) + " passed " + args(v) +
+                       ", this rank (" + std::to_string(rank_) + ") " + args(mine) +
+                       "; every rank must pass the same sizes" + (b_name != nullptr && std::string(b_name) == "root" ? " and root" : ""));
     }
   }
 

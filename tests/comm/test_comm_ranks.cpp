@@ -167,11 +167,40 @@ TEST(Ranks, MismatchedSizesFailWithAComm_error) {
     c->all_gather(shard.data(), out.data(), n, 4);
     ADD_FAILURE() << "rank " << world().rank() << ": no error";
   } catch (const comm_error& e) {
-    EXPECT_NE(std::string(e.what()).find("do all ranks pass the same sizes?"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("every rank must pass the same sizes"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("n = 12"), std::string::npos) << e.what();
   }
   // Failed for good: the ranks no longer agree on what comes next.
   EXPECT_THROW(c->barrier(), comm_error);
   world().barrier();  // the shared communicator is not affected
+}
+
+// Sizes or roots that differ between ranks fail the collective on every rank, even where the
+// bytes would line up (a reduce-scatter whose shards have the same length on two ranks, a
+// broadcast whose roots only send), instead of giving some ranks misaligned sums or stale bytes.
+TEST(Ranks, MismatchedSizesOrRootsFailOnEveryRank) {
+  {
+    auto c = communicator::world({.timeout = 10s});
+    const std::size_t n = 10 + static_cast<std::size_t>(world().rank());
+    std::vector<float> in(n, 1.0F), out(n);
+    try {
+      c->reduce_scatter_sum(in.data(), out.data(), n);
+      ADD_FAILURE() << "rank " << world().rank() << ": no error";
+    } catch (const comm_error& e) {
+      EXPECT_NE(std::string(e.what()).find("the ranks disagree"), std::string::npos) << e.what();
+    }
+  }
+  {
+    auto c = communicator::world({.timeout = 10s});
+    std::vector<unsigned char> buf(16, static_cast<unsigned char>(world().rank()));
+    try {
+      c->broadcast(buf.data(), buf.size(), world().rank());  // every rank thinks it is the root
+      ADD_FAILURE() << "rank " << world().rank() << ": no error";
+    } catch (const comm_error& e) {
+      EXPECT_NE(std::string(e.what()).find("same sizes and root"), std::string::npos) << e.what();
+    }
+  }
+  world().barrier();
 }
 
 // Item 6 of issue 19: the last rank stops answering (as if it threw, or hangs) and sleeps past the
