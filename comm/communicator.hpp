@@ -45,6 +45,9 @@ class communicator {
   /// "mpi" or "solo".
   [[nodiscard]] virtual std::string engine() const = 0;
 
+  /// Every rank passes a collective the same sizes (and root); ranks that do not fail it, each
+  /// with a comm_error naming a rank that differs.
+  ///
   /// data[i] = sum over ranks of data[i] (Note [Fixed-order reductions]), n elements on every rank.
   virtual void all_reduce_sum(float* data, std::size_t n) = 0;
   /// out = this rank's shard (shard_range(n, size(), rank())) of the sum over ranks of `in`
