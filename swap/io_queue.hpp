@@ -70,9 +70,11 @@ class io_queue : public abstract_interface {
     (void)buffer;
     return -EOPNOTSUPP;
   }
-  /// Starts `ops` (at most depth() minus those in flight). Throws io_error when the kernel
+  /// Starts `ops` (at most depth() minus those in flight), or a leading part of them, and
+  /// returns how many it took: each of those comes back from reap() exactly once, the rest were
+  /// not started (the caller fails them). Throws io_error, having taken none, when the kernel
   /// refuses the submission itself (not when an op fails: that comes back from reap()).
-  virtual void submit(std::span<io_op* const> ops) = 0;
+  virtual std::size_t submit(std::span<io_op* const> ops) = 0;
   /// Asks for `op` (in flight) to be cancelled; 0 when the request went out, or -errno. Whether
   /// it won shows in the op's completion, which reap() still returns once. This default cannot
   /// cancel: -EOPNOTSUPP (the op completes in its own time).

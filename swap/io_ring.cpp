@@ -295,13 +295,16 @@ void io_ring::run() {
       try {
         const auto deadline = std::chrono::steady_clock::now() + timeout_;
         for (io_op* op : batch) static_cast<block_io*>(op)->deadline = deadline;
-        queue_->submit(batch);
-        for (io_op* op : batch) {
-          static_cast<block_io*>(op)->flying_slot = static_cast<std::uint32_t>(flying_.size());
-          flying_.push_back(static_cast<block_io*>(op));
+        const std::size_t taken = std::min(queue_->submit(batch), batch.size());
+        for (std::size_t i = 0; i < taken; ++i) {
+          auto* b = static_cast<block_io*>(batch[i]);
+          b->flying_slot = static_cast<std::uint32_t>(flying_.size());
+          flying_.push_back(b);
         }
-        in_flight += static_cast<unsigned>(batch.size());
-        counters_.ops.fetch_add(batch.size(), std::memory_order_relaxed);
+        in_flight += static_cast<unsigned>(taken);
+        counters_.ops.fetch_add(taken, std::memory_order_relaxed);
+        // Ops the queue did not take were not started: they fail as a refused submission does.
+        for (std::size_t i = taken; i < batch.size(); ++i) finish(static_cast<block_io*>(batch[i]), -EBUSY);
       } catch (const io_error& e) {
         const int err = e.error_number() != 0 ? e.error_number() : EIO;
         for (io_op* op : batch) finish(static_cast<block_io*>(op), -err);

@@ -35,7 +35,7 @@ class thread_queue final : public io_queue {
   int register_buffers(std::span<const iovec>) override { return -EOPNOTSUPP; }
   void unregister_buffers() noexcept override {}
 
-  void submit(std::span<io_op* const> ops) override {
+  std::size_t submit(std::span<io_op* const> ops) override {
     {
       std::lock_guard lock(mutex_);
       SPILLWAY_EXPECTS_T(usage_error, in_flight_ + ops.size() <= depth_,
@@ -45,6 +45,7 @@ class thread_queue final : public io_queue {
       in_flight_ += ops.size();
     }
     work_cv_.notify_all();
+    return ops.size();
   }
 
   // An op no thread has taken yet comes back at once as -ECANCELED; a pread/pwrite already

@@ -63,13 +63,24 @@ class uring_queue final : public io_queue {
     registered_ = false;
   }
 
-  void submit(std::span<io_op* const> ops) override {
+  // Note [Ops in the ring are taken]
+  // An op whose entry is in the submission ring goes to the kernel at the next io_uring_enter
+  // that submits, whether or not this one's did: entries cannot be taken back. So once an op
+  // has its entry it is taken (submit counts it, its completion will come), and a submission
+  // the kernel refuses now (EAGAIN, EBUSY) is tried again at the next flush, which reap() makes
+  // too. Only an op that found no entry is not taken.
+  std::size_t submit(std::span<io_op* const> ops) override {
+    std::size_t taken = 0;
     for (io_op* op : ops) {
       io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
       if (sqe == nullptr) {  // the SQ is full: push what we have, then take a fresh entry
-        flush();
+        const int rc = try_flush();
         sqe = io_uring_get_sqe(&ring_);
-        if (sqe == nullptr) throw io_error("io_uring: no submission entry free", EBUSY);
+        if (sqe == nullptr) {
+          if (taken > 0) return taken;
+          throw io_error(std::string("io_uring: no submission entry free") + (rc < 0 ? std::string(": ") + std::strerror(-rc) : ""),
+                         rc < 0 ? -rc : EBUSY);
+        }
       }
       const bool fixed = op->buffer_index >= 0 && registered_;
       if (op->kind == io_kind::read) {
@@ -84,8 +95,10 @@ class uring_queue final : public io_queue {
           io_uring_prep_write(sqe, op->fd, op->buffer, op->length, op->offset);
       }
       io_uring_sqe_set_data(sqe, op);
+      ++taken;
     }
-    flush();
+    (void)try_flush();  // what the kernel refuses now goes at the next flush (Note [Ops in the ring are taken])
+    return taken;
   }
 
   // The cancel request carries a tag of its own as user_data; its CQE (0, -ENOENT, -EALREADY)
@@ -113,6 +126,7 @@ class uring_queue final : public io_queue {
 
   std::size_t reap(std::span<io_completion> out, std::chrono::microseconds timeout) override {
     if (out.empty()) return 0;
+    if (io_uring_sq_ready(&ring_) > 0) (void)try_flush();  // entries an earlier flush could not send
     io_uring_cqe* cqe = nullptr;
     int rc = 0;
     if (timeout.count() > 0) {
@@ -141,12 +155,18 @@ class uring_queue final : public io_queue {
 
  private:
   void flush() {
+    if (const int rc = try_flush(); rc < 0) throw io_error(std::string("io_uring: submit failed: ") + std::strerror(-rc), -rc);
+  }
+  // Sends the entries in the submission ring; 0, or the -errno of a refusal that retrying did
+  // not get past (the entries then stay in the ring for the next flush).
+  int try_flush() noexcept {
     for (int tries = 0; io_uring_sq_ready(&ring_) > 0; ++tries) {
       const int rc = io_uring_submit(&ring_);
       if (rc >= 0) continue;
       if ((rc == -EAGAIN || rc == -EINTR || rc == -EBUSY) && tries < 1000) continue;
-      throw io_error(std::string("io_uring: submit failed: ") + std::strerror(-rc), -rc);
+      return rc;
     }
+    return 0;
   }
 
   io_uring ring_{};

@@ -120,7 +120,7 @@ class fault_queue final : public io_queue {
   [[nodiscard]] unsigned depth() const noexcept override { return inner_->depth(); }
   int register_buffers(std::span<const iovec> b) override { return inner_->register_buffers(b); }
   void unregister_buffers() noexcept override { inner_->unregister_buffers(); }
-  void submit(std::span<io_op* const> ops) override { inner_->submit(ops); }
+  std::size_t submit(std::span<io_op* const> ops) override { return inner_->submit(ops); }
   int cancel(io_op* op) override {
     plan_->cancels.fetch_add(1);
     return inner_->cancel(op);  // the op is done inside: a held completion stays held

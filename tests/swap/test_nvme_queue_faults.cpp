@@ -29,6 +29,7 @@ namespace {
 /// What the wrapped queue does wrong, switched from the test.
 struct misbehaviour {
   std::atomic<int> submit_throws{0};  // the next N submissions throw
+  std::atomic<int> submit_takes_half{0};  // the next N submissions of several ops take the first half only
   std::atomic<int> reap_throws{0};    // the next N reaps throw
   bool refuse_registration = false;
   std::atomic<int> reaps_thrown{0};
@@ -49,12 +50,16 @@ class misbehaving_queue final : public io_queue {
   int update_buffer(unsigned index, const iovec& buffer) override {
     return m_->refuse_registration ? -ENOMEM : inner_->update_buffer(index, buffer);
   }
-  void submit(std::span<io_op* const> ops) override {
+  std::size_t submit(std::span<io_op* const> ops) override {
     if (m_->submit_throws.load() > 0) {
       m_->submit_throws.fetch_sub(1);
       throw io_error("io_uring_submit refused the batch", EBUSY);
     }
-    inner_->submit(ops);
+    if (m_->submit_takes_half.load() > 0 && ops.size() > 1) {
+      m_->submit_takes_half.fetch_sub(1);
+      return inner_->submit(ops.first(ops.size() / 2));
+    }
+    return inner_->submit(ops);
   }
   int cancel(io_op* op) override { return inner_->cancel(op); }
   std::size_t reap(std::span<io_completion> out, std::chrono::microseconds timeout) override {
@@ -124,6 +129,26 @@ TEST(NvmeQueueFaults, ASubmissionTheKernelRefusesFailsTheMoveNamingTheTensorAndT
   s.tier->read("kept", back.data()).wait();
   EXPECT_EQ(back, kept) << "a tensor stored before the refusal";
   round_trip(*s.tier, "after", 1_MiB + 3, 3);  // the tier keeps working
+}
+
+// A queue that takes only part of a batch (the submission ring ran out of entries) starts that
+// part, whose completions still come, and not the rest: the move fails as a refused submission
+// does, nothing the queue holds is freed under it, and the tier keeps working.
+TEST(NvmeQueueFaults, ASubmissionTakenInPartFailsTheMoveAndTheTierGoesOn) {
+  tier_over s;
+  s.m->submit_takes_half = 1;
+  const auto data = test::random_bytes(2_MiB, 5);  // 8 blocks: one batch
+  try {
+    s.tier->write("half", data.data(), data.size()).wait();
+    FAIL() << "a write half of whose blocks were never started succeeded";
+  } catch (const io_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'half'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::strerror(EBUSY)), std::string::npos)
+        << "the blocks not started fail at once, as refused (not as a timeout): " << e.what();
+  }
+  EXPECT_FALSE(s.tier->contains("half"));
+  round_trip(*s.tier, "after", 2_MiB + 5, 6);
+  s.tier.reset();  // every taken op came back: the tier ends without waiting for any
 }
 
 TEST(NvmeQueueFaults, AReapThatThrowsIsRetriedAndTheMoveCompletes) {

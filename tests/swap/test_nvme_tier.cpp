@@ -279,9 +279,9 @@ class recording_queue final : public io_queue {
     return inner_->register_buffers(b);
   }
   void unregister_buffers() noexcept override { inner_->unregister_buffers(); }
-  void submit(std::span<io_op* const> ops) override {
+  std::size_t submit(std::span<io_op* const> ops) override {
     log_->add("submit");
-    inner_->submit(ops);
+    return inner_->submit(ops);
   }
   std::size_t reap(std::span<io_completion> out, std::chrono::microseconds timeout) override {
     return inner_->reap(out, timeout);
