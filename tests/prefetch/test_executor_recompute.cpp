@@ -206,10 +206,9 @@ TEST(ExecutorRecompute, AReleasedValueARerunOfALaterStepReadsIsKeptUntilThen) {
     body(o);
   });
   r.exec->follow(&t, &pl);
-  for (int it = 1; it <= 2; ++it) {
-    reruns.clear();
-    r.exec->begin_iteration();
-    const std::vector<tensor_id> vp{p}, va{a}, vb{b}, vc{c}, vd{d}, used{b, c, d}, none;
+  // Ops 0 to 3 of an iteration; the bytes in use after op 1.
+  auto up_to_op3 = [&] {
+    const std::vector<tensor_id> vp{p}, va{a}, vb{b}, vc{c}, vd{d};
     r.exec->begin_op(0, vp, va, "g0.forward");
     body(0);
     r.exec->end_op(0);
@@ -222,6 +221,13 @@ TEST(ExecutorRecompute, AReleasedValueARerunOfALaterStepReadsIsKeptUntilThen) {
     r.exec->end_op(2);
     r.exec->begin_op(3, vp, vd, "mid2");
     r.exec->end_op(3);
+    return after_op1;
+  };
+  for (int it = 1; it <= 2; ++it) {
+    reruns.clear();
+    r.exec->begin_iteration();
+    const std::vector<tensor_id> used{b, c, d}, none;
+    const std::uint64_t after_op1 = up_to_op3();
     EXPECT_EQ(r.exec->device_bytes_in_use(), after_op1 + 3 * n) << "c, d, and a made before op 3 for op 4's rerun";
     r.exec->begin_op(4, used, none, "use");
     void* pb = r.exec->device_ptr(b);
@@ -242,18 +248,7 @@ TEST(ExecutorRecompute, AReleasedValueARerunOfALaterStepReadsIsKeptUntilThen) {
   // reruns made for op 4's: no value of it outlives the iteration.
   {
     r.exec->begin_iteration();
-    const std::vector<tensor_id> vp{p}, va{a}, vb{b}, vc{c}, vd{d};
-    r.exec->begin_op(0, vp, va, "g0.forward");
-    body(0);
-    r.exec->end_op(0);
-    r.exec->begin_op(1, va, vb, "g1.forward");
-    body(1);
-    r.exec->end_op(1);
-    r.exec->release(a);
-    r.exec->begin_op(2, vp, vc, "mid");
-    r.exec->end_op(2);
-    r.exec->begin_op(3, vp, vd, "mid2");
-    r.exec->end_op(3);
+    (void)up_to_op3();
     for (auto id : {b, c, d}) r.exec->release(id);
     (void)r.exec->end_iteration();
     EXPECT_EQ(r.exec->device_bytes_in_use(), n) << "only p stays on the device; a rerun's a outlived the iteration";

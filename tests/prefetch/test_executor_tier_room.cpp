@@ -19,6 +19,33 @@ using namespace spillway::literals;
 using spillway::test::fill;
 using spillway::test::holds;
 
+namespace {
+
+/// The strict cpu backend and an executor with a device budget and a host tier of the sizes
+/// given; the link's rates in bytes/s (0: unlimited).
+struct tier_rig {
+  tier_rig(std::uint64_t device_budget, std::uint64_t host_budget, double h2d = 0, double d2h = 0)
+      : dev(device(h2d, d2h)), stack(dev, stack_options(device_budget, host_budget)), ex(stack.exec()) {}
+  static device_options device(double h2d, double d2h) {
+    device_options o;
+    o.cpu_device_memory = 64_MiB;
+    o.h2d_bytes_per_second = h2d;
+    o.d2h_bytes_per_second = d2h;
+    return o;
+  }
+  static executor_stack_options stack_options(std::uint64_t device_budget, std::uint64_t host_budget) {
+    executor_stack_options so;
+    so.device_budget = device_budget;
+    so.host_budget = host_budget;
+    return so;
+  }
+  cpu_device dev;
+  executor_stack stack;
+  executor& ex;
+};
+
+}  // namespace
+
 // A transient swapped out and back, which the plan drops at its last use and the program
 // releases right after, gives its tier copy back at the drop: the op's own copy out finds the
 // host bytes the simulator counted free. Here the host tier holds one tensor; kept until the
@@ -43,14 +70,9 @@ TEST(Executor, ATransientDroppedAtItsLastUseGivesItsTierCopyBackBeforeTheOpsCopi
   p.steps[2].evictions.push_back({z, evict_action::evict_to_host});
   p.steps[3].prefetches.push_back({z, tier::host, 3});
 
-  device_options o;
-  o.cpu_device_memory = 64_MiB;
-  cpu_device dev(o);
-  executor_stack_options so;
-  so.device_budget = 4 * n;
-  so.host_budget = n;
-  executor_stack stack(dev, so);
-  executor& ex = stack.exec();
+  tier_rig rig(4 * n, n);
+  auto& dev = rig.dev;
+  executor& ex = rig.ex;
   for (tensor_id id : {m, y, z}) ex.define(id, t.tensors[id]);
   ex.upload(m, nullptr);
   auto bad_reads = std::make_shared<std::atomic<int>>(0);
@@ -118,16 +140,11 @@ TEST(Executor, ATensorWhoseLoadIsOnTheLinkKeepsItsTierCopyWhenTheTierIsFull) {
   p.steps[1].prefetches.push_back({b, tier::host, 1});
   p.steps[2].prefetches.push_back({a2, tier::host, 2});
 
-  device_options o;
-  o.cpu_device_memory = 64_MiB;
-  o.h2d_bytes_per_second = 10e6;  // loads crawl, copies out do not: a2's copy out would start
-  o.d2h_bytes_per_second = 10e9;  // while its load is still on the link
-  cpu_device dev(o);
-  executor_stack_options so;
-  so.device_budget = 4 * n;
-  so.host_budget = 3 * n;  // c, d and a2: full, so b's save lets redundant copies go
-  executor_stack stack(dev, so);
-  executor& ex = stack.exec();
+  // c, d and a2 fill the host tier, so b's save lets redundant copies go. Loads crawl, copies
+  // out do not: a2's copy out would start while its load is still on the link.
+  tier_rig rig(4 * n, 3 * n, 10e6, 10e9);
+  auto& dev = rig.dev;
+  executor& ex = rig.ex;
   for (tensor_id id : {c, d, a2, b}) ex.define(id, t.tensors[id]);
   std::vector<unsigned char> cv(n, 1), dv(n, 2), av(n, 3);
   ex.upload(c, cv.data());
@@ -189,14 +206,9 @@ TEST(Executor, AGradientSavedAfterTheOpThatWroteItIsNotTakenForDead) {
   p.steps[2].prefetches.push_back({g1, tier::host, 2});
   p.steps[2].prefetches.push_back({g2, tier::host, 2});
 
-  device_options o;
-  o.cpu_device_memory = 64_MiB;
-  cpu_device dev(o);
-  executor_stack_options so;
-  so.device_budget = 4 * n;
-  so.host_budget = 2 * n;  // w's copy and g1's: g2's save lets the redundant one go
-  executor_stack stack(dev, so);
-  executor& ex = stack.exec();
+  tier_rig rig(4 * n, 2 * n);  // w's copy and g1's: g2's save lets the redundant one go
+  auto& dev = rig.dev;
+  executor& ex = rig.ex;
   for (tensor_id id : {w, a, g1, g2}) ex.define(id, t.tensors[id]);
   std::vector<unsigned char> wv(n, 5);
   ex.upload(w, wv.data());
