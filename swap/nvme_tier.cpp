@@ -288,8 +288,8 @@ void nvme_tier::place(record& r, const std::string& name) {
   const std::size_t n = (r.bytes + bs - 1) / bs;
   const auto nf = static_cast<std::uint32_t>(files_.size());
   const std::uint32_t start = next_start_file_++ % nf;
-  r.blocks.resize(n);
-  r.crc.assign(n, 0);
+  // The block list is made once every file has given its blocks: a tensor far larger than the
+  // tier (a petabyte) is refused as out of swap space without a list of a billion entries first.
   for (std::uint32_t f = 0; f < nf; ++f) {
     const std::uint32_t first = (f + nf - start) % nf;  // first tensor block that lands on file f
     const std::uint64_t count = first < n ? (n - first + nf - 1) / nf : 0;
@@ -337,11 +337,14 @@ void nvme_tier::place(record& r, const std::string& name) {
                                  "directory on another drive, or give a block size nearer the tensors' sizes"
                                : "give a larger reserve, a block size nearer the tensors' sizes, or grow_on_demand"));
     }
-    std::uint64_t j = 0;
-    for (const auto& e : got) {
-      r.extents.emplace_back(f, e);
-      for (std::uint64_t k = 0; k < e.count; ++k, ++j) r.blocks[first + j * nf] = {f, (e.first + k) * bs};
-    }
+    for (const auto& e : got) r.extents.emplace_back(f, e);
+  }
+  r.blocks.resize(n);
+  r.crc.assign(n, 0);
+  std::vector<std::uint64_t> next(nf, 0);  // per file: its blocks placed so far
+  for (const auto& [f, e] : r.extents) {
+    const std::uint32_t first = (f + nf - start) % nf;
+    for (std::uint64_t k = 0; k < e.count; ++k, ++next[f]) r.blocks[first + next[f] * nf] = {f, (e.first + k) * bs};
   }
 }
 

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -170,6 +171,12 @@ TEST(NvmeTier, FullTierIsOutOfMemoryNamingTheTensorAndKeepsWhatIsStored) {
     EXPECT_NE(std::string(e.what()).find("free 1.00 MiB"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(tier.contains("b"));
+  // A tensor far past the tier (a petabyte: about a billion blocks) is refused at once as out of
+  // swap space, before any list of its blocks is made (its bytes are never read).
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW((void)tier.write("huge", b.data(), std::size_t{1} << 50), out_of_memory);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  EXPECT_FALSE(tier.contains("huge"));
   std::vector<unsigned char> back(a.size());
   tier.read("a", back.data()).wait();
   EXPECT_EQ(back, a);
