@@ -23,21 +23,38 @@ void* host_tier::allocate(const std::string& name, std::size_t bytes) {
   const std::size_t need = footprint(bytes);
   if (need == 0) return nullptr;
   std::string why;
+  bool counted = false;
   {
+    // The bytes are counted first and the block taken from the pool outside the lock: the pool
+    // may pin a region (slow on a GPU), and frees from other threads (the NVMe ring's, the
+    // event worker's) need not wait for it (Note [Pinning outside the lock] in
+    // allocator/pinned_host_pool.cpp).
     std::lock_guard lock(mutex_);
     if (capacity_ == 0 || need <= capacity_ - std::min(capacity_, stats_.used_bytes)) {
-      try {
-        void* p = pool_.allocate(bytes);
-        stats_.used_bytes += need;
-        stats_.peak_used_bytes = std::max(stats_.peak_used_bytes, stats_.used_bytes);
-        ++stats_.blocks;
-        return p;
-      } catch (const out_of_memory& e) {
-        why = std::string("; the pinned host pool is full: ") + e.what();
-      }
+      stats_.used_bytes += need;
+      ++stats_.blocks;
+      counted = true;
     } else {
       why = "; the tier's capacity is reached";
     }
+  }
+  if (counted) {
+    try {
+      void* p = pool_.allocate(bytes);
+      std::lock_guard lock(mutex_);
+      stats_.peak_used_bytes = std::max(stats_.peak_used_bytes, stats_.used_bytes);
+      return p;
+    } catch (const out_of_memory& e) {
+      why = std::string("; the pinned host pool is full: ") + e.what();
+    } catch (...) {
+      std::lock_guard lock(mutex_);
+      stats_.used_bytes -= need;
+      --stats_.blocks;
+      throw;
+    }
+    std::lock_guard lock(mutex_);
+    stats_.used_bytes -= need;
+    --stats_.blocks;
   }
   const auto s = stats();
   const auto ps = pool_.stats();

@@ -2,10 +2,15 @@
 // message that diagnoses (tensor, requested, capacity, used, free).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <thread>
 
+#include "../device/faulty_device.hpp"
 #include "allocator/pinned_host_pool.hpp"
 #include "device/cpu_device.hpp"
 #include "device/error.hpp"
@@ -84,3 +89,35 @@ TEST(HostTier, ThePeakStaysAfterAFreeAndASmallerAllocation) {
   tier.deallocate(b, 4096);
   tier.deallocate(c, 8192);
 }
+
+// The pool may pin a region for a new block (slow on a GPU): the tier counts the block first and
+// takes it outside its lock, so a free and a stats() on other threads do not wait for the pinning.
+TEST(HostTier, AFreeOnAnotherThreadDoesNotWaitForAnAllocationsPinning) {
+  test::faulty_device dev(std::make_unique<cpu_device>());
+  pinned_host_pool pool(dev, {.capacity = 0, .region_size = 1_MiB});
+  host_tier tier(pool, 8_MiB);
+  void* kept = tier.allocate("kept", 256_KiB);  // the first region, pinned before the hook is set
+  std::atomic<bool> pinning{false}, go_on{false};
+  dev.before_pinning = [&] {
+    pinning = true;
+    while (!go_on) std::this_thread::yield();
+  };
+  std::thread grow([&] { tier.deallocate(tier.allocate("big", 2_MiB), 2_MiB); });  // a region of its own
+  while (!pinning) std::this_thread::yield();
+  std::atomic<bool> freed{false};
+  std::thread release([&] {
+    tier.deallocate(kept, 256_KiB);
+    (void)tier.stats();
+    freed = true;
+  });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!freed && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  const bool waited = !freed;
+  go_on = true;
+  grow.join();
+  release.join();
+  EXPECT_FALSE(waited) << "a free waited for another thread's pinning";
+  EXPECT_EQ(tier.stats().used_bytes, 0u);
+  EXPECT_EQ(tier.stats().blocks, 0u);
+}
+
