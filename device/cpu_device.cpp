@@ -230,7 +230,7 @@ void* cpu_device::allocate_pinned(std::size_t bytes) {
   return p;
 }
 
-void cpu_device::deallocate_pinned(void* ptr, std::size_t /*bytes*/) noexcept {
+void cpu_device::deallocate_pinned(void* ptr, std::size_t bytes) noexcept {
   if (ptr == nullptr) return;
   try {
     check_caller("deallocate_pinned");
@@ -244,6 +244,12 @@ void cpu_device::deallocate_pinned(void* ptr, std::size_t /*bytes*/) noexcept {
     if (it == pinned_blocks_.end()) std::abort();
     n = it->second;
     pinned_blocks_.erase(it);
+  }
+  // The CUDA backend unmaps the size given, so another size would leak the mapping or unmap a
+  // neighbour there: a failure here (sticky, as a GPU's would be), and the block goes whole.
+  if (bytes != n) {
+    fail(std::make_exception_ptr(usage_error("deallocate_pinned: given " + std::to_string(bytes) + " bytes for a block of " +
+                                             std::to_string(n) + "; give the size allocate_pinned was asked for")));
   }
   ::munmap(ptr, round_up(n, page));
 }

@@ -337,6 +337,21 @@ TEST(StrictRules, WorkWhoseCapturesFreeDeviceMemoryFails) {
   }
 }
 
+// The CUDA backend unmaps the size deallocate_pinned is given: another size than the block's
+// fails here too, with the size that is right.
+TEST(StrictRules, APinnedFreeOfAnotherSizeFails) {
+  auto dev = strict_cpu();
+  owned_stream s(*dev);
+  void* p = dev->allocate_pinned(8192);
+  dev->deallocate_pinned(p, 100);
+  try {
+    dev->synchronize_stream(s);
+    ADD_FAILURE() << "a pinned free of the wrong size went unnoticed";
+  } catch (const usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("block of 8192"), std::string::npos) << e.what();
+  }
+}
+
 TEST(StrictRules, FreesSynchronizeTheDevice) {
   auto dev = strict_cpu();
   const auto before = static_cast<cpu_device&>(*dev).counters().synchronizing_frees;
