@@ -325,8 +325,14 @@ spw_status spw_op_end(spw_op* op) {
   if (!op->owned)
     return fail(SPW_ERR_USAGE, "spw_op_end: the op of a recomputable or host-capable op's body, which the library "
                                "ends when the body returns; return from the body instead");
-  // The scope's destructor ends the op and may throw; `op` is freed either way.
-  return guarded([&] { delete op; });
+  // The scope's destructor ends the op and may throw; `op` is freed either way. The scope is
+  // moved out first and ends here, inside guarded: destroyed inside std::optional (whose reset
+  // is noexcept) or inside spw_op's implicit noexcept destructor, a throw would terminate.
+  return guarded([&] {
+    spillway::Session::op_scope scope = std::move(*op->owned);
+    op->owned.reset();  // a moved-from scope's end does nothing
+    delete op;
+  });
 }
 
 spw_status spw_op_ptr(const spw_op* op, spw_tensor t, void** out) {

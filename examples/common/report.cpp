@@ -152,6 +152,7 @@ void write_report(const run_result& r, const std::string& path) {
   std::ofstream f(path);
   if (!f) throw io_error("cannot open report file '" + path + "' for writing", errno);
   f << report_json(r).dump(2) << "\n";
+  f.close();  // a small report is written only here: a full disk shows now, not in the destructor
   if (!f) throw io_error("cannot write report file '" + path + "'", errno);
 }
 

@@ -14,6 +14,7 @@
 
 #include "../swap/swap_test_support.hpp"
 #include "device/error.hpp"
+#include "examples/common/report.hpp"
 #include "device/units.hpp"
 #include "examples/common/flags.hpp"
 
@@ -222,3 +223,11 @@ TEST(ExampleOptions, BudgetRatioIsTheSessionsDeviceBudgetRatio) {
 
 }  // namespace
 }  // namespace spillway::examples
+
+// A report the disk cannot hold is an error, not an empty file the program then names: a small
+// report is written when the file is closed, so that is where the error shows.
+TEST(ExampleReport, AReportTheDiskCannotHoldIsAnIoError) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  EXPECT_THROW(spillway::examples::write_report(spillway::examples::run_result{}, "/dev/full"), spillway::io_error);
+}
+
