@@ -8,10 +8,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "device/cpu_device_detail.hpp"
 #include "device/error.hpp"
@@ -22,6 +25,12 @@
 namespace spillway {
 
 namespace {
+
+std::string format_pointer(const void* p) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%p", p);
+  return text;
+}
 constexpr std::size_t device_alignment = 256;
 constexpr std::size_t page = 4096;
 
@@ -98,7 +107,7 @@ cpu_device::~cpu_device() {
       device_blocks_.clear();
     }
   }
-  for (auto& [p, n] : device_blocks_) release_block(p, n);
+  for (auto& [p, n] : device_blocks_) release_block(reinterpret_cast<void*>(p), n);
   for (auto& [p, n] : pinned_blocks_) ::munmap(reinterpret_cast<void*>(p), round_up(n, page));
 }
 
@@ -175,7 +184,7 @@ void* cpu_device::allocate(std::size_t bytes) {
     throw out_of_memory("cpu device: host allocation of " + format_bytes(rounded) + " failed" +
                         (arena_ ? " (no free range of the guarded arena of debug_host_access is large enough)" : ""));
   used_ += rounded;
-  device_blocks_.emplace(p, rounded);
+  device_blocks_.emplace(reinterpret_cast<std::uintptr_t>(p), rounded);
   return p;
 }
 
@@ -193,7 +202,7 @@ void cpu_device::deallocate(void* ptr, std::size_t /*bytes*/) noexcept {
     drain_all();  // as cudaFree: the device finishes all its work first
   }
   std::lock_guard lock(memory_mutex_);
-  auto it = device_blocks_.find(ptr);
+  auto it = device_blocks_.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (it == device_blocks_.end()) std::abort();  // freeing memory this device did not hand out
   used_ -= it->second;
   release_block(ptr, it->second);
@@ -261,6 +270,48 @@ bool cpu_device::is_pinned(const void* p, std::size_t bytes) const {
   if (it == pinned_blocks_.begin()) return false;
   --it;
   return a >= it->first && a + bytes <= it->first + it->second;
+}
+
+bool cpu_device::is_device(const void* p, std::size_t bytes) const {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::lock_guard lock(memory_mutex_);
+  auto it = device_blocks_.upper_bound(a);
+  if (it == device_blocks_.begin()) return false;
+  --it;
+  return a >= it->first && a + bytes <= it->first + it->second;
+}
+
+bool cpu_device::touches_device(const void* p, std::size_t bytes) const {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::lock_guard lock(memory_mutex_);
+  auto it = device_blocks_.lower_bound(a + bytes);  // the first block starting at or past the end
+  if (it == device_blocks_.begin()) return false;
+  --it;  // the last block starting before the end
+  return it->first + it->second > a;
+}
+
+// Note [Copy kinds]
+// cudaMemcpyAsync with an explicit kind whose pointers do not match it (a host pointer where
+// the kind says device memory, or device memory where it says host) is undefined: with unified
+// addressing it may work, fail with an invalid value, or fault in a kernel later. Here device
+// memory is host memory, so such a copy would always work. With copy_kinds_checked the backend
+// refuses it at the call, naming the side that is wrong, so the mistake shows on the machine
+// where the tests run and not on the first GPU. Host memory is anything outside this device's
+// blocks, pinned or not.
+void cpu_device::check_copy_kind(const void* dst, const void* src, std::size_t bytes, copy_kind kind) const {
+  const bool dst_device = kind == copy_kind::host_to_device || kind == copy_kind::device_to_device;
+  const bool src_device = kind == copy_kind::device_to_host || kind == copy_kind::device_to_device;
+  auto check = [&](const void* p, bool device, const char* side) {
+    const bool ok = device ? is_device(p, bytes) : !touches_device(p, bytes);
+    if (ok) return;
+    throw usage_error(std::string("cpu device: copy_async ") + to_string(kind) + " of " + format_bytes(bytes) + ": the " +
+                      side + " " + format_pointer(p) +
+                      (device ? " is not inside one block of this device's memory; give a pointer allocate() returned, "
+                                "with the copy inside its block, or the copy kind that matches the memory"
+                              : " is device memory; give host memory, or the copy kind that matches the memory"));
+  };
+  check(dst, dst_device, "destination");
+  check(src, src_device, "source");
 }
 
 // ---- streams ------------------------------------------------------------------------------
@@ -603,13 +654,26 @@ void cpu_device::copy_async(void* dst, const void* src, std::size_t bytes, copy_
   // bytes. A copy to such memory returns only when it is done (the stream's earlier work first);
   // one from it returns once the bytes are staged, and may or may not wait for the stream. This
   // backend always waits: code that would deadlock where CUDA waits deadlocks here too.
+  if (rules_.copy_kinds_checked) check_copy_kind(dst, src, bytes, kind);
   bool pageable = false;
+  std::shared_ptr<std::vector<unsigned char>> staged;
   if (rules_.pageable_copies_synchronous) {
     const bool src_host = kind == copy_kind::host_to_device || kind == copy_kind::host_to_host;
     const bool dst_host = kind == copy_kind::device_to_host || kind == copy_kind::host_to_host;
-    pageable = (src_host && !is_pinned(src, bytes)) || (dst_host && !is_pinned(dst, bytes));
+    const bool src_pageable = src_host && !is_pinned(src, bytes);
+    pageable = src_pageable || (dst_host && !is_pinned(dst, bytes));
+    // CUDA stages a pageable source as the call runs, perhaps before the stream's earlier work
+    // is done: bytes that work writes into it are not what the copy sends. Taken here too, so a
+    // loop that counts on them fails on this backend as well.
+    if (src_pageable) {
+      const auto* from = static_cast<const unsigned char*>(src);
+      staged = std::make_shared<std::vector<unsigned char>>(from, from + bytes);
+    }
   }
-  enqueue(s, [this, dst, src, bytes, kind] { run_copy(dst, src, bytes, kind); });
+  if (staged)
+    enqueue(s, [this, dst, staged, kind] { run_copy(dst, staged->data(), staged->size(), kind); });
+  else
+    enqueue(s, [this, dst, src, bytes, kind] { run_copy(dst, src, bytes, kind); });
   if (pageable) {
     synchronous_copies_.fetch_add(1, std::memory_order_relaxed);
     wait_drained(impl(s));
@@ -621,6 +685,10 @@ void cpu_device::memset_async(void* dst, int value, std::size_t bytes, stream s)
   check_caller("memset_async");
   if (bytes == 0) return;
   SPILLWAY_EXPECTS_T(usage_error, dst != nullptr, "cpu device: memset_async with a null pointer");
+  if (rules_.copy_kinds_checked && !is_device(dst, bytes) && !is_pinned(dst, bytes))
+    throw usage_error("cpu device: memset_async of " + format_bytes(bytes) + " at " + format_pointer(dst) +
+                      ": not inside one block of this device's memory or of pinned memory; give a pointer allocate() "
+                      "or allocate_pinned() returned, with the range inside its block (Note [Copy kinds])");
   rethrow_sticky();
   enqueue(s, [dst, value, bytes] { std::memset(dst, value, bytes); });
 }

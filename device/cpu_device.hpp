@@ -19,7 +19,6 @@
 #include <mutex>
 #include <random>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "device/cpu_access_guard.hpp"
@@ -115,6 +114,9 @@ class cpu_device final : public Device {
   void rethrow_sticky() const;
   void check_caller(const char* call) const;  // stream work may not call the Device
   [[nodiscard]] bool is_pinned(const void* p, std::size_t bytes) const;
+  [[nodiscard]] bool is_device(const void* p, std::size_t bytes) const;  // inside one device block
+  [[nodiscard]] bool touches_device(const void* p, std::size_t bytes) const;  // overlaps a device block
+  void check_copy_kind(const void* dst, const void* src, std::size_t bytes, copy_kind kind) const;
   void drain_all() noexcept;  // waits for every stream without rethrowing
   void release_block(void* p, std::size_t bytes) noexcept;  // gives a block's memory back
 
@@ -127,7 +129,7 @@ class cpu_device final : public Device {
 
   mutable std::mutex memory_mutex_;
   std::size_t used_ = 0;
-  std::unordered_map<void*, std::size_t> device_blocks_;
+  std::map<std::uintptr_t, std::size_t> device_blocks_;  // start -> rounded bytes, for range lookups
   std::map<std::uintptr_t, std::size_t> pinned_blocks_;  // start -> bytes, for range lookups
 
   mutable std::mutex streams_mutex_;

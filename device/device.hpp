@@ -121,6 +121,10 @@ struct device_options {
     std::chrono::milliseconds host_function_limit{5000};
     /// Copies to or from host memory that is not pinned return only when the copy is done.
     bool pageable_copies_synchronous = true;
+    /// A copy whose pointers do not match its kind (host memory where the kind says device
+    /// memory, or device memory where it says host), or a memset of memory that is neither
+    /// device memory nor pinned, fails at the call: cudaMemcpy leaves such a copy undefined.
+    bool copy_kinds_checked = true;
     /// deallocate() waits for all work on every stream first, as cudaFree does.
     bool free_synchronizes = true;
     /// The first failure of stream work is rethrown by every later call, for the device's life.

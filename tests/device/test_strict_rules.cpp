@@ -135,6 +135,47 @@ bool pageable_sources_are_taken_at_the_call(Device& dev) {
   return std::all_of(back.begin(), back.end(), [](unsigned char b) { return b == 7; });
 }
 
+// Bytes that the stream's earlier work writes into a pageable source are not what the copy
+// sends: CUDA stages the source as the call runs, perhaps before that work. A loop counting on
+// them must fail on the cpu backend too.
+bool pageable_sources_are_not_read_after_earlier_work(Device& dev) {
+  owned_stream s(dev);
+  std::vector<unsigned char> pageable(1_MiB, 7);
+  void* d = dev.allocate(1_MiB);
+  dev.launch_kernel(s, [] { std::this_thread::sleep_for(milliseconds(100)); });
+  dev.launch_host(s, [&] { std::fill(pageable.begin(), pageable.end(), 9); });
+  dev.copy_async(d, pageable.data(), pageable.size(), copy_kind::host_to_device, s);
+  std::vector<unsigned char> back(1_MiB, 0);
+  dev.copy_async(back.data(), d, back.size(), copy_kind::device_to_host, s);
+  dev.synchronize_stream(s);
+  dev.deallocate(d, 1_MiB);
+  return std::all_of(back.begin(), back.end(), [](unsigned char b) { return b == 7; });
+}
+
+// A copy whose pointers do not match its kind, or a memset of pageable host memory, is refused
+// at the call (Note [Copy kinds] in cpu_device.cpp; cudaMemcpy leaves it undefined).
+bool mismatched_copy_kinds_are_refused(Device& dev) {
+  owned_stream s(dev);
+  std::vector<unsigned char> host(4096, 1);
+  auto* d = static_cast<unsigned char*>(dev.allocate(4096));
+  int refused = 0;
+  auto refuses = [&](auto call) {
+    try {
+      call();
+    } catch (const usage_error&) {
+      ++refused;
+    }
+  };
+  refuses([&] { dev.copy_async(host.data(), d, 4096, copy_kind::host_to_device, s); });    // reversed
+  refuses([&] { dev.copy_async(d, host.data(), 4096, copy_kind::device_to_host, s); });    // reversed
+  refuses([&] { dev.copy_async(host.data(), d, 4096, copy_kind::device_to_device, s); });  // host as device
+  refuses([&] { dev.copy_async(d, host.data(), 4096, copy_kind::host_to_host, s); });      // device as host
+  refuses([&] { dev.memset_async(host.data(), 0, 4096, s); });
+  dev.synchronize_stream(s);
+  dev.deallocate(d, 4096);
+  return refused == 5;
+}
+
 bool pinned_copies_are_asynchronous(Device& dev) {
   owned_stream s(dev);
   void* h = dev.allocate_pinned(1_MiB);
@@ -224,6 +265,54 @@ TEST(StrictRules, PageableCopiesAreSynchronous) {
 
 TEST(StrictRules, PageableSourcesAreTakenAtTheCall) {
   expect_rule(pageable_sources_are_taken_at_the_call, [](auto& r) { r.pageable_copies_synchronous = false; });
+}
+
+TEST(StrictRules, PageableSourcesAreNotReadAfterEarlierWork) {
+  EXPECT_TRUE(pageable_sources_are_not_read_after_earlier_work(*strict_cpu()));
+  EXPECT_FALSE(pageable_sources_are_not_read_after_earlier_work(
+      *cpu_without([](auto& r) { r.pageable_copies_synchronous = false; })));
+  // On a GPU a source this small is staged at the call; a larger one may be read in pieces as the
+  // copy runs, so either value may come: no check there.
+}
+
+TEST(StrictRules, MismatchedCopyKindsAreRefusedAtTheCall) {
+  EXPECT_TRUE(mismatched_copy_kinds_are_refused(*strict_cpu()));
+  EXPECT_FALSE(mismatched_copy_kinds_are_refused(*cpu_without([](auto& r) { r.copy_kinds_checked = false; })));
+  // Undefined on a GPU: not run there.
+}
+
+TEST(StrictRules, ACopyPastTheEndOfADeviceBlockIsRefused) {
+  auto dev = strict_cpu();
+  owned_stream s(*dev);
+  std::vector<unsigned char> host(4096, 1);
+  auto* d = static_cast<unsigned char*>(dev->allocate(4096));
+  try {
+    dev->copy_async(d + 2048, host.data(), 4096, copy_kind::host_to_device, s);
+    ADD_FAILURE() << "a copy past the block's end was taken";
+  } catch (const usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("not inside one block"), std::string::npos) << e.what();
+  }
+  dev->synchronize_stream(s);
+  dev->deallocate(d, 4096);
+}
+
+TEST(StrictRules, CopiesThatMatchTheirKindsRunInsideAndAtTheEdgesOfBlocks) {
+  auto dev = strict_cpu();
+  owned_stream s(*dev);
+  auto* d = static_cast<unsigned char*>(dev->allocate(8192));
+  auto* p = static_cast<unsigned char*>(dev->allocate_pinned(8192));
+  std::vector<unsigned char> host(8192, 5);
+  dev->copy_async(d + 4096, host.data(), 4096, copy_kind::host_to_device, s);  // ends at the block's end
+  dev->copy_async(d, d + 4096, 4096, copy_kind::device_to_device, s);
+  dev->copy_async(p, d, 8192, copy_kind::device_to_host, s);
+  dev->copy_async(host.data(), p, 8192, copy_kind::host_to_host, s);
+  dev->memset_async(p, 1, 16, s);
+  dev->synchronize_stream(s);
+  EXPECT_EQ(host[0], 5);
+  EXPECT_EQ(host[8191], 5);
+  EXPECT_EQ(p[0], 1);
+  dev->deallocate(d, 8192);
+  dev->deallocate_pinned(p, 8192);
 }
 
 TEST(StrictRules, PinnedRangesCountAsPinnedInside) {
