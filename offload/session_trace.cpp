@@ -2,13 +2,9 @@
 // One process, one thread per track; the memory counter carries the budget as a second series.
 #include "offload/session_trace.hpp"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-
 #include <nlohmann/json.hpp>
 
-#include "device/error.hpp"
+#include "offload/text_file.hpp"
 
 namespace spillway::offload {
 
@@ -38,9 +34,8 @@ void write_session_chrome_trace(const std::string& path, const std::deque<timeli
                       {"ts", m.at_us},
                       {"args", {{"in use", m.bytes}, {"budget", budget_bytes}}}});
   }
-  std::ofstream out(path);
-  if (!out) throw io_error(path + ": cannot write the Chrome trace: " + std::strerror(errno), errno);
-  out << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << "\n";
+  write_text_file(path, nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n",
+                  "the Chrome trace");
 }
 
 }  // namespace spillway::offload
