@@ -2,7 +2,6 @@
 // bandwidth a STREAM-style triad reaches over the same bytes with the same threads, same run.
 #include <cerrno>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 
@@ -10,6 +9,7 @@
 
 #include "bench/adam_measure.hpp"
 #include "bench/command.hpp"
+#include "bench/outputs.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
 
@@ -65,9 +65,7 @@ int run(const adam_args& a) {
                         {"ratio", r.ratio()},
                         {"target", a.target},
                         {"target_met", met}};
-    std::ofstream f(a.json);
-    if (!f) throw io_error("cannot open '" + a.json + "' for writing", errno);
-    f << j.dump(2) << "\n";
+    write_output(a.json, j.dump(2) + "\n", "--json");
   }
   return met ? 0 : 1;
 }

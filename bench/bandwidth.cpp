@@ -2,12 +2,12 @@
 // The GPU check runs it on the cuda backend; on the cpu backend it measures the emulated link.
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
 #include "bench/command.hpp"
+#include "bench/outputs.hpp"
 #include "examples/common/flags.hpp"
 #include "device/device.hpp"
 #include "device/units.hpp"
@@ -33,6 +33,7 @@ double measure(Device& dev, stream s, void* dst, const void* src, std::size_t n,
 }
 
 int run(const bandwidth_args& a) {
+  check_outputs({{"--json", a.json}}, {{"--config", a.config.config_file}});
   const std::size_t n = parse_size(a.size, "--size");
   session_config c = examples::load_config(a.config);
   c.validate();
@@ -60,7 +61,7 @@ int run(const bandwidth_args& a) {
                         {"bytes", n},
                         {"h2d_gbps", h2d},
                         {"d2h_gbps", d2h}};
-    std::ofstream(a.json) << j.dump(2) << "\n";
+    write_output(a.json, j.dump(2) + "\n", "--json");
   }
   return 0;
 }

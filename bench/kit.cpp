@@ -1,11 +1,11 @@
 // spillway-bench kit: facts the GPU run kit (bench/gpu_check) reports beside its figures: what
 // the CUDA runtime, driver and libraries say, and the shape of a GPT preset (for its peers).
-#include <fstream>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
 #include "bench/command.hpp"
+#include "bench/outputs.hpp"
 #include "device/error.hpp"
 #include "examples/common/options.hpp"
 #include "examples/gpt/gpt_model.hpp"
@@ -21,9 +21,7 @@ void write_json(const nlohmann::json& j, const std::string& path) {
     std::cout << j.dump(2) << "\n";
     return;
   }
-  std::ofstream f(path);
-  if (!f) throw io_error("cannot open '" + path + "' for writing", errno);
-  f << j.dump(2) << "\n";
+  write_output(path, j.dump(2) + "\n", "--json");
 }
 
 // The CUDA build's cuda_info uses it.

@@ -4,12 +4,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 
 #include <nlohmann/json.hpp>
 
 #include "bench/command.hpp"
+#include "bench/outputs.hpp"
 #include "bench/milp.hpp"
 #include "bench/plan_optimal.hpp"
 #include "device/error.hpp"
@@ -132,9 +132,32 @@ struct row {
   std::string why;
 };
 
+// --time-limit: a day per solve, past which no one waits for the table.
+constexpr double max_time_limit_s = 86400;
+
 int run_optimal(const optimal_args& a) {
   const auto hw = get_profile(a.hw);
   const auto ratios = a.ratios.empty() ? std::vector<double>{0.5, 0.25, 0.125} : a.ratios;
+  // Checked before the header: a ratio outside (0, 1] (made a budget by a cast that a negative
+  // number leaves undefined), a --case that matches no case, an output that is an input.
+  for (double r : ratios)
+    if (!(r > 0 && r <= 1))
+      throw config_error("--budget-ratio: cannot use " + format_real(r) +
+                         ": give a fraction of the peak live bytes above 0 and at most 1 (such as 0.25)");
+  if (a.time_limit_s > max_time_limit_s)
+    throw config_error("--time-limit: cannot use " + format_real(a.time_limit_s) + ": give seconds above 0 and at most " +
+                       number_text(max_time_limit_s) + " (a day)");
+  auto all_cases = cases();
+  std::string names;
+  bool matched = false;
+  for (const auto& c : all_cases) {
+    names += (names.empty() ? "" : ", ") + c.name;
+    matched = matched || c.name.find(a.only) != std::string::npos;
+  }
+  if (!matched) throw config_error("--case: '" + a.only + "' is in no case's name; give part of one of: " + names);
+  std::vector<named_file> inputs;
+  if (a.hw.ends_with(".json")) inputs.push_back({"--hw", a.hw});
+  check_outputs({{"--json", a.json_file}}, inputs);
   std::vector<std::string> policies;
   const auto known = planner_names();
   for (const char* p : {"auto", "lms", "checkpoint", "capuchin"})
@@ -144,7 +167,7 @@ int run_optimal(const optimal_args& a) {
   for (const auto& p : policies) std::printf(" %11s", (p + "_ms").c_str());
   std::printf(" %11s %9s %7s %7s %s\n", "optimal_ms", "model_ms", "gap_%", "solve_s", "status");
   std::vector<row> rows;
-  for (auto& c : cases()) {
+  for (auto& c : all_cases) {
     if (c.name.find(a.only) == std::string::npos) continue;
     const auto rep = analyze(c.t);
     for (double ratio : ratios) {
@@ -241,9 +264,7 @@ int run_optimal(const optimal_args& a) {
       }
       out.push_back(j);
     }
-    std::ofstream o(a.json_file);
-    if (!o) throw config_error("--json: cannot write '" + a.json_file + "'");
-    o << json{{"rows", out}}.dump(1) << "\n";
+    write_output(a.json_file, json{{"rows", out}}.dump(1) + "\n", "--json");
   }
   return all_pass ? 0 : 1;
 }

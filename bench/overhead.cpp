@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
+#include <cmath>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -22,8 +22,10 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/command.hpp"
+#include "bench/outputs.hpp"
 #include "examples/common/flags.hpp"
 #include "bench/timed_device.hpp"
+#include "allocator/device_budget.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
 #include "offload/session_hooks.hpp"
@@ -125,6 +127,11 @@ class zero_model {
 
 /// The Session settings of the run: this benchmark's defaults (cpu backend, a 12 GB/s link on
 /// it) < --config < SPILLWAY_* < flags; validated before any work.
+// --layers: at most 10,000 (30,000 ops an iteration), a hundred times the default and far past
+// any real model's depth; each run records and plans an iteration of them, so the bound keeps a
+// run to seconds, where 10^8 layers allocated until the machine ran out of memory.
+constexpr std::uint64_t max_overhead_layers = 10000;
+
 session_config load_base(const examples::config_flags& flags) {
   session_config d;
   d.backend = "cpu";
@@ -201,9 +208,35 @@ double median(std::vector<double> v) {
 }
 
 int run(const overhead_args& a) {
-  if (a.layers < 2) throw config_error("--layers: " + std::to_string(a.layers) + " is too few; give at least 2");
   if (!(a.budget_ratio > 0 && a.budget_ratio <= 1))
     throw config_error("--budget-ratio: " + format_real(a.budget_ratio) + " is not a ratio above 0 and at most 1 (such as 0.25)");
+  // Every policy is checked before the first is measured.
+  for (const auto& p : a.policies) {
+    try {
+      config_for(a, p, 0).validate();
+    } catch (const config_error&) {
+      throw config_error("--policies: '" + p + "' is not a policy (none, lms, vdnn, auto, checkpoint, capuchin, zero-offload)");
+    }
+  }
+  // A planned policy's budget (--budget-ratio of a footprint of 3 tensors a layer) must hold the
+  // 3 tensors of one op, each placed at the device's granule: with fewer layers the first
+  // iteration stops partway ("raise the device budget"). The least layers that do, up front.
+  const std::uint64_t tensor = parse_size(a.tensor_size, "--tensor-size");
+  if (tensor == 0) throw config_error("--tensor-size: give at least 1 byte, such as 64KiB");
+  bool planned = false;
+  for (const auto& p : a.policies) planned = planned || p != "none";
+  const auto holds_one_op = [&](std::uint64_t layers) {
+    return static_cast<double>(3 * layers * tensor) * a.budget_ratio >= static_cast<double>(3 * device_budget::placed(tensor));
+  };
+  if (planned && !holds_one_op(static_cast<std::uint64_t>(a.layers))) {
+    std::uint64_t least = static_cast<std::uint64_t>(a.layers);
+    while (least <= max_overhead_layers && !holds_one_op(least)) ++least;
+    throw config_error("--layers: " + std::to_string(a.layers) + " is too few for a planned policy at --budget-ratio " +
+                       format_real(a.budget_ratio) + " (its budget must hold one op's 3 tensors of " + a.tensor_size + "); " +
+                       (least <= max_overhead_layers ? "give at least " + std::to_string(least) + ", or a larger --budget-ratio"
+                                                     : std::string("give a larger --budget-ratio")));
+  }
+  check_outputs({{"--json", a.json}}, {{"--config", a.config.config_file}});
   const std::uint64_t footprint = footprint_of(a);
   const std::uint64_t planned_budget = static_cast<std::uint64_t>(static_cast<double>(footprint) * a.budget_ratio);
   std::cout << "overhead: " << a.layers * 3 << " zero-duration ops per iteration over " << a.layers * 3
@@ -253,7 +286,7 @@ int run(const overhead_args& a) {
   }
   if (!a.json.empty()) {
     nlohmann::json j = {{"benchmark", "overhead"}, {"backend", a.base.backend}, {"footprint_bytes", footprint}, {"rows", rows}};
-    std::ofstream(a.json) << j.dump(2) << "\n";
+    write_output(a.json, j.dump(2) + "\n", "--json");
   }
   return met ? 0 : 1;
 }
@@ -264,16 +297,21 @@ const command_registration registration{"overhead", [](CLI::App& app, int& exit_
   examples::add_config_flags(*cmd, args->config,
                              {"backend", "cpu_device_memory", "cpu_callback_seed", "link_gbps", "host_budget", "nvme.directories",
                               "nvme.reserve", "lms_swapout_threshold", "lms_swapin_ahead", "lms_swapin_groupby", "vdnn_variant"});
-  cmd->add_option("--layers", args->layers, "layers of the zero-work model (3 ops each)")->capture_default_str();
+  cmd->add_option("--layers", args->layers, "layers of the zero-work model (3 ops each)")
+      ->capture_default_str()
+      ->check(whole_number_in(2, max_overhead_layers));
   cmd->add_option("--tensor-size", args->tensor_size, "bytes of each tensor")->capture_default_str();
   cmd->add_option("--ops", args->ops, "measured ops per run")->capture_default_str()->check(whole_number_in(1, 100000000));
   cmd->add_option("--runs", args->runs, "runs; the median is reported")->capture_default_str()->check(whole_number_in(1, 1000));
   cmd->add_option("--policies", args->policies, "policies to measure")->capture_default_str();
   cmd->add_option("--budget-ratio", args->budget_ratio, "device budget of planned policies, of the footprint")
       ->capture_default_str();
-  cmd->add_option("--target-none-us", args->target_none_us, "target host us per op with policy none")->capture_default_str();
+  cmd->add_option("--target-none-us", args->target_none_us, "target host us per op with policy none")
+      ->capture_default_str()
+      ->check(positive_number);
   cmd->add_option("--target-planned-us", args->target_planned_us, "target host us per op with planned policies")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(positive_number);
   cmd->add_option("--json", args->json, "write the figures as JSON")->check(writable_file);
   cmd->callback([args, &exit_code] {
     args->base = load_base(args->config);

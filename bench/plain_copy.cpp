@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
 #include "bench/command.hpp"
+#include "bench/outputs.hpp"
 #include "examples/common/flags.hpp"
 #include "device/device.hpp"
 #include "device/error.hpp"
@@ -80,6 +80,7 @@ struct cuda_loop final : plain_loop {
 #endif
 
 int run(const copies_args& a) {
+  check_outputs({{"--json", a.json}}, {{"--config", a.config.config_file}});
   const std::size_t n = parse_size(a.size, "--size");
   session_config c = examples::load_config(a.config);
   c.validate();
@@ -176,9 +177,7 @@ int run(const copies_args& a) {
                         {"both_d2h_gbps", bd},
                         {"target", a.target},
                         {"target_met", met}};
-    std::ofstream f(a.json);
-    if (!f) throw io_error("cannot open '" + a.json + "' for writing", errno);
-    f << j.dump(2) << "\n";
+    write_output(a.json, j.dump(2) + "\n", "--json");
   }
   return met ? 0 : 1;
 }

@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -22,6 +21,7 @@
 
 #include "allocator/pinned_host_pool.hpp"
 #include "bench/command.hpp"
+#include "bench/outputs.hpp"
 #include "examples/common/flags.hpp"
 #include "device/device.hpp"
 #include "device/error.hpp"
@@ -191,6 +191,7 @@ class uring_loop {
 // ---- the command --------------------------------------------------------------------------
 
 int run(const nvme_args& a) {
+  check_outputs({{"--json", a.json}}, {{"--config", a.config.config_file}});
   const std::size_t n = parse_size(a.size, "--size");
   session_config c = examples::load_config(a.config);
   if (c.nvme.directories.empty()) c.nvme.directories = {"/tmp"};
@@ -212,9 +213,7 @@ int run(const nvme_args& a) {
                       {"repeats", a.repeats}, {"target", a.target}, {"skipped", false}};
   auto finish = [&](int code) {
     if (!a.json.empty()) {
-      std::ofstream f(a.json);
-      if (!f) throw io_error("cannot open '" + a.json + "' for writing", errno);
-      f << j.dump(2) << "\n";
+      write_output(a.json, j.dump(2) + "\n", "--json");
     }
     return code;
   };

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -16,6 +15,7 @@
 #include "allocator/device_budget.hpp"
 #include "bench/command.hpp"
 #include "bench/fit_times.hpp"
+#include "bench/outputs.hpp"
 #include "bench/plan_host.hpp"
 #include "bench/plan_ranks.hpp"
 #include "device/error.hpp"
@@ -202,7 +202,7 @@ void add_chrome(json& events, int pid, const row& r, const trace& t) {
                       {"args", {{"allocated", m.bytes}, {"budget", r.budget}}}});
 }
 
-void write_svg(const std::string& path, const std::vector<row>& rows) {
+std::string svg_of(const std::vector<row>& rows) {
   std::map<std::string, std::vector<const row*>> lines;
   double xmax = 0, ymax = 0;
   for (const auto& r : rows) {
@@ -214,8 +214,7 @@ void write_svg(const std::string& path, const std::vector<row>& rows) {
   const double W = 800, H = 500, L = 70, B = 50, R = 220, T = 20;
   auto X = [&](double v) { return L + v / (xmax > 0 ? xmax : 1) * (W - L - R); };
   auto Y = [&](double v) { return H - B - v / (ymax > 0 ? ymax : 1) * (H - B - T); };
-  std::ofstream o(path);
-  if (!o) throw config_error("cannot write SVG file '" + path + "'");
+  std::ostringstream o;
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
     << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   o << "<line x1=\"" << L << "\" y1=\"" << H - B << "\" x2=\"" << W - R << "\" y2=\"" << H - B << "\" stroke=\"black\"/>\n";
@@ -244,6 +243,7 @@ void write_svg(const std::string& path, const std::vector<row>& rows) {
     ++i;
   }
   o << "</svg>\n";
+  return o.str();
 }
 
 struct runner {
@@ -488,7 +488,35 @@ int run_zoo(const plan_args& a, runner& run) {
   return all_pass ? 0 : 1;
 }
 
+// The longest step --fit-step-ms takes: an hour, far past the step of any model the zoo or a
+// recorded trace describes (seconds), yet small enough that every op's time stays a number.
+constexpr double max_fit_step_ms = 3.6e6;
+
+// What a run of these flags writes, checked before any work: outputs that a mode does not write
+// are refused rather than silently left out, no output is an input or another output.
+void check_plan_outputs(const plan_args& a) {
+  const char* mode = !a.largest.empty() ? "--largest" : a.paper ? "--zero-offload-paper" : a.dp.ranks > 0 ? "--ranks" : nullptr;
+  if (mode) {
+    for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--json", a.json_file}, {"--svg", a.svg_file}})
+      if (!path.empty())
+        throw config_error(std::string(flag) + ": " + mode + " prints its table and writes no " + flag +
+                           " file; leave " + flag + " out (--chrome-trace works with --ranks)");
+    if (!a.chrome_file.empty() && a.dp.ranks == 0)
+      throw config_error(std::string("--chrome-trace: ") + mode + " writes no timeline; leave --chrome-trace out");
+  }
+  if (a.model == "zoo" && !a.chrome_file.empty())
+    throw config_error("--chrome-trace: give one model (--model NAME or --trace FILE), not 'zoo'");
+  std::vector<named_file> inputs = {{"--trace", a.trace_file}};
+  for (const auto& h : a.hw)
+    if (h.ends_with(".json")) inputs.push_back({"--hw", h});
+  check_outputs({{"--json", a.json_file}, {"--svg", a.svg_file}, {"--chrome-trace", a.chrome_file}}, inputs);
+}
+
 int run_plan(const plan_args& a) {
+  check_plan_outputs(a);
+  if (a.fit_step_ms > max_fit_step_ms)
+    throw config_error("--fit-step-ms: cannot use " + format_real(a.fit_step_ms) + ": give a step time above 0 and at most " +
+                       number_text(max_fit_step_ms) + " ms (an hour)");
   // Every policy and profile named is checked before any trace is built or planned.
   for (const auto& p : a.policies)
     if (p != "all") (void)make_planner(p);
@@ -573,19 +601,15 @@ int run_plan(const plan_args& a) {
       int pid = 0;
       for (const auto& r : run.rows)
         if (!r.below_min) add_chrome(events, pid++, r, t);
-      std::ofstream o(a.chrome_file);
-      if (!o) throw config_error("cannot write chrome trace '" + a.chrome_file + "'");
-      o << json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << "\n";
+      write_output(a.chrome_file, json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n", "--chrome-trace");
     }
   }
   if (!a.json_file.empty()) {
     json rows = json::array();
     for (const auto& r : run.rows) rows.push_back(row_json(r));
-    std::ofstream o(a.json_file);
-    if (!o) throw config_error("cannot write JSON file '" + a.json_file + "'");
-    o << json{{"rows", rows}}.dump(1) << "\n";
+    write_output(a.json_file, json{{"rows", rows}}.dump(1) + "\n", "--json");
   }
-  if (!a.svg_file.empty()) write_svg(a.svg_file, run.rows);
+  if (!a.svg_file.empty()) write_output(a.svg_file, svg_of(run.rows), "--svg");
   return code;
 }
 
@@ -595,11 +619,12 @@ command_registration reg("plan", [](CLI::App& app, int& exit_code) {
   sub->add_option("--model", a->model, "zoo model name, or 'zoo' for every model with the targets");
   sub->add_option("--trace", a->trace_file, "trace JSON file");
   sub->add_option("--hw", a->hw, "hardware profile name or .json (repeatable)");
-  sub->add_option("--batch", a->batch, "batch size (0: model default)");
-  sub->add_option("--seq", a->seq, "sequence length / image side (0: model default)");
-  sub->add_option("--layers", a->layers, "transformer blocks (0: real depth)");
-  sub->add_option("--hidden", a->hidden, "transformer hidden size (0: the model's)");
-  sub->add_option("--heads", a->heads, "transformer attention heads, a divisor of the hidden size (0: the model's)");
+  sub->add_option("--batch", a->batch, "batch size (0: model default)")->check(whole_number_in(0, max_shape));
+  sub->add_option("--seq", a->seq, "sequence length / image side (0: model default)")->check(whole_number_in(0, max_shape));
+  sub->add_option("--layers", a->layers, "transformer blocks (0: real depth)")->check(whole_number_in(0, max_layers));
+  sub->add_option("--hidden", a->hidden, "transformer hidden size (0: the model's)")->check(whole_number_in(0, max_shape));
+  sub->add_option("--heads", a->heads, "transformer attention heads, a divisor of the hidden size (0: the model's)")
+      ->check(whole_number_in(0, max_shape));
   sub->add_option("--precision", a->precision, "default, fp32, bf16 or fp16 (16-bit: fp32 master weights and Adam moments)");
   sub->add_flag("--clip", a->clip, "clip gradients by their global norm (every update waits for the last gradient)");
   sub->add_option("--largest", a->largest,
@@ -628,11 +653,14 @@ command_registration reg("plan", [](CLI::App& app, int& exit_code) {
       ->check(positive_number);
   sub->add_option("--ranks", a->dp.ranks,
                   "data parallel over N ranks (ZeRO; per-rank batch fixed): predict the step and the scaling efficiency")
-      ->check(CLI::Range(1u, 1u << 20));
-  sub->add_option("--ranks-per-node", a->dp.ranks_per_node, "with --ranks: ranks sharing one host (its CPU, memory, NVMe)");
+      ->check(whole_number_in(1, max_ranks));
+  sub->add_option("--ranks-per-node", a->dp.ranks_per_node, "with --ranks: ranks sharing one host (its CPU, memory, NVMe)")
+      ->check(whole_number_in(1, max_ranks));
   sub->add_option("--network", a->dp.network, "with --ranks: each rank's network, e.g. 400Gb/s, 50GB/s, unlimited (default: the profile's)");
-  sub->add_option("--network-latency-us", a->dp.network_latency_us, "with --ranks: latency of one ring step (default: the profile's)");
-  sub->add_option("--zero", a->dp.zero, "with --ranks: ZeRO stage, 1 (all-reduce) or 2 (reduce-scatter; default)");
+  sub->add_option("--network-latency-us", a->dp.network_latency_us, "with --ranks: latency of one ring step (default: the profile's)")
+      ->check(number_in(0, max_network_latency_us));
+  sub->add_option("--zero", a->dp.zero, "with --ranks: ZeRO stage, 1 (all-reduce) or 2 (reduce-scatter; default)")
+      ->check(whole_number_in(1, 2));
   sub->add_option("--bucket", a->dp.bucket, "with --ranks: least bytes per collective (default 200MB)");
   sub->add_option("--gather", a->dp.gather, "with --ranks: all-gather parameters before_use (default) or after_step");
   sub->add_option("--link-share", a->dp.link_shares,
@@ -640,8 +668,10 @@ command_registration reg("plan", [](CLI::App& app, int& exit_code) {
   sub->add_option("--early-step-share", a->dp.early_step_shares,
                   "with --ranks: shares of the parameters stepped and gathered in the backward pass to try (repeatable; default 0 0.25 0.5 0.75 1)");
   sub->add_option("--early-step-lag", a->dp.early_step_lag,
-                  "with --ranks: buckets an early step waits after its gradients' collective (default 8)");
-  sub->add_option("--gather-ahead", a->dp.gather_ahead, "with --ranks and --gather before_use: buckets gathered ahead (default 2)");
+                  "with --ranks: buckets an early step waits after its gradients' collective (default 8)")
+      ->check(whole_number_in(1, max_buckets));
+  sub->add_option("--gather-ahead", a->dp.gather_ahead, "with --ranks and --gather before_use: buckets gathered ahead (default 2)")
+      ->check(whole_number_in(0, max_buckets));
   sub->callback([a, &exit_code] { exit_code = run_plan(*a); });
 });
 

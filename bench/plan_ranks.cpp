@@ -7,12 +7,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <optional>
 
 #include <nlohmann/json.hpp>
 
+#include "bench/outputs.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
 #include "offload/data_parallel.hpp"
@@ -102,9 +102,7 @@ void write_timeline(const std::string& path, const data_parallel_plan& d, const 
   }
   for (const auto& m : sim.memory)
     events.push_back({{"name", "device memory"}, {"ph", "C"}, {"pid", 0}, {"ts", m.at_us}, {"args", {{"allocated", m.bytes}}}});
-  std::ofstream o(path);
-  if (!o) throw config_error("cannot write chrome trace '" + path + "'");
-  o << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << "\n";
+  write_output(path, nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n", "--chrome-trace");
 }
 
 }  // namespace
@@ -113,6 +111,16 @@ int run_ranks(const ranks_args& a, const trace& t) {
   if (a.ranks == 0) throw config_error("--ranks: give at least 1");
   if (a.zero != 1 && a.zero != 2) throw config_error("--zero: " + std::to_string(a.zero) + " is not a ZeRO stage (1 or 2)");
   if (a.ranks_per_node == 0) throw config_error("--ranks-per-node: give at least 1");
+  if (a.ranks_per_node > a.ranks)
+    throw config_error("--ranks-per-node: " + std::to_string(a.ranks_per_node) + " is more than the " + std::to_string(a.ranks) +
+                       " ranks of the job (--ranks); give from 1 to " + std::to_string(a.ranks));
+  // The shares are checked here, before the first line, not by the planner after the header.
+  for (double s : a.link_shares)
+    if (!(s > 0 && s <= 1))
+      throw config_error("--link-share: cannot use " + format_real(s) + ": give a share of the PCIe link above 0 and at most 1 (such as 0.5)");
+  for (double s : a.early_step_shares)
+    if (!(s >= 0 && s <= 1))
+      throw config_error("--early-step-share: cannot use " + format_real(s) + ": give a share of the parameters from 0 to 1 (such as 0.5)");
   data_parallel_options o;
   o.ranks = a.ranks;
   o.stage = a.zero == 1 ? zero_stage::one : zero_stage::two;

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -13,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/command.hpp"
+#include "bench/outputs.hpp"
 #include "examples/common/flags.hpp"
 #include "device/cpu_device.hpp"
 #include "device/error.hpp"
@@ -39,6 +39,7 @@ struct replay_args {
   std::string hw = "h200";
   std::uint32_t batch = 0, seq = 0, layers = 0;
   double scale = 0;         // replay seconds per profile second; 0: ideal step of about target_ms
+  bool scale_given = false, target_given = false;
   double target_ms = 300;
   double link_gbps = 0;     // 0: set so the least forced transfer takes 40% of the ideal step
   examples::config_flags config;  // --config, --cpu-device-memory (emulated device memory; default 160 MiB)
@@ -178,7 +179,47 @@ result_row replay_one(const trace& t, const lifetime_report& rep, const hw_profi
   return row;
 }
 
+// The replayed ideal step, from --target-ms or from --scale: at least a millisecond (shorter ops
+// than the clock and the copy threads can follow are no measurement) and at most ten seconds (a
+// step that long is no faster to replay than to train, and the run takes iterations x policies x
+// budgets of it).
+constexpr double min_step_ms = 1, max_step_ms = 10000;
+
+// The file --chrome-trace FILE writes for one run (FILE.<model>.<policy>.<ratio>.json); a trace
+// file's path has its '/' made '_', so the file lands beside FILE.
+std::string chrome_path(const replay_args& a, const std::string& name, const std::string& policy, double ratio) {
+  std::string n = name;
+  for (char& c : n)
+    if (c == '/') c = '_';
+  return a.chrome_file + "." + n + "." + policy + "." + std::to_string(ratio) + ".json";
+}
+
+// Everything the flags can get wrong, before any trace is built or run.
+void check_flags(const replay_args& a) {
+  if (a.scale_given && a.target_given)
+    throw config_error("--scale and --target-ms both set the replayed step; give one of them");
+  for (double r : a.ratios)
+    if (!(r > 0 && r <= 1))
+      throw config_error("--budget-ratio: cannot use " + format_real(r) + ": give a fraction of the peak live bytes above 0 and at most 1 (such as 0.25)");
+  for (const auto& p : a.policies) (void)make_planner(p);
+  std::vector<named_file> inputs = {{"--trace", a.trace_file}, {"--config", a.config.config_file}};
+  std::vector<named_file> outputs = {{"--json", a.json_file}};
+  if (!a.chrome_file.empty()) {
+    std::vector<std::string> names = a.models;
+    if (!a.trace_file.empty()) names.push_back(a.trace_file);
+    for (const auto& n : names)
+      for (const auto& p : a.policies)
+        for (double r : a.ratios) {
+          const auto path = chrome_path(a, n, p, r);
+          check_writable(path, "--chrome-trace");
+          outputs.push_back({"--chrome-trace", path});
+        }
+  }
+  check_outputs(outputs, inputs);
+}
+
 int run(const replay_args& a) {
+  check_flags(a);
   const auto base_hw = get_profile(a.hw);
   std::vector<std::pair<std::string, trace>> traces;
   if (!a.trace_file.empty()) traces.emplace_back(a.trace_file, load_trace(a.trace_file));
@@ -193,6 +234,21 @@ int run(const replay_args& a) {
     traces.emplace_back(m, std::move(t));
   }
   if (traces.empty()) throw config_error("replay: give --model NAME (e.g. gpt2-small) or --trace FILE");
+  // Each trace's scale (replay seconds per profile second), checked before the first line.
+  std::vector<double> scales;
+  for (const auto& [name, original] : traces) {
+    double ideal = 0;
+    for (const auto& op : original.ops) ideal += base_hw.op_seconds(op);
+    if (!(ideal > 0)) throw config_error(name + ": the trace's ops take no time on " + base_hw.name + ", so there is nothing to replay");
+    const double scale = a.scale_given ? a.scale : a.target_ms / 1e3 / ideal;
+    const double step_ms = ideal * scale * 1e3;
+    if (a.scale_given && !(step_ms >= min_step_ms && step_ms <= max_step_ms))
+      throw config_error("--scale: cannot use " + format_real(a.scale) + ": it makes " + name + "'s ideal step " + format_real(step_ms) +
+                         " ms; give a scale from " + format_real(min_step_ms / 1e3 / ideal) + " to " +
+                         format_real(max_step_ms / 1e3 / ideal) + " (a step from " + number_text(min_step_ms) + " to " +
+                         number_text(max_step_ms) + " ms), or leave it out and give --target-ms");
+    scales.push_back(scale);
+  }
   session_config defaults;
   defaults.cpu_device_memory = std::uint64_t{160} << 20;
   const session_config c = examples::load_config(a.config, defaults);
@@ -202,16 +258,12 @@ int run(const replay_args& a) {
   std::vector<result_row> rows;
   std::printf("%-12s %-9s %6s %10s %11s %12s %10s %9s %8s %9s %9s\n", "model", "policy", "budget", "bytes",
               "measured_ms", "predicted_ms", "lower_ms", "meas/pred", "meas/lb", "stall_ms", "on-demand");
-  for (const auto& [name, original] : traces) {
+  for (std::size_t ti = 0; ti < traces.size(); ++ti) {
+    const auto& [name, original] = traces[ti];
     const auto rep0 = analyze(original);
     // Shrink bytes so the footprint fits the replay device with room to spare.
     const double shrink = std::max(1.0, static_cast<double>(rep0.peak_live_bytes) / (0.75 * static_cast<double>(memory)));
-    double scale = a.scale;
-    if (scale <= 0) {
-      double ideal = 0;
-      for (const auto& op : original.ops) ideal += base_hw.op_seconds(op);
-      scale = a.target_ms / 1e3 / ideal;
-    }
+    const double scale = scales[ti];
     trace t = scaled(original, base_hw, shrink, scale);
     const auto rep = analyze(t);
     hw_profile hw = base_hw;
@@ -249,8 +301,7 @@ int run(const replay_args& a) {
                 link / 1e9);
     for (double ratio : a.ratios) {
       for (const auto& policy : a.policies) {
-        const std::string chrome = a.chrome_file.empty() ? std::string()
-                                   : a.chrome_file + "." + name + "." + policy + "." + std::to_string(ratio) + ".json";
+        const std::string chrome = a.chrome_file.empty() ? std::string() : chrome_path(a, name, policy, ratio);
         auto r = replay_one(t, rep, hw, policy, ratio, memory, a.iterations, chrome);
         r.model = name;
         std::printf("%-12s %-9s %6.3f %10s %11.1f %12.1f %10.1f %9.3f %8.3f %9.1f %9llu%s\n", name.c_str(),
@@ -289,7 +340,7 @@ int run(const replay_args& a) {
                    {"ideal_ms", r.ideal_ms}, {"stall_ms", r.stall_ms}, {"h2d_bytes", r.h2d}, {"d2h_bytes", r.d2h},
                    {"on_demand", r.on_demand}, {"feasible", r.feasible}});
     }
-    std::ofstream(a.json_file) << j.dump(2) << "\n";
+    write_output(a.json_file, j.dump(2) + "\n", "--json");
   }
   return misses == 0 ? 0 : 1;
 }
@@ -300,20 +351,28 @@ const command_registration registration{"replay", [](CLI::App& app, int& exit_co
   cmd->add_option("--model", a->models, "zoo model(s), e.g. gpt2-small resnet50");
   cmd->add_option("--trace", a->trace_file, "trace JSON file");
   cmd->add_option("--hw", a->hw, "profile whose compute rate sets the op durations")->capture_default_str();
-  cmd->add_option("--batch", a->batch, "batch size (zoo models)");
-  cmd->add_option("--seq", a->seq, "sequence length or image side (zoo models)");
-  cmd->add_option("--layers", a->layers, "transformer blocks (zoo models; 0 = the real depth)");
-  cmd->add_option("--scale", a->scale, "replay seconds per profile second (default: ideal step of --target-ms)");
-  cmd->add_option("--target-ms", a->target_ms, "ideal replay step when --scale is not given")->capture_default_str();
+  cmd->add_option("--batch", a->batch, "batch size (zoo models)")->check(whole_number_in(0, max_shape));
+  cmd->add_option("--seq", a->seq, "sequence length or image side (zoo models)")->check(whole_number_in(0, max_shape));
+  cmd->add_option("--layers", a->layers, "transformer blocks (zoo models; 0 = the real depth)")->check(whole_number_in(0, max_layers));
+  auto* scale = cmd->add_option("--scale", a->scale, "replay seconds per profile second (default: ideal step of --target-ms)")
+                    ->check(positive_number);
+  auto* target = cmd->add_option("--target-ms", a->target_ms, "ideal replay step when --scale is not given")
+                     ->capture_default_str()
+                     ->check(number_in(min_step_ms, max_step_ms));
   cmd->add_option("--link-gbps", a->link_gbps,
-                  "replay link GB/s each way (default: transfers that can be hidden: the lower bound is the ideal step)");
+                  "replay link GB/s each way (default or 0: transfers that can be hidden: the lower bound is the ideal step)")
+      ->check(number_in(0, 10000));
   examples::add_config_flags(*cmd, a->config, {"cpu_device_memory"});
   cmd->add_option("--budget-ratio", a->ratios, "budgets as fractions of peak live bytes")->capture_default_str();
   cmd->add_option("--policy", a->policies, "none, lms, vdnn, vdnn-conv, checkpoint, capuchin, auto")->capture_default_str();
   cmd->add_option("--iterations", a->iterations, "measured iterations (after one warm-up)")->capture_default_str()->check(whole_number_in(1, 1000));
   cmd->add_option("--json", a->json_file, "write rows as JSON")->check(writable_file);
   cmd->add_option("--chrome-trace", a->chrome_file, "write each run's real timeline to FILE.<model>.<policy>.<ratio>.json")->check(writable_file);
-  cmd->callback([a, &exit_code] { exit_code = run(*a); });
+  cmd->callback([a, scale, target, &exit_code] {
+    a->scale_given = scale->count() > 0;
+    a->target_given = target->count() > 0;
+    exit_code = run(*a);
+  });
 }};
 
 }  // namespace

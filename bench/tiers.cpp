@@ -1,6 +1,7 @@
 // spillway-bench tiers: host tier D2H/H2D GB/s against memcpy of the same bytes, and NVMe tier
 // write/read GB/s against fio (io_uring, O_DIRECT, same directory, block size and depth), one run.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -19,6 +19,8 @@
 
 #include "allocator/pinned_host_pool.hpp"
 #include "bench/command.hpp"
+#include "bench/outputs.hpp"
+#include "offload/text_file.hpp"
 #include "device/device.hpp"
 #include "device/error.hpp"
 #include "device/log.hpp"
@@ -300,6 +302,38 @@ std::string target_line(const char* what, double got, double baseline, double ra
   return s.str();
 }
 
+// Whether `text` is a snippet that --tune writes: a JSON object holding only "nvme", with no
+// settings in it but the four the sweep sets.
+bool is_tune_snippet(const std::string& text) {
+  const auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || j.size() != 1 || !j.contains("nvme") || !j["nvme"].is_object()) return false;
+  for (const auto& [key, value] : j["nvme"].items())
+    if (key != "directories" && key != "block_size" && key != "queue_depth" && key != "rings") return false;
+  return true;
+}
+
+// Where --tune writes, checked before any work. The snippet replaces a file only when that file
+// is empty or is itself a snippet of an earlier --tune (running the sweep again updates its
+// result): any other file at that path, given with --tune-out or found in the current folder
+// under the default name, may be a config the user wrote, with settings the snippet would lose,
+// so it is refused and the user asked for another path. The same holds for --config: its file
+// is an input and is never replaced.
+void check_tune_out(const tiers_args& a, bool tune_out_given) {
+  if (!a.tune) {
+    if (tune_out_given) throw config_error("--tune-out: only --tune writes a snippet; give --tune too, or leave --tune-out out");
+    check_outputs({{"--json", a.json}}, {{"--config", a.config.config_file}});
+    return;
+  }
+  check_writable(a.tune_out, "--tune-out");
+  check_outputs({{"--json", a.json}, {"--tune-out", a.tune_out}}, {{"--config", a.config.config_file}});
+  struct stat st {};
+  if (::stat(a.tune_out.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return;
+  if (!is_tune_snippet(offload::read_text_file(a.tune_out, "the --tune-out file", "a snippet of --tune")))
+    throw config_error("--tune-out: '" + a.tune_out + "' exists and is not a snippet of --tune (a JSON object with only " +
+                       "\"nvme\" and its directories, block_size, queue_depth and rings); the snippet would replace what it holds: " +
+                       "give --tune-out a new file, or move that one away");
+}
+
 int run(const tiers_args& a) {
   const std::size_t n = parse_size(a.size, "--size");
   session_config c = examples::load_config(a.config);
@@ -352,7 +386,7 @@ int run(const tiers_args& a) {
                                 {"block_size", best_bs},
                                 {"queue_depth", best_depth},
                                 {"rings", rings}}}};
-    std::ofstream(a.tune_out) << snippet.dump(2) << "\n";
+    write_output(a.tune_out, snippet.dump(2) + "\n", "--tune-out");
     std::cout << "wrote " << a.tune_out << "\n";
   }
 
@@ -417,7 +451,7 @@ int run(const tiers_args& a) {
                         {"rings", rings},
                         {"targets_met", !missed}};
     if (a.tune) j["sweep"] = sweep;
-    std::ofstream(a.json) << j.dump(2) << "\n";
+    write_output(a.json, j.dump(2) + "\n", "--json");
   }
   return missed ? 1 : 0;
 }
@@ -433,8 +467,14 @@ const command_registration registration{"tiers", [](CLI::App& app, int& exit_cod
   cmd->add_option("--json", args->json, "write the figures as JSON")->check(writable_file);
   cmd->add_flag("--no-huge-pages", args->no_huge_pages, "pinned buffers on 4 KiB pages (device_options::pinned_huge_pages off)");
   cmd->add_flag("--tune", args->tune, "sweep block size and queue depth; write the best as a config snippet");
-  cmd->add_option("--tune-out", args->tune_out, "where --tune writes its snippet")->check(writable_file)->capture_default_str();
-  cmd->callback([args, &exit_code] { exit_code = run(*args); });
+  auto* tune_out = cmd->add_option("--tune-out", args->tune_out,
+                                   "where --tune writes its snippet (replaces only an earlier snippet of --tune)")
+                       ->check(writable_file)
+                       ->capture_default_str();
+  cmd->callback([args, tune_out, &exit_code] {
+    check_tune_out(*args, tune_out->count() > 0);
+    exit_code = run(*args);
+  });
 }};
 
 }  // namespace

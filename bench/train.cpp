@@ -5,7 +5,6 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -16,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/command.hpp"
+#include "bench/outputs.hpp"
 #include "examples/common/flags.hpp"
 #include "device/error.hpp"
 #include "device/units.hpp"
@@ -42,6 +42,9 @@ struct train_args {
   std::string json;
   std::string save_runs;  ///< a directory: each run's recorded trace and Chrome timeline
 };
+
+// --steps: at most 100,000 a run, far past the handful a comparison needs (the default is 6).
+constexpr std::uint64_t max_train_steps = 100000;
 
 // Target: on the cpu backend, auto at 1/4 of the footprint within 1.15x of everything resident.
 constexpr double target_ratio = 0.25;
@@ -97,10 +100,7 @@ std::string run_file(const train_args& a, const std::string& setting, const char
 
 void save_trace(const train_args& a, const std::string& setting, Session& s) {
   if (a.save_runs.empty()) return;
-  const std::string path = run_file(a, setting, "trace");
-  std::ofstream f(path);
-  if (!f) throw io_error("cannot open '" + path + "' for writing", errno);
-  f << offload::trace_to_json(s.recorded_trace()).dump() << "\n";
+  write_output(run_file(a, setting, "trace"), offload::trace_to_json(s.recorded_trace()).dump() + "\n", "--save-runs");
 }
 
 examples::model_factory factory_for(const std::string& example, const example_options& o) {
@@ -200,6 +200,8 @@ int run(const train_args& a) {
     throw config_error("--example: '" + a.example + "' is not an example (gpt, mlp, cnn)");
   for (double r : a.ratios)
     if (!(r > 0)) throw config_error("--budget-ratio: " + format_real(r) + " is not a ratio above 0 (such as 0.25)");
+  if (!a.save_runs.empty()) check_writable(run_file(a, "resident", "trace"), "--save-runs");
+  check_outputs({{"--json", a.json}}, {{"--config", a.config.config_file}});
   example_options base;
   session_config defaults;  // this benchmark's: the cpu backend behind a PCIe 3.0 x16-like link
   defaults.backend = "cpu";
@@ -410,9 +412,7 @@ int run(const train_args& a) {
     nlohmann::json rj = nlohmann::json::array();
     for (const auto& w : rows) rj.push_back(row_json(a.example, w, resident));
     j["rows"] = rj;
-    std::ofstream f(a.json);
-    if (!f) throw io_error("cannot open '" + a.json + "' for writing", errno);
-    f << j.dump(2) << "\n";
+    write_output(a.json, j.dump(2) + "\n", "--json");
   }
   return exit_code;
 }
@@ -425,7 +425,9 @@ const command_registration registration{"train", [](CLI::App& app, int& exit_cod
       ->capture_default_str();
   cmd->add_option("--policy", args->policies, "none, lms, vdnn, auto, checkpoint, capuchin or zero-offload, each optionally POLICY@host or POLICY@device "
                   "(the optimizer's placement, setting host_ops) (repeatable)")->capture_default_str();
-  cmd->add_option("--steps", args->steps, "training steps per run (the first records)")->capture_default_str();
+  cmd->add_option("--steps", args->steps, "training steps per run (the first records)")
+      ->capture_default_str()
+      ->check(whole_number_in(1, max_train_steps));
   cmd->add_option("--preset", args->preset, "tiny, small, medium or large")->capture_default_str();
   examples::add_config_flags(*cmd, args->config,
                              {"backend", "cpu_device_memory", "cpu_callback_seed", "link_gbps", "host_budget",
