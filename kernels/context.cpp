@@ -28,6 +28,9 @@ void* kernel_context::cublas_handle() const {
 void* kernel_context::cudnn_handle() const {
   SPILLWAY_EXPECTS_T(usage_error, false, "cudnn_handle: this build has no CUDA");
 }
+detail::kernel_report kernel_context::take_report() {
+  SPILLWAY_EXPECTS_T(usage_error, false, "take_report: this build has no CUDA");
+}
 #endif
 
 void kernel_context::bind_workspace(void* memory, std::size_t bytes) {

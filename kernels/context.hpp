@@ -53,9 +53,25 @@
 // Both backends follow the same rule (a kernel that needs scratch on the cpu backend takes it
 // from the binding too), so a cpu test shows that a program binds and sizes its workspaces
 // before training and never grows them mid-step; the sizes themselves are the backend's.
+//
+// Note [Reports from kernels]
+// Some arguments can be checked only where the data is: a class target past the classes lives
+// in device memory. The cpu launcher checks it in its work on the stream and throws there, so
+// the usage_error is the stream's sticky failure, rethrown by the next synchronize. The cuda
+// launcher gives the same error at the same place: a small kernel writes what it found (two
+// int32: the first bad row or -1, and its value) into a report slot in pinned host memory the
+// GPU writes through its mapping, and a host function queued after it on the same stream
+// (Device::launch_host) reads the slot and throws the cpu launcher's error; the cuda device
+// keeps a host function's exception as its sticky failure, as the cpu device keeps a kernel's.
+// The host function reads host memory only, so it never calls the Device. Slots come from a
+// pool in the context, 512 to a page, each free again once its host function has read it; the
+// pool grows by a page when every slot is in flight, and the context's destructor waits for
+// the device before it gives the pages back. No device memory, so nothing outside the budget.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "device/device.hpp"
@@ -64,7 +80,15 @@ namespace spillway::kernels {
 
 namespace detail {
 struct cuda_handles;  // defined in context_cuda.cpp, only in builds with CUDA
-}
+
+/// A report slot (Note [Reports from kernels]): two int32 that kernels write through `device`
+/// and a host function queued after them reads through `host`, then frees (busy = false).
+struct kernel_report {
+  std::int32_t* device = nullptr;
+  const volatile std::int32_t* host = nullptr;
+  std::atomic<bool>* busy = nullptr;
+};
+}  // namespace detail
 
 class kernel_context {
  public:
@@ -92,6 +116,10 @@ class kernel_context {
   /// For launchers: the bound workspace when it holds at least `bytes`; otherwise a
   /// spillway::error naming `kernel`, the size it needs and the size bound. Never allocates.
   [[nodiscard]] void* workspace(std::size_t bytes, const char* kernel) const;
+
+  /// cuda backend, for launchers: a report slot that no work in flight uses (Note [Reports
+  /// from kernels]); the host function that reads it frees it. A usage_error on the cpu backend.
+  [[nodiscard]] detail::kernel_report take_report();
 
  private:
   Device* device_;

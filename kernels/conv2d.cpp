@@ -18,10 +18,26 @@
 namespace spillway::kernels {
 namespace {
 
+/// "x [batch, in, height, width], 4 out channels, kernel 3 stride 1 pad 1": the shape as an error names it.
+std::string describe(const conv2d_shape& sh) {
+  return "x [" + std::to_string(sh.batch) + ", " + std::to_string(sh.in_channels) + ", " +
+         std::to_string(sh.height) + ", " + std::to_string(sh.width) + "] (batch, channels, height, width), " +
+         std::to_string(sh.out_channels) + " out channels, kernel " + std::to_string(sh.kernel.size) + " stride " +
+         std::to_string(sh.kernel.stride) + " pad " + std::to_string(sh.kernel.pad);
+}
+
+/// Every extent checked before any work, on both backends (cuDNN refuses what is refused here).
 void check(const conv2d_shape& sh, const char* kernel) {
-  SPILLWAY_KERNEL_EXPECTS(sh.batch >= 0 && sh.in_channels > 0 && sh.out_channels > 0 &&
-                              sh.kernel.fits(sh.height) && sh.kernel.fits(sh.width),
-                          kernel);
+  const auto need = [&](bool ok, const char* what) {
+    SPILLWAY_EXPECTS_T(usage_error, ok, std::string(kernel) + ": " + describe(sh) + ": " + what);
+  };
+  need(sh.batch >= 0, "the batch must not be negative");
+  need(sh.in_channels > 0 && sh.out_channels > 0, "in and out channels must be at least 1");
+  need(sh.height > 0 && sh.width > 0, "height and width must be at least 1");
+  need(sh.kernel.size > 0 && sh.kernel.stride > 0 && sh.kernel.pad >= 0,
+       "the kernel's size and stride must be at least 1 and its padding at least 0");
+  need(sh.kernel.fits(sh.height) && sh.kernel.fits(sh.width),
+       "the kernel must fit the padded image (height + 2 pad and width + 2 pad at least the kernel's size)");
   // cuDNN's tensor descriptors count elements in an int: both backends refuse what it refuses.
   const auto elements = [&](int channels, int h, int w) {
     return static_cast<std::uint64_t>(sh.batch) * static_cast<std::uint64_t>(channels) *

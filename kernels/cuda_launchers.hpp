@@ -43,9 +43,13 @@ void cuda_map(const char* kernel, stream s, std::size_t n, const F& f);
 
 // softmax_cross_entropy.cu, layer_norm.cu, embedding.cu, attention.cu: T is float or bf16 (the
 // storage of the kernels' overloads), instantiated for both there.
+// cuda_softmax_cross_entropy also writes, into `report` (a report slot's device address, Note
+// [Reports from kernels] in kernels/context.hpp), the first row whose target is >= cols (or -1)
+// and that target; its caller queues the check that reads it.
 template <class T>
 void cuda_softmax_cross_entropy(kernel_context& ctx, stream s, const T* logits, const std::int32_t* targets,
-                                float* losses, float* mean_loss, T* dlogits, int rows, int cols, float grad_scale);
+                                float* losses, float* mean_loss, T* dlogits, int rows, int cols, float grad_scale,
+                                std::int32_t* report);
 // layer_norm.cu: T is float or bf16 (the storage of the kernels' overloads).
 template <class T>
 void cuda_layer_norm_forward(kernel_context& ctx, stream s, const T* x, const T* gamma, const T* beta, T* y,

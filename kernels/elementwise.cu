@@ -9,23 +9,26 @@
 namespace spillway::kernels::detail {
 namespace {
 
+/// Column j summed over the rows in order by one thread; a grid-stride loop over the columns,
+/// since blocks_for caps the grid.
 template <class T>
-__global__ void bias_backward_kernel(const T* dy, T* dbias, int rows, int cols, bool accumulate) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= cols) return;
-  float sum = accumulate ? load(dbias[j]) : 0.0f;
-  for (int r = 0; r < rows; ++r) sum += load(dy[static_cast<std::size_t>(r) * cols + j]);
-  dbias[j] = store_as<T>(sum);
+__global__ void bias_backward_kernel(const T* dy, T* dbias, int rows, std::size_t cols, bool accumulate) {
+  for (std::size_t j = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; j < cols;
+       j += static_cast<std::size_t>(blockDim.x) * gridDim.x) {
+    float sum = accumulate ? load(dbias[j]) : 0.0f;
+    for (int r = 0; r < rows; ++r) sum += load(dy[static_cast<std::size_t>(r) * cols + j]);
+    dbias[j] = store_as<T>(sum);
+  }
 }
 
 }  // namespace
 
 template <class T>
 void cuda_bias_backward(kernel_context&, stream s, const T* dy, T* dbias, int rows, int cols, bool accumulate) {
-  const unsigned grid = blocks_for(static_cast<std::size_t>(cols));
+  const auto c = static_cast<std::size_t>(cols);
   SPILLWAY_CUDA_LAUNCH("bias_backward_kernel",
-                       bias_backward_kernel<T><<<grid, threads_per_block, 0, native(s)>>>(
-                           dy, dbias, rows, cols, accumulate));
+                       bias_backward_kernel<T><<<blocks_for(c), threads_per_block, 0, native(s)>>>(
+                           dy, dbias, rows, c, accumulate));
 }
 template void cuda_bias_backward<float>(kernel_context&, stream, const float*, float*, int, int, bool);
 template void cuda_bias_backward<bf16>(kernel_context&, stream, const bf16*, bf16*, int, int, bool);

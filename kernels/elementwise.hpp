@@ -24,9 +24,11 @@ void gelu_forward(kernel_context& ctx, stream s, const float* x, float* y, std::
 /// dx = dy * gelu'(x). dx may alias dy.
 void gelu_backward(kernel_context& ctx, stream s, const float* x, const float* dy, float* dx, std::size_t n);
 
-/// y = max(x, 0). y may alias x.
+/// y = max(x, 0); a NaN x gives NaN (as in PyTorch), so a diverged layer is not hidden as zeros.
+/// y may alias x.
 void relu_forward(kernel_context& ctx, stream s, const float* x, float* y, std::size_t n);
-/// dx = dy where x > 0, else 0. dx may alias dy.
+/// dx = dy where x > 0, else 0 (exactly 0, even for an inf or NaN dy, and where x is NaN).
+/// dx may alias dy.
 void relu_backward(kernel_context& ctx, stream s, const float* x, const float* dy, float* dx, std::size_t n);
 
 /// y = a + b (residual connection; also accumulates a gradient: add(g, d, g)). y may alias a or b.

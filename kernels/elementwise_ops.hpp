@@ -12,14 +12,14 @@
 
 namespace spillway::kernels::ops {
 
-/// An activation: its value f(x) and its derivative f'(x).
+/// An activation: its value f(x) and the gradient dx its backward gives for one element.
 struct gelu_act {
   SPILLWAY_HD static float f(float x) { return gelu(x); }
-  SPILLWAY_HD static float df(float x) { return gelu_grad(x); }
+  SPILLWAY_HD static float dx(float x, float dy) { return dy * gelu_grad(x); }
 };
 struct relu_act {
   SPILLWAY_HD static float f(float x) { return relu(x); }
-  SPILLWAY_HD static float df(float x) { return relu_grad(x); }
+  SPILLWAY_HD static float dx(float x, float dy) { return relu_backward(x, dy); }
 };
 
 /// y = A::f(x), element i.
@@ -30,13 +30,13 @@ struct activation_f {
   SPILLWAY_HD void operator()(std::size_t i) const { y[i] = store_as<T>(A::f(load(x[i]))); }
 };
 
-/// dx = dy * A::f'(x), element i.
+/// dx = A::dx(x, dy) (dy * f'(x) for GELU; dy where x > 0, else 0, for ReLU), element i.
 template <class A, class T>
 struct activation_grad_f {
   const T* x;
   const T* dy;
   T* dx;
-  SPILLWAY_HD void operator()(std::size_t i) const { dx[i] = store_as<T>(load(dy[i]) * A::df(load(x[i]))); }
+  SPILLWAY_HD void operator()(std::size_t i) const { dx[i] = store_as<T>(A::dx(load(x[i]), load(dy[i]))); }
 };
 
 // One name per functor and storage type (the list below passes each as one macro argument).

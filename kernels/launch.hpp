@@ -6,7 +6,9 @@
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <utility>
@@ -22,6 +24,20 @@ namespace spillway::kernels::detail {
 template <class F>
 void enqueue_cpu(kernel_context& ctx, stream s, F&& work) {
   ctx.device().launch_kernel(s, std::function<void()>(std::forward<F>(work)));
+}
+
+/// Queues on s, after the kernels that write `report`, a host function that reads the slot, frees
+/// it, and calls check(first, second) with the two values, which throws the launch's usage_error
+/// (Note [Reports from kernels]). Where the host function cannot be queued the slot stays taken:
+/// a kernel already queued may still write it.
+template <class Check>
+void check_report(kernel_context& ctx, stream s, kernel_report report, Check check) {
+  ctx.device().launch_host(s, [report, check] {
+    const std::int32_t first = report.host[0];
+    const std::int32_t second = report.host[1];
+    report.busy->store(false, std::memory_order_release);
+    check(first, second);
+  });
 }
 
 /// Runs body(begin, end) over [0, n) in chunks of `grain` with a static partition. Each index

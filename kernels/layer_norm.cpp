@@ -1,6 +1,7 @@
-// Dispatch and cpu launchers of layer norm: rows in parallel, each row reduced serially; the
-// gamma/beta gradients in parallel over column blocks, each summed over rows in order. One body
-// per kernel serves float32 and bf16 storage (widen on load, narrow once on store).
+// Dispatch and cpu launchers of layer norm: rows in parallel, each row reduced serially (the
+// forward's mean and variance in float64); the gamma/beta gradients in parallel over column
+// blocks, each summed over rows in order. One body per kernel serves float32 and bf16 storage
+// (widen on load, narrow once on store).
 #include "kernels/layer_norm.hpp"
 
 #include <math.h>
@@ -22,21 +23,28 @@ void forward(kernel_context& ctx, stream s, const T* x, const T* gamma, const T*
     const auto c = static_cast<std::size_t>(cols);
     detail::parallel_for(static_cast<std::size_t>(rows), detail::grain_for(c), [&](std::size_t b, std::size_t e) {
       for (std::size_t r = b; r < e; ++r) {
+        // The row's sums run serially in column order in float64, so
+        // a row far from zero keeps its mean and variance (a float32 running sum of values near
+        // 1e4 loses their fractions once it passes 2^24), and they repeat bit for bit.
         const T* xr = x + r * c;
-        float sum = 0.0f;
-        for (std::size_t j = 0; j < c; ++j) sum += load(xr[j]);
-        const float mu = sum / static_cast<float>(cols);
-        float sq = 0.0f;
+        double sum = 0.0;
+        for (std::size_t j = 0; j < c; ++j) sum += static_cast<double>(load(xr[j]));
+        const double mu = sum / static_cast<double>(cols);
+        double sq = 0.0;
         for (std::size_t j = 0; j < c; ++j) {
-          const float d = load(xr[j]) - mu;
+          const double d = static_cast<double>(load(xr[j])) - mu;
           sq += d * d;
         }
-        const float rs = 1.0f / sqrtf(sq / static_cast<float>(cols) + eps);
-        mean[r] = mu;
+        const float rs = 1.0f / sqrtf(static_cast<float>(sq / static_cast<double>(cols)) + eps);
+        mean[r] = static_cast<float>(mu);
         rstd[r] = rs;
         T* yr = y + r * c;
-        for (std::size_t j = 0; j < c; ++j)
-          yr[j] = store_as<T>((load(xr[j]) - mu) * rs * load(gamma[j]) + load(beta[j]));
+        for (std::size_t j = 0; j < c; ++j) {
+          // x - mean in double too: the float32 mean of such a row is off by up to half its last
+          // bit (1/2048 near 1e4), which would be the error of every normalised value.
+          const auto d = static_cast<float>(static_cast<double>(load(xr[j])) - mu);
+          yr[j] = store_as<T>(d * rs * load(gamma[j]) + load(beta[j]));
+        }
       }
     });
   });

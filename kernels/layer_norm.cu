@@ -57,20 +57,23 @@ __global__ void layer_norm_dx_kernel(const T* x, const T* gamma, const float* me
         ops::layer_norm_dx(load(dyr[j]) * load(gamma[j]), (load(xr[j]) - mu) * rs, rs, a, b, static_cast<float>(cols)));
 }
 
+/// Column j of dgamma and dbeta summed over the rows in order by one thread; a grid-stride loop
+/// over the columns, since blocks_for caps the grid.
 template <class T>
 __global__ void layer_norm_params_kernel(const T* x, const float* mean, const float* rstd, const T* dy, T* dgamma,
-                                         T* dbeta, int rows, int cols, bool accumulate) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= cols) return;
-  float g = accumulate ? load(dgamma[j]) : 0.0f;
-  float b = accumulate ? load(dbeta[j]) : 0.0f;
-  for (int r = 0; r < rows; ++r) {
-    const std::size_t at = static_cast<std::size_t>(r) * cols + j;
-    g += load(dy[at]) * (load(x[at]) - mean[r]) * rstd[r];
-    b += load(dy[at]);
+                                         T* dbeta, int rows, std::size_t cols, bool accumulate) {
+  for (std::size_t j = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; j < cols;
+       j += static_cast<std::size_t>(blockDim.x) * gridDim.x) {
+    float g = accumulate ? load(dgamma[j]) : 0.0f;
+    float b = accumulate ? load(dbeta[j]) : 0.0f;
+    for (int r = 0; r < rows; ++r) {
+      const std::size_t at = static_cast<std::size_t>(r) * cols + j;
+      g += load(dy[at]) * (load(x[at]) - mean[r]) * rstd[r];
+      b += load(dy[at]);
+    }
+    dgamma[j] = store_as<T>(g);
+    dbeta[j] = store_as<T>(b);
   }
-  dgamma[j] = store_as<T>(g);
-  dbeta[j] = store_as<T>(b);
 }
 
 }  // namespace
@@ -92,10 +95,10 @@ void cuda_layer_norm_backward(kernel_context&, stream s, const T* x, const T* ga
                          layer_norm_dx_kernel<T><<<rows, threads_per_block, 0, native(s)>>>(
                              x, gamma, mean, rstd, dy, dx, cols));
   }
-  const unsigned grid = blocks_for(static_cast<std::size_t>(cols));
+  const auto c = static_cast<std::size_t>(cols);
   SPILLWAY_CUDA_LAUNCH("layer_norm_params_kernel",
-                       layer_norm_params_kernel<T><<<grid, threads_per_block, 0, native(s)>>>(
-                           x, mean, rstd, dy, dgamma, dbeta, rows, cols, accumulate));
+                       layer_norm_params_kernel<T><<<blocks_for(c), threads_per_block, 0, native(s)>>>(
+                           x, mean, rstd, dy, dgamma, dbeta, rows, c, accumulate));
 }
 
 #define SPILLWAY_LAYER_NORM_LAUNCHERS(T)                                                                     \

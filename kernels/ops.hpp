@@ -42,10 +42,15 @@ SPILLWAY_HD inline float gelu(float x) { return gelu_of(x, expf(gelu_exp_arg(x))
 
 SPILLWAY_HD inline float gelu_grad(float x) { return gelu_grad_of(x, expf(gelu_exp_arg(x))); }
 
-SPILLWAY_HD inline float relu(float x) { return x > 0.0f ? x : 0.0f; }
+/// max(x, 0), and NaN for a NaN x (as PyTorch gives it), so a layer that diverged shows in what
+/// follows instead of turning into zeros. x != x is the NaN test both compilers keep (the build
+/// uses no fast-math).
+SPILLWAY_HD inline float relu(float x) { return x > 0.0f || x != x ? x : 0.0f; }
 
-/// d relu(x) / dx, taken as 0 at x == 0.
-SPILLWAY_HD inline float relu_grad(float x) { return x > 0.0f ? 1.0f : 0.0f; }
+/// ReLU's backward for one element: dy where x > 0, else exactly 0, whatever dy is (an inf or
+/// NaN dy where x <= 0 or x is NaN gives 0, not the NaN that dy * 0 would). The derivative is
+/// taken as 0 at x == 0.
+SPILLWAY_HD inline float relu_backward(float x, float dy) { return x > 0.0f ? dy : 0.0f; }
 
 /// Adam's coefficients for one step, bias corrections already worked out on the host.
 struct adam_coeffs {

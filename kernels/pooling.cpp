@@ -3,6 +3,7 @@
 #include "kernels/pooling.hpp"
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda_launchers.hpp"
@@ -12,10 +13,28 @@
 namespace spillway::kernels {
 namespace {
 
+/// "x [batch, channels, height, width], window 3 stride 2 pad 1": the shape as an error names it.
+std::string describe(const pool2d_shape& sh) {
+  return "x [" + std::to_string(sh.batch) + ", " + std::to_string(sh.channels) + ", " + std::to_string(sh.height) +
+         ", " + std::to_string(sh.width) + "] (batch, channels, height, width), window " +
+         std::to_string(sh.window.size) + " stride " + std::to_string(sh.window.stride) + " pad " +
+         std::to_string(sh.window.pad);
+}
+
+/// Every extent checked before any work, on both backends: with no rows or columns (or a padding
+/// as wide as the window) some window holds padding alone and has no maximum to take.
 void check(const pool2d_shape& sh, const char* kernel) {
-  SPILLWAY_KERNEL_EXPECTS(sh.batch >= 0 && sh.channels > 0 && sh.window.fits(sh.height) &&
-                              sh.window.fits(sh.width) && sh.window.pad < sh.window.size,
-                          kernel);
+  const auto need = [&](bool ok, const char* what) {
+    SPILLWAY_EXPECTS_T(usage_error, ok, std::string(kernel) + ": " + describe(sh) + ": " + what);
+  };
+  need(sh.batch >= 0, "the batch must not be negative");
+  need(sh.channels > 0, "channels must be at least 1");
+  need(sh.height > 0 && sh.width > 0, "height and width must be at least 1");
+  need(sh.window.size > 0 && sh.window.stride > 0, "the window's size and stride must be at least 1");
+  need(sh.window.pad >= 0 && sh.window.pad < sh.window.size,
+       "the padding must be at least 0 and less than the window's size, so that every window holds a pixel");
+  need(sh.window.fits(sh.height) && sh.window.fits(sh.width),
+       "the window must fit the padded image (height + 2 pad and width + 2 pad at least the window's size)");
 }
 
 /// The cpu work of a pooling kernel: body(plane) for each of the `planes` planes (one image's

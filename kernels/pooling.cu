@@ -40,14 +40,17 @@ struct max_pool_grad_f {
   }
 };
 
+/// Plane pl summed in order by one thread; a grid-stride loop over the planes, since blocks_for
+/// caps the grid.
 template <class T>
 __global__ void global_avg_pool_kernel(const T* x, T* y, std::size_t planes, int plane) {
-  const std::size_t pl = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  if (pl >= planes) return;
-  const T* in = x + pl * plane;
-  float sum = 0.0f;
-  for (int i = 0; i < plane; ++i) sum += load(in[i]);
-  y[pl] = store_as<T>(sum / static_cast<float>(plane));
+  for (std::size_t pl = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; pl < planes;
+       pl += static_cast<std::size_t>(blockDim.x) * gridDim.x) {
+    const T* in = x + pl * static_cast<std::size_t>(plane);
+    float sum = 0.0f;
+    for (int i = 0; i < plane; ++i) sum += load(in[i]);
+    y[pl] = store_as<T>(sum / static_cast<float>(plane));
+  }
 }
 
 template <class T>

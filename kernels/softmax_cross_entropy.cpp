@@ -13,14 +13,36 @@
 namespace spillway::kernels {
 namespace {
 
+/// The target check both backends make on the stream (a usage_error at the next synchronize):
+/// the cpu launcher for each row in order, the cuda one for the first row its report names
+/// (Note [Reports from kernels]). A negative target is no error: it ignores its row.
+void check_target(std::int32_t target, std::size_t row, int cols) {
+  SPILLWAY_EXPECTS_T(usage_error, target < cols,
+                     "softmax_cross_entropy: target " + std::to_string(target) + " of row " + std::to_string(row) +
+                         " is past the " + std::to_string(cols) + " classes");
+}
+
 template <class T>
 void softmax_xent(kernel_context& ctx, stream s, const T* logits, const std::int32_t* targets, float* losses,
                   float* mean_loss, T* dlogits, int rows, int cols, float grad_scale) {
   SPILLWAY_KERNEL_EXPECTS(rows > 0 && cols > 0, "softmax_cross_entropy");
 #if SPILLWAY_HAVE_CUDA
-  if (ctx.is_cuda())
-    return detail::cuda_softmax_cross_entropy(ctx, s, logits, targets, losses, mean_loss, dlogits,
-                                              rows, cols, grad_scale);
+  if (ctx.is_cuda()) {
+    // The kernels write the first row whose target is past the classes into a report slot; a
+    // host function after them throws the cpu launcher's error for it (Note [Reports from kernels]).
+    const detail::kernel_report report = ctx.take_report();
+    try {
+      detail::cuda_softmax_cross_entropy(ctx, s, logits, targets, losses, mean_loss, dlogits, rows, cols,
+                                         grad_scale, report.device);
+    } catch (...) {
+      report.busy->store(false);  // the kernel that writes the slot was not launched
+      throw;
+    }
+    detail::check_report(ctx, s, report, [cols](std::int32_t row, std::int32_t target) {
+      if (row >= 0) check_target(target, static_cast<std::size_t>(row), cols);
+    });
+    return;
+  }
 #endif
   // Without `losses`, the row losses go to the bound workspace (Note [Workspace]), taken here
   // at the launch so that a missing one is an error of the call, not of the stream.
@@ -30,10 +52,7 @@ void softmax_xent(kernel_context& ctx, stream s, const T* logits, const std::int
   detail::enqueue_cpu(ctx, s, [=] {
     const auto c = static_cast<std::size_t>(cols);
     const auto nr = static_cast<std::size_t>(rows);
-    for (std::size_t r = 0; r < nr; ++r)
-      SPILLWAY_EXPECTS_T(usage_error, targets[r] < cols,
-                         "softmax_cross_entropy: target " + std::to_string(targets[r]) + " of row " +
-                             std::to_string(r) + " is past the " + std::to_string(cols) + " classes");
+    for (std::size_t r = 0; r < nr; ++r) check_target(targets[r], r, cols);
     detail::parallel_for(nr, detail::grain_for(c, 1u << 13), [&](std::size_t b, std::size_t e) {
       for (std::size_t r = b; r < e; ++r) {
         const T* x = logits + r * c;

@@ -1,6 +1,7 @@
 // The cuda backend's softmax with cross-entropy: one block per row (fixed-tree reductions for
-// max and sum), then one block that sums the row losses in a fixed order for the mean. The row
-// kernel is a template over the logits' storage type (float or bf16).
+// max and sum), then one block that sums the row losses in a fixed order for the mean, and one
+// block that reports the first target past the classes. The row kernel is a template over the
+// logits' storage type (float or bf16).
 #include "kernels/bf16.hpp"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launchers.hpp"
@@ -22,6 +23,8 @@ __global__ void softmax_xent_kernel(const T* logits, const std::int32_t* targets
   float sum = 0.0f;
   for (int j = threadIdx.x; j < cols; j += blockDim.x) sum += expf(load(x[j]) - mx);
   sum = block_sum(sum, shm);
+  // A target past the classes is reported by first_bad_target_kernel (an error at synchronize,
+  // as on the cpu); here its row is computed as an ignored one, so nothing reads past the row.
   const bool ignored = t < 0 || t >= cols;
   if (threadIdx.x == 0) losses[row] = ignored ? 0.0f : logf(sum) - (load(x[t]) - mx);
   if (dlogits == nullptr) return;
@@ -42,11 +45,36 @@ __global__ void mean_kernel(const float* losses, int rows, float* mean) {
   if (threadIdx.x == 0) *mean = sum / static_cast<float>(rows);
 }
 
+/// One block: report[0] = the first row whose target is >= cols, or -1; report[1] = that target.
+/// report is pinned host memory mapped for the GPU (Note [Reports from kernels]).
+__global__ void first_bad_target_kernel(const std::int32_t* targets, int rows, int cols, std::int32_t* report) {
+  __shared__ int shm[threads_per_block];
+  int first = rows;  // none
+  for (long long r = threadIdx.x; r < rows; r += blockDim.x)
+    if (targets[r] >= cols) {
+      first = static_cast<int>(r);  // each thread walks its rows upward: its first hit is its least
+      break;
+    }
+  shm[threadIdx.x] = first;
+  __syncthreads();
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) shm[threadIdx.x] = min(shm[threadIdx.x], shm[threadIdx.x + half]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const int row = shm[0];
+    report[0] = row < rows ? row : -1;
+    report[1] = row < rows ? targets[row] : 0;
+    __threadfence_system();  // the host function after this kernel reads both
+  }
+}
+
 }  // namespace
 
 template <class T>
 void cuda_softmax_cross_entropy(kernel_context& ctx, stream s, const T* logits, const std::int32_t* targets,
-                                float* losses, float* mean_loss, T* dlogits, int rows, int cols, float grad_scale) {
+                                float* losses, float* mean_loss, T* dlogits, int rows, int cols, float grad_scale,
+                                std::int32_t* report) {
   float* row_loss = losses;
   if (row_loss == nullptr)
     row_loss = static_cast<float*>(ctx.workspace(softmax_cross_entropy_workspace_bytes(rows), "softmax_cross_entropy"));
@@ -58,11 +86,14 @@ void cuda_softmax_cross_entropy(kernel_context& ctx, stream s, const T* logits, 
                          mean_kernel<<<1, threads_per_block, 0, native(s)>>>(
                              row_loss, rows, mean_loss));
   }
+  // Last, so that when a launch above fails the slot is known unwritten and its caller frees it.
+  SPILLWAY_CUDA_LAUNCH("first_bad_target_kernel",
+                       first_bad_target_kernel<<<1, threads_per_block, 0, native(s)>>>(targets, rows, cols, report));
 }
 
 template void cuda_softmax_cross_entropy<float>(kernel_context&, stream, const float*, const std::int32_t*, float*,
-                                                float*, float*, int, int, float);
+                                                float*, float*, int, int, float, std::int32_t*);
 template void cuda_softmax_cross_entropy<bf16>(kernel_context&, stream, const bf16*, const std::int32_t*, float*,
-                                               float*, bf16*, int, int, float);
+                                               float*, bf16*, int, int, float, std::int32_t*);
 
 }  // namespace spillway::kernels::detail

@@ -12,9 +12,13 @@ struct window2d {
 
   /// Positions the window takes along an axis of `extent` pixels (the output's extent).
   [[nodiscard]] int out(int extent) const noexcept { return (extent + 2 * pad - size) / stride + 1; }
-  /// Whether the arguments make sense and the padded axis of `extent` holds at least one window.
+  /// Whether the arguments make sense for an axis of `extent` pixels: at least one pixel, a
+  /// window and a stride of at least 1, no negative padding, and room in the padded axis for at
+  /// least one window (counted in 64 bits, so no sum overflows).
   [[nodiscard]] bool fits(int extent) const noexcept {
-    return size > 0 && stride > 0 && pad >= 0 && extent + 2 * pad >= size;
+    return extent > 0 && size > 0 && stride > 0 && pad >= 0 &&
+           static_cast<long long>(extent) + 2LL * pad >= size &&
+           static_cast<long long>(extent) + 2LL * pad <= 2147483647LL;
   }
 };
 

@@ -2,6 +2,8 @@
 // paddings, backward (dx, dw, dbias) by finite differences, accumulation, cuda against cpu.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "kernel_rig.hpp"
 #include "kernels/conv2d.hpp"
 
@@ -91,6 +93,31 @@ TEST(Conv2d, RejectsAKernelLargerThanThePaddedImage) {
   float* d = r.alloc<float>(64);
   EXPECT_THROW(conv2d_forward(r.ctx(), r.s(), conv2d_shape{1, 1, 2, 2, 1, {5, 1, 1}}, d, d, nullptr, d),
                spillway::usage_error);
+}
+
+TEST(Conv2d, AnEmptyOrNegativeImageIsRefusedBeforeAnyWork) {
+  // A height or width of 0 (or less) leaves nothing to convolve: refused at the call on every
+  // backend (cuDNN takes no such descriptor either), naming the shape. The pointers are never read.
+  rig r;
+  float* d = r.alloc<float>(64);
+  for (const conv2d_shape& sh : {conv2d_shape{1, 1, 0, 4, 1, {3, 1, 1}}, conv2d_shape{1, 1, 4, 0, 1, {3, 1, 1}},
+                                 conv2d_shape{1, 1, -1, 4, 1, {1, 1, 1}}, conv2d_shape{1, 1, 4, -5, 1, {1, 1, 3}}}) {
+    const std::string shape = std::to_string(sh.height) + ", " + std::to_string(sh.width);
+    try {
+      conv2d_forward(r.ctx(), r.s(), sh, d, d, nullptr, d);
+      r.sync();
+      ADD_FAILURE() << "forward took a " << shape << " image";
+      continue;
+    } catch (const spillway::usage_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("conv2d_forward"), std::string::npos) << what;
+      EXPECT_NE(what.find(shape), std::string::npos) << what;
+      EXPECT_NE(what.find("height and width must be at least 1"), std::string::npos) << what;
+    }
+    EXPECT_THROW(conv2d_backward(r.ctx(), r.s(), sh, d, d, d, d, d, d, false), spillway::usage_error) << shape;
+    EXPECT_THROW((void)conv2d_workspace_bytes(r.ctx(), sh), spillway::usage_error) << shape;
+  }
+  r.sync();
 }
 
 TEST(Conv2d, RefusesTensorsOverCudnnsElementLimitOnEveryBackend) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <future>
+#include <limits>
 #include <thread>
 
 #include "kernel_rig.hpp"
@@ -91,6 +92,40 @@ TEST(Relu, ForwardAndBackward) {
   EXPECT_EQ(r.down(g, x.size()), (std::vector<float>{0, 0, 0, 4, 5}));
 }
 
+namespace {
+constexpr float pos_inf = std::numeric_limits<float>::infinity();
+constexpr float qnan = std::numeric_limits<float>::quiet_NaN();
+// x, dy, and what ReLU gives for them: a NaN x stays NaN forward (a diverged layer shows), and
+// the gradient is dy where x > 0 and exactly 0 elsewhere, even for an inf or NaN dy.
+const std::vector<float> relu_x = {qnan, -1.0f, 0.0f, -0.0f, 2.0f, -pos_inf, pos_inf, 3.0f, -qnan};
+const std::vector<float> relu_dy = {1.0f, pos_inf, qnan, -pos_inf, 3.0f, qnan, qnan, -pos_inf, 5.0f};
+const std::vector<float> relu_y = {qnan, 0.0f, 0.0f, 0.0f, 2.0f, 0.0f, pos_inf, 3.0f, -qnan};
+const std::vector<float> relu_dx = {0.0f, 0.0f, 0.0f, 0.0f, 3.0f, 0.0f, qnan, -pos_inf, 0.0f};
+
+void expect_relu_specials(rig& r) {
+  const float* x = r.up(relu_x);
+  float* y = r.alloc<float>(relu_x.size());
+  relu_forward(r.ctx(), r.s(), x, y, relu_x.size());
+  EXPECT_TRUE(same_bits(r.down(y, relu_x.size()), relu_y));
+  float* g = r.up(relu_dy);
+  relu_backward(r.ctx(), r.s(), x, g, g, relu_x.size());  // in place, as the header allows
+  EXPECT_TRUE(same_bits(r.down(g, relu_x.size()), relu_dx));
+}
+}  // namespace
+
+TEST(Relu, NanPropagatesForwardAndTheGradientIsZeroWhereXIsNotPositive) {
+  EXPECT_TRUE(std::isnan(ops::relu(qnan)));
+  EXPECT_EQ(ops::relu(-pos_inf), 0.0f);
+  rig r;
+  expect_relu_specials(r);
+}
+
+TEST(ReluCuda, NanAndInfMatchTheCpuBitForBit) {
+  SPILLWAY_NEEDS_CUDA();
+  rig gpu("cuda");
+  expect_relu_specials(gpu);
+}
+
 TEST(AddAndScale, ResidualAddInPlaceAndScale) {
   const std::size_t n = 40000;  // several parallel chunks
   const auto a = random_floats(n, 6);
@@ -156,4 +191,18 @@ TEST(LaunchContract, KernelsRunInStreamOrderNotAtTheCall) {
   EXPECT_EQ(early, std::vector<float>(4, 0.0f));
   gate.set_value();
   EXPECT_EQ(r.down(y, 4), (std::vector<float>{2, 4, 6, 8}));
+}
+
+// Past 2^28 threads (the most blocks_for gives a grid, times 256): the kernel must cover the rest
+// with a grid-stride loop. The output starts as NaN bytes; every element must come out 0.
+TEST(BiasBackwardCuda, CoversMoreColumnsThanTheGridHasThreads) {
+  SPILLWAY_NEEDS_CUDA();
+  const int cols = (1 << 28) + 1024;
+  const auto c = static_cast<std::size_t>(cols);
+  rig r("cuda");
+  const float* dy = r.alloc<float>(c);  // one row of zeros
+  float* db = r.alloc<float>(c);
+  r.dev().memset_async(db, 0xff, c * sizeof(float), r.s());
+  bias_backward(r.ctx(), r.s(), dy, db, 1, cols, false);
+  EXPECT_EQ(r.down(db + c - 4096, 4096), std::vector<float>(4096, 0.0f));
 }

@@ -74,6 +74,34 @@ TEST(LayerNorm, ForwardAndBackwardMatchFloat64AndFiniteDifferences) {
   for (int j = 0; j < cols; ++j) EXPECT_NEAR(gg2[j], 2 * gg1[j], 1e-5);
 }
 
+TEST(LayerNorm, RowsFarFromZeroKeepTheirStatisticsExact) {
+  // Values near 10000 with a spread of 1: a float32 running sum of a 1024-column row drops most
+  // of each value's fraction (the sum's last bit is worth 1), which put the mean off by far
+  // more than the spread. Summed in float64 the statistics are exact and y is float32-accurate.
+  const int rows = 4, cols = 1024;
+  auto x = random_floats(rows * cols, 9, -1.0f, 1.0f);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] += 10000.0f + static_cast<float>(i % 3);
+  const auto g = random_floats(cols, 10, 0.5f, 1.5f);
+  const auto b = random_floats(cols, 11);
+  rig r;
+  float* y = r.alloc<float>(rows * cols);
+  float* mean = r.alloc<float>(rows);
+  float* rstd = r.alloc<float>(rows);
+  layer_norm_forward(r.ctx(), r.s(), r.up(x), r.up(g), r.up(b), y, mean, rstd, rows, cols, static_cast<float>(eps));
+  expect_near_all(r.down(y, rows * cols), ln_ref(widen(x), widen(g), widen(b), rows, cols), 1e-5, 1e-5, "y");
+  const auto mu = r.down(mean, rows);
+  const auto rs = r.down(rstd, rows);
+  for (int i = 0; i < rows; ++i) {
+    double m = 0, v = 0;
+    for (int j = 0; j < cols; ++j) m += x[i * cols + j];
+    m /= cols;
+    for (int j = 0; j < cols; ++j) v += (x[i * cols + j] - m) * (x[i * cols + j] - m);
+    v /= cols;
+    EXPECT_EQ(mu[i], static_cast<float>(m)) << "row " << i;
+    EXPECT_NEAR(rs[i], 1.0 / std::sqrt(v + eps), 1e-6 / std::sqrt(v + eps)) << "row " << i;
+  }
+}
+
 TEST(LayerNormCuda, MatchesCpu) {
   SPILLWAY_NEEDS_CUDA();
   const int rows = 64, cols = 768;
@@ -100,4 +128,26 @@ TEST(LayerNormCuda, MatchesCpu) {
   const auto want = run(cpu);
   const auto got = run(gpu);
   for (std::size_t i = 0; i < want.size(); ++i) expect_near_all(got[i], want[i], 1e-4, 1e-4, "output " + std::to_string(i));
+}
+
+// Past 2^28 threads (the most blocks_for gives a grid, times 256): the kernel must cover the rest
+// with a grid-stride loop. The output starts as NaN bytes; every element must come out 0.
+TEST(LayerNormCuda, ParameterGradientsCoverMoreColumnsThanTheGridHasThreads) {
+  SPILLWAY_NEEDS_CUDA();
+  const int cols = (1 << 28) + 1024;
+  const auto c = static_cast<std::size_t>(cols);
+  rig r("cuda");
+  const float* x = r.alloc<float>(c);  // one row of zeros: mean 0, rstd 1, every gradient 0
+  const float* gamma = r.alloc<float>(c);
+  const float* dy = r.alloc<float>(c);
+  float* dx = r.alloc<float>(c);
+  const float* mean = r.up(std::vector<float>{0.0f});
+  const float* rstd = r.up(std::vector<float>{1.0f});
+  float* dgamma = r.alloc<float>(c);
+  float* dbeta = r.alloc<float>(c);
+  r.dev().memset_async(dgamma, 0xff, c * sizeof(float), r.s());
+  r.dev().memset_async(dbeta, 0xff, c * sizeof(float), r.s());
+  layer_norm_backward(r.ctx(), r.s(), x, gamma, mean, rstd, dy, dx, dgamma, dbeta, 1, cols, false);
+  EXPECT_EQ(r.down(dgamma + c - 4096, 4096), std::vector<float>(4096, 0.0f));
+  EXPECT_EQ(r.down(dbeta + c - 4096, 4096), std::vector<float>(4096, 0.0f));
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <string>
 
 #include "kernel_rig.hpp"
 #include "kernels/pooling.hpp"
@@ -69,6 +70,35 @@ INSTANTIATE_TEST_SUITE_P(Windows, MaxPoolShapes,
                          ::testing::Values(pool2d_shape{2, 3, 8, 8, {2, 2, 0}},    // 2x2 stride 2
                                            pool2d_shape{2, 3, 9, 7, {3, 2, 1}}));  // ResNet stem: 3x3/2 pad 1
 
+TEST(MaxPool2d, AnEmptyOrNegativePlaneIsRefusedBeforeAnyWork) {
+  // Every window of a plane with no rows (or no columns) is all padding: there is no maximum to
+  // take, and the launchers would read before x and write before dx. Refused at the call, on
+  // every backend, naming the shape; the pointers are never read.
+  rig r;
+  float* d = r.alloc<float>(64);
+  for (const pool2d_shape& sh : {pool2d_shape{1, 1, 0, 4, {2, 2, 1}}, pool2d_shape{1, 1, 4, 0, {2, 2, 1}},
+                                 pool2d_shape{1, 1, -2, 4, {2, 2, 1}}, pool2d_shape{1, 1, 4, -3, {3, 1, 1}}}) {
+    const std::string shape = std::to_string(sh.height) + ", " + std::to_string(sh.width);
+    try {
+      max_pool2d_forward(r.ctx(), r.s(), sh, d, d);
+      r.sync();
+      ADD_FAILURE() << "forward took a " << shape << " plane";
+      continue;
+    } catch (const spillway::usage_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("max_pool2d_forward"), std::string::npos) << what;
+      EXPECT_NE(what.find(shape), std::string::npos) << what;
+      EXPECT_NE(what.find("height and width must be at least 1"), std::string::npos) << what;
+    }
+    ASSERT_THROW(max_pool2d_backward(r.ctx(), r.s(), sh, d, d, d, d), spillway::usage_error) << shape;
+  }
+  // A window that does not move, or a padding that makes a window of padding alone: refused too.
+  EXPECT_THROW(max_pool2d_forward(r.ctx(), r.s(), pool2d_shape{1, 1, 4, 4, {2, 0, 0}}, d, d), spillway::usage_error);
+  EXPECT_THROW(max_pool2d_forward(r.ctx(), r.s(), pool2d_shape{1, 1, 4, 4, {2, 2, 2}}, d, d), spillway::usage_error);
+  EXPECT_THROW(max_pool2d_forward(r.ctx(), r.s(), pool2d_shape{1, 0, 4, 4, {2, 2, 0}}, d, d), spillway::usage_error);
+  r.sync();
+}
+
 TEST(GlobalAvgPool, ForwardAndBackward) {
   const int batch = 3, channels = 5, plane = 49;
   const auto x = random_floats(static_cast<std::size_t>(batch) * channels * plane, 3);
@@ -113,4 +143,18 @@ TEST(PoolingCuda, MatchesCpu) {
   const auto want = run(cpu);
   const auto got = run(gpu);
   for (std::size_t i = 0; i < want.size(); ++i) expect_near_all(got[i], want[i], 1e-5, 1e-5, "output " + std::to_string(i));
+}
+
+// Past 2^28 threads (the most blocks_for gives a grid, times 256): the kernel must cover the rest
+// with a grid-stride loop. The output starts as NaN bytes; every element must come out 0.
+TEST(GlobalAvgPoolCuda, CoversMorePlanesThanTheGridHasThreads) {
+  SPILLWAY_NEEDS_CUDA();
+  const int batch = (1 << 20) + 4, channels = 256;  // 2^28 + 1024 planes of one pixel
+  const std::size_t planes = static_cast<std::size_t>(batch) * channels;
+  rig r("cuda");
+  const float* x = r.alloc<float>(planes);
+  float* y = r.alloc<float>(planes);
+  r.dev().memset_async(y, 0xff, planes * sizeof(float), r.s());
+  global_avg_pool_forward(r.ctx(), r.s(), x, y, batch, channels, 1);
+  EXPECT_EQ(r.down(y + planes - 4096, 4096), std::vector<float>(4096, 0.0f));
 }
