@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "calls.h"
+#include "args.h"
 #include "layers.h"
 
 static const gpt_config cfg = {.vocab = 64, .layers = 2, .channels = 32, .heads = 2, .seq = 16, .batch = 4};
@@ -212,13 +213,6 @@ static float eval_loss(model* M, const int* text, int* inputs, int* targets) {
   return sum / EVAL_BATCHES;
 }
 
-static int option(int argc, char** argv, const char* flag, const char* variable, int fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (strcmp(argv[i], flag) == 0) return atoi(argv[i + 1]);
-  const char* v = getenv(variable);
-  return v != NULL && *v != '\0' ? atoi(v) : fallback;
-}
-
 static const char* text_option(int argc, char** argv, const char* flag) {
   for (int i = 1; i + 1 < argc; ++i)
     if (strcmp(argv[i], flag) == 0) return argv[i + 1];
@@ -232,8 +226,11 @@ static int has_flag(int argc, char** argv, const char* flag) {
 }
 
 int main(int argc, char** argv) {
-  const int steps = option(argc, argv, "--steps", "C_LOOP_STEPS", 20);
-  const int eval_every = option(argc, argv, "--eval-every", "C_LOOP_EVAL_EVERY", 5);
+  static const char* const valued[] = {"--steps", "--eval-every", "--config", NULL};
+  static const char* const plain[] = {"--least-budget", NULL};
+  check_args(argc, argv, valued, plain);
+  const int steps = count_option(argc, argv, "--steps", "C_LOOP_STEPS", 20, 0, 1000000000);
+  const int eval_every = count_option(argc, argv, "--eval-every", "C_LOOP_EVAL_EVERY", 5, 0, 1000000000);
   static int text[TEXT_TOKENS];
   make_text(text, TEXT_TOKENS, cfg.vocab);
   int* inputs = malloc(sizeof(int) * (size_t)(cfg.batch * cfg.seq));

@@ -49,7 +49,7 @@ def main():
     policies = ["none", "auto"] if subset else ["none", "lms", "vdnn", "checkpoint", "auto"]
     budgets = ["half", "quarter", "least"]
     cases = [(p, b, nvme) for p in policies for b in budgets for nvme in (False, True)]
-    total = len(cases) + 5
+    total = len(cases) + 6
     print(f"1..{total}", flush=True)
     n = 0
     failed = 0
@@ -132,6 +132,13 @@ def main():
         ok = refused.returncode == 1 and "config error" in refused.stderr and "SPILLWAY_DEVICE_BUDGET_RATIO" in refused.stderr
         report(ok, "a ratio below the least is refused as a config error",
                "" if ok else f"exit {refused.returncode}: {refused.stderr}")
+
+        bad = [([plain, "--steps", "abc"], "--steps is 'abc'"), ([wrapped, "--steps", "-5"], "--steps is '-5'"),
+               ([wrapped, "--stesp", "1"], "unknown argument '--stesp'"), ([plain, "--eval-every"], "needs a value")]
+        outs = [(run(cmd, clean_env({})), want) for cmd, want in bad]
+        ok = all(r.returncode == 2 and want in r.stderr and "train loss" not in r.stdout for r, want in outs)
+        report(ok, "a bad or unknown argument is refused before any step",
+               "" if ok else "\n".join(f"exit {r.returncode}: {r.stdout}{r.stderr}" for r, _ in outs))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if full is None:
