@@ -422,6 +422,9 @@ void session_config::validate() const {
     else if (::stat(chrome_trace.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
       bad("chrome_trace", in_quotes(chrome_trace) + " is a folder; give a file name in it, such as " +
                               in_quotes(chrome_trace + (chrome_trace.back() == '/' ? "" : "/") + "trace.json"));
+    else if (const int err = try_write(dir); err != 0)
+      bad("chrome_trace", in_quotes(chrome_trace) + ": the folder '" + dir + "' is not writable: cannot create a file there: " +
+                              std::strerror(err) + "; give a path in a folder this program may write");
   }
   if (nvme.block_size < 512 || nvme.block_size > (1u << 30) || nvme.block_size % 512 != 0)
     bad("nvme.block_size", format_bytes(nvme.block_size) + " is not a block size; give a multiple of 512 B up to 1 GiB, such as 1MiB");

@@ -3,6 +3,8 @@
 #include "examples/common/flags.hpp"
 
 #include <algorithm>
+#include <filesystem>
+#include <system_error>
 
 #include "device/error.hpp"
 
@@ -13,6 +15,41 @@ namespace {
 constexpr std::pair<std::string_view, std::string_view> old_flags[] = {
     {"--nvme-dir", "nvme.directories"}, {"--dir", "nvme.directories"}, {"--device-memory", "cpu_device_memory"},
     {"--block-size", "nvme.block_size"}, {"--queue-depth", "nvme.queue_depth"}, {"--rings", "nvme.rings"}};
+
+// Whether two paths name one file: the same file where both exist, else the same path once
+// made absolute and normal (an output not written yet).
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  namespace fs = std::filesystem;
+  std::error_code ea, eb;
+  const auto ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
+  if (!ea && !eb) return ca == cb;
+  return fs::absolute(a, ea).lexically_normal() == fs::absolute(b, eb).lexically_normal();
+}
+
+// An output that names an input, or another output, would replace it when the run ends (a
+// corpus overwritten by the report): refused before any work.
+void check_outputs(const flag_values& v, const example_options& o) {
+  struct named {
+    const char* flag;
+    std::string path;
+  };
+  const named outputs[] = {{"--report", v.report}, {"--chrome-trace", o.chrome_trace}};
+  const named inputs[] = {{"--data", v.data}, {"--config", v.config.config_file}};
+  for (std::size_t i = 0; i < std::size(outputs); ++i) {
+    const auto& out = outputs[i];
+    if (out.path.empty()) continue;
+    auto refuse = [&](const named& other, const char* kind) {
+      throw config_error(std::string(out.flag) + " '" + out.path + "' is the same file as " + other.flag + " '" +
+                         other.path + "', " + kind + "; give another path for " + out.flag);
+    };
+    for (const auto& in : inputs)
+      if (!in.path.empty() && same_file(out.path, in.path)) refuse(in, "which the run reads: writing it would replace it");
+    for (std::size_t j = 0; j < i; ++j)
+      if (!outputs[j].path.empty() && same_file(out.path, outputs[j].path)) refuse(outputs[j], "another output of the run");
+  }
+}
 
 }  // namespace
 
@@ -133,6 +170,7 @@ example_options to_options(const flag_values& v) {
   o.bucket_bytes = v.bucket_kib * 1024;
   o.comm_timeout_s = v.comm_timeout_s;
   o.validate();
+  check_outputs(v, o);
   return o;
 }
 

@@ -41,6 +41,11 @@ int run_program(int argc, char** argv, const program_spec& spec) {
       std::cout << "report        " << flags.report << "\n";
     }
     std::cout.flush();
+    if (!r.chrome_trace_error.empty()) {
+      std::cerr << spec.name << ": " << r.chrome_trace_error << "\n";
+      end_data_parallel_job(2);
+      return 2;
+    }
     return 0;
   } catch (const spillway::error& e) {
     std::cout.flush();

@@ -3,14 +3,13 @@
 #include "examples/common/report.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "device/error.hpp"
 #include "device/units.hpp"
+#include "offload/text_file.hpp"
 
 namespace spillway::examples {
 
@@ -149,11 +148,7 @@ nlohmann::json report_json(const run_result& r) {
 }
 
 void write_report(const run_result& r, const std::string& path) {
-  std::ofstream f(path);
-  if (!f) throw io_error("cannot open report file '" + path + "' for writing", errno);
-  f << report_json(r).dump(2) << "\n";
-  f.close();  // a small report is written only here: a full disk shows now, not in the destructor
-  if (!f) throw io_error("cannot write report file '" + path + "'", errno);
+  offload::write_text_file(path, report_json(r).dump(2) + "\n", "the report");
 }
 
 }  // namespace spillway::examples

@@ -147,11 +147,17 @@ std::uint64_t training_run::budget_above_footprint() const {
 }
 
 run_result training_run::finish() {
-  if (!o_.chrome_trace.empty()) {
-    s_->write_chrome_trace(o_.chrome_trace);
-    r_.chrome_trace = o_.chrome_trace;
-  }
+  // The checkpoint first: it is the run's work, and a trace that cannot be written must not
+  // lose it. That failure is kept in the result, so the program still writes its report.
   if (!o_.save.empty() && (r_.saved_to.empty() || r_.saved_after != next_step())) save_checkpoint();
+  if (!o_.chrome_trace.empty()) {
+    try {
+      s_->write_chrome_trace(o_.chrome_trace);
+      r_.chrome_trace = o_.chrome_trace;
+    } catch (const io_error& e) {
+      r_.chrome_trace_error = e.what();
+    }
+  }
   return r_;
 }
 

@@ -69,6 +69,7 @@ struct run_result {
   /// which ran at the options' budget (the device's free memory); 0: the budget never changed.
   double budget_ratio = 0;
   std::string chrome_trace;              ///< where the Chrome trace was written, if anywhere
+  std::string chrome_trace_error;        ///< why the Chrome trace asked for could not be written
   /// 0-based index of this run's first step: 0, or the step a --resume checkpoint was saved after.
   /// `losses` and `iterations` are this run's, from that step on.
   int first_step = 0;
@@ -113,8 +114,9 @@ class training_run {
   [[nodiscard]] int steps_done() const noexcept { return static_cast<int>(r_.losses.size()); }
   /// 0-based index of the next step, counted from the start of the training.
   [[nodiscard]] int next_step() const noexcept { return r_.first_step + steps_done(); }
-  /// Writes the Chrome trace if o.chrome_trace asks for one, and a checkpoint into o.save unless
-  /// the last step already saved one; the result of the steps run.
+  /// Saves a checkpoint into o.save unless the last step already saved one, then writes the
+  /// Chrome trace if o.chrome_trace asks for one (a failure to write it is kept in
+  /// run_result::chrome_trace_error, not thrown); the result of the steps run.
   run_result finish();
   [[nodiscard]] const run_result& result() const noexcept { return r_; }
   /// The Session the steps run in (tests look at its device between steps).

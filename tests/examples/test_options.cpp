@@ -222,6 +222,35 @@ TEST(ExampleOptions, BudgetRatioIsTheSessionsDeviceBudgetRatio) {
 }
 
 }  // namespace
+TEST(ExampleOptions, AnOutputThatNamesAnInputOrAnotherOutputIsRefusedBeforeAnyWork) {
+  spillway::test::temp_dir d;
+  const std::string corpus = d.path() + "/corpus.txt", config = d.path() + "/settings.json";
+  std::ofstream(corpus) << "some text to train on";
+  std::ofstream(config) << "{\"policy\": \"lms\"}";
+  const auto report_over_data = error_of({"--data", corpus, "--report", corpus});
+  EXPECT_TRUE(has(report_over_data, "--report '" + corpus + "' is the same file as --data")) << report_over_data;
+  // Another spelling of the same file, through a link.
+  std::filesystem::create_symlink(config, d.path() + "/link.json");
+  const auto trace_over_config = error_of({"--config", config, "--chrome-trace", d.path() + "/link.json"});
+  EXPECT_TRUE(has(trace_over_config, "--chrome-trace")) << trace_over_config;
+  EXPECT_TRUE(has(trace_over_config, "same file as --config")) << trace_over_config;
+  // Two outputs, one not written yet, spelled differently.
+  const auto two_outputs = error_of({"--report", d.path() + "/run.json", "--chrome-trace", d.path() + "/./run.json"});
+  EXPECT_TRUE(has(two_outputs, "another output of the run")) << two_outputs;
+  EXPECT_EQ(load({"--data", corpus, "--report", d.path() + "/run.json", "--chrome-trace", d.path() + "/trace.json"}).data,
+            corpus);
+  std::ifstream in(corpus);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "some text to train on");
+}
+
+TEST(ExampleOptions, AChromeTraceInAFolderThatCannotBeWrittenIsRefusedBeforeAnyWork) {
+  if (!std::filesystem::is_directory("/proc/self")) GTEST_SKIP() << "no procfs here";
+  const auto msg = error_of({"--chrome-trace", "/proc/trace.json"});
+  EXPECT_TRUE(has(msg, "--chrome-trace")) << msg;
+  EXPECT_TRUE(has(msg, "the folder '/proc' is not writable")) << msg;
+}
+
 }  // namespace spillway::examples
 
 // A report the disk cannot hold is an error, not an empty file the program then names: a small
