@@ -438,6 +438,7 @@ void session_config::validate() const {
                             flag_of("nvme.directories") + ", " + variable_of("nvme.directories") + ")");
   std::map<dev_t, std::pair<std::uint64_t, std::string>> free_by_fs;  // file system -> (free bytes, a directory)
   std::map<dev_t, std::uint64_t> share_by_fs;
+  std::map<std::pair<dev_t, ino_t>, std::string> seen;  // each folder once, however spelled
   const std::uint64_t share = dirs.empty() ? 0 : (nvme.reserve + dirs.size() - 1) / dirs.size();
   for (std::size_t i = 0; i < dirs.size(); ++i) {
     const std::string& d = dirs[i];
@@ -449,6 +450,9 @@ void session_config::validate() const {
     if (::stat(d.c_str(), &st) != 0)
       bad("nvme.directories", which + " cannot be used: " + std::strerror(errno) + "; give existing directories");
     if (!S_ISDIR(st.st_mode)) bad("nvme.directories", which + " is not a directory");
+    if (auto [it, fresh] = seen.try_emplace({st.st_dev, st.st_ino}, d); !fresh)
+      bad("nvme.directories", which + " is the folder '" + it->second +
+                                  "' again, by another name; give each directory once (one per drive)");
     if (const int err = try_write(d); err != 0)
       bad("nvme.directories", which + " is not writable: cannot create a file there: " + std::strerror(err));
     struct statvfs vfs {};

@@ -2,6 +2,8 @@
 // so a user fixing a hand-written or exported trace knows which entry to look at.
 #include "offload/trace_json.hpp"
 
+#include <cstdint>
+#include <string>
 #include <unordered_map>
 #include <nlohmann/json.hpp>
 
@@ -122,8 +124,13 @@ trace trace_from_json(const json& j) {
     if ((op.host_flops > 0 || op.host_bytes > 0) && !op.host_capable)
       fail(where, "fields 'host_flops' and 'host_bytes' need 'host_capable': true");
     if (e.contains("layer")) {
-      if (!e["layer"].is_number_integer()) fail(where, "field 'layer' must be an integer");
-      op.layer = e["layer"].get<std::int32_t>();
+      const auto& l = e["layer"];
+      // -1: no layer (what the writer puts for an op outside any); a number past int32 would wrap.
+      if (!l.is_number_integer() || l.get<std::int64_t>() < -1 || l.get<std::int64_t>() > INT32_MAX ||
+          (l.is_number_unsigned() && l.get<std::uint64_t>() > INT32_MAX))
+        fail(where, "field 'layer' must be a whole number from -1 (no layer) to " + std::to_string(INT32_MAX) + ", not " +
+                        l.dump());
+      op.layer = static_cast<std::int32_t>(l.get<std::int64_t>());
     }
     t.add_op(std::move(op));
   }

@@ -109,6 +109,24 @@ TEST(TraceJson, MalformedJsonAndFieldsNamePosition) {
   EXPECT_NE(overflow.find("trace JSON: "), std::string::npos) << overflow;  // a config_error, not the parser's own
 }
 
+// A layer number past int32 wrapped to another layer (two layers merged in checkpoint's choice);
+// below -1 it meant nothing. Both are refused naming the op and the range.
+TEST(TraceJson, LayerNumbersOutsideTheirRangeAreRefused) {
+  const auto text = [](const std::string& layer) {
+    return R"({"tensors": [{"name": "p", "bytes": "1MB", "kind": "parameter"}],
+      "ops": [{"name": "f0", "reads": ["p"], "layer": )" + layer + "}]}";
+  };
+  for (const char* bad : {"99999999999", "2147483648", "-7", "18446744073709551615", "1.5", "\"3\""}) {
+    const auto e = error_of(text(bad));
+    EXPECT_NE(e.find("ops[0] ('f0')"), std::string::npos) << bad << ": " << e;
+    EXPECT_NE(e.find("field 'layer' must be a whole number from -1 (no layer) to 2147483647"), std::string::npos)
+        << bad << ": " << e;
+  }
+  EXPECT_EQ(error_of(text("2147483647")), "");
+  EXPECT_EQ(error_of(text("-1")), "");
+  EXPECT_EQ(trace_from_json_text(text("12")).ops[0].layer, 12);
+}
+
 // Op times whose sum is not finite are refused before any planning: two ops of 1e308 s (the
 // fuzzer's find) summed to an infinite step. The error names the op, the field and the range.
 TEST(TraceJson, OpTimesPastTheLongestOpAreRefused) {

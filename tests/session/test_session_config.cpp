@@ -257,6 +257,10 @@ TEST(SessionConfig, ValidateChecksTheNvmeDirectories) {
 
   c.nvme.directories = {dir.path(), dir.path()};
   EXPECT_TRUE(has(error_of([&] { c.validate(); }), "listed twice"));
+  // The same folder by another name would share one drive's files between two queues.
+  c.nvme.directories = {dir.path(), dir.path() + "/."};
+  msg = error_of([&] { c.validate(); });
+  EXPECT_TRUE(has(msg, "is the folder '" + dir.path() + "' again, by another name")) << msg;
 
   c.nvme.directories = {dir.path()};
   EXPECT_NO_THROW(c.validate());
