@@ -55,13 +55,14 @@
 // before training and never grows them mid-step; the sizes themselves are the backend's.
 //
 // Note [Reports from kernels]
-// Some arguments can be checked only where the data is: a class target past the classes lives
-// in device memory. The cpu launcher checks it in its work on the stream and throws there, so
-// the usage_error is the stream's sticky failure, rethrown by the next synchronize. The cuda
-// launcher gives the same error at the same place: a small kernel writes what it found (two
-// int32: the first bad row or -1, and its value) into a report slot in pinned host memory the
-// GPU writes through its mapping, and a host function queued after it on the same stream
-// (Device::launch_host) reads the slot and throws the cpu launcher's error; the cuda device
+// Some arguments can be checked only where the data is: a class target past the classes, a
+// token id outside the vocabulary, lives in device memory. The cpu launcher checks it in its
+// work on the stream and throws there, so the usage_error is the stream's sticky failure,
+// rethrown by the next synchronize. The cuda launcher gives the same error at the same place:
+// a small kernel (cuda_report_first_outside) writes what it found (two int32: the first bad
+// index or -1, and its value) into a report slot in pinned host memory the GPU writes through
+// its mapping, and a host function queued after it on the same stream (Device::launch_host,
+// detail::launch_with_report) reads the slot and throws the cpu launcher's error; the cuda device
 // keeps a host function's exception as its sticky failure, as the cpu device keeps a kernel's.
 // The host function reads host memory only, so it never calls the Device. Slots come from a
 // pool in the context, 512 to a page, each free again once its host function has read it; the

@@ -41,11 +41,17 @@ void cuda_bias_backward(kernel_context& ctx, stream s, const T* dy, T* dbias, in
 template <class F>
 void cuda_map(const char* kernel, stream s, std::size_t n, const F& f);
 
+// range_report.cu: one block on s that writes into `report` (a report slot's device address,
+// Note [Reports from kernels] in kernels/context.hpp) the least i < n with values[i] outside
+// [lo, hi), or -1, and that value. The launchers that report launch it last, so that when one of
+// their launches fails the slot is known unwritten and the dispatcher frees it.
+void cuda_report_first_outside(stream s, const std::int32_t* values, int n, std::int32_t lo, std::int32_t hi,
+                               std::int32_t* report);
+
 // softmax_cross_entropy.cu, layer_norm.cu, embedding.cu, attention.cu: T is float or bf16 (the
 // storage of the kernels' overloads), instantiated for both there.
-// cuda_softmax_cross_entropy also writes, into `report` (a report slot's device address, Note
-// [Reports from kernels] in kernels/context.hpp), the first row whose target is >= cols (or -1)
-// and that target; its caller queues the check that reads it.
+// cuda_softmax_cross_entropy also writes, into `report`, the first row whose target is >= cols
+// (or -1) and that target; its dispatcher queues the check that reads it.
 template <class T>
 void cuda_softmax_cross_entropy(kernel_context& ctx, stream s, const T* logits, const std::int32_t* targets,
                                 float* losses, float* mean_loss, T* dlogits, int rows, int cols, float grad_scale,
@@ -58,12 +64,14 @@ template <class T>
 void cuda_layer_norm_backward(kernel_context& ctx, stream s, const T* x, const T* gamma, const float* mean,
                               const float* rstd, const T* dy, T* dx, T* dgamma, T* dbeta, int rows, int cols,
                               bool accumulate);
+// Both embedding launchers also write, into `report`, the first token whose id is outside
+// [0, vocab) (or -1) and that id; their dispatcher queues the check that reads it.
 template <class T>
 void cuda_embedding_forward(kernel_context& ctx, stream s, const std::int32_t* ids, const T* table, T* out,
-                            int tokens, int vocab, int dim, bool accumulate);
+                            int tokens, int vocab, int dim, bool accumulate, std::int32_t* report);
 template <class T>
 void cuda_embedding_backward(kernel_context& ctx, stream s, const std::int32_t* ids, const T* dout, T* dtable,
-                             int tokens, int vocab, int dim, bool accumulate);
+                             int tokens, int vocab, int dim, bool accumulate, std::int32_t* report);
 template <class T>
 void cuda_causal_softmax_forward(kernel_context& ctx, stream s, T* scores, int batch, int seq);
 template <class T>

@@ -1,10 +1,12 @@
 // Dispatch and cpu launchers of the embedding, one body each for float32 and bf16 storage.
 // Backward groups the tokens by id (a counting sort that keeps token order) and is parallel
-// over table rows, so each gradient element sums its tokens in token order, in float32.
+// over table rows, so each gradient element sums its tokens in token order, in float32. Both
+// backends refuse an id outside the vocabulary with one error, at the stream's synchronize.
 #include "kernels/embedding.hpp"
 
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda_launchers.hpp"
@@ -13,20 +15,53 @@
 namespace spillway::kernels {
 namespace {
 
-void check_ids(const std::int32_t* ids, int tokens, int vocab) {
-  for (int t = 0; t < tokens; ++t)
-    SPILLWAY_EXPECTS_T(usage_error, ids[t] >= 0 && ids[t] < vocab,
-                     "embedding: id " + std::to_string(ids[t]) + " of token " + std::to_string(t) +
+/// The id check both backends make on the stream (a usage_error at the next synchronize): the
+/// cpu launchers for each token in order, the cuda ones for the first token their report names
+/// (Note [Reports from kernels]).
+void check_id(std::int32_t id, int token, int vocab) {
+  SPILLWAY_EXPECTS_T(usage_error, id >= 0 && id < vocab,
+                     "embedding: id " + std::to_string(id) + " of token " + std::to_string(token) +
                          " is outside the vocabulary of " + std::to_string(vocab));
 }
+
+void check_ids(const std::int32_t* ids, int tokens, int vocab) {
+  for (int t = 0; t < tokens; ++t) check_id(ids[t], t, vocab);
+}
+
+#if SPILLWAY_HAVE_CUDA
+/// The cuda dispatch: launch(report) queues the kernels, the last of which writes the first
+/// token whose id is outside the vocabulary into the report slot; the host function after them
+/// throws check_id's error for it.
+template <class Launch>
+void cuda_checked(kernel_context& ctx, stream s, int vocab, Launch launch) {
+  detail::launch_with_report(ctx, s, std::move(launch), [vocab](std::int32_t token, std::int32_t id) {
+    if (token >= 0) check_id(id, token, vocab);
+  });
+}
+
+template <class T>
+void cuda_forward(kernel_context& ctx, stream s, const std::int32_t* ids, const T* table, T* out, int tokens,
+                  int vocab, int dim, bool accumulate) {
+  cuda_checked(ctx, s, vocab, [&](std::int32_t* report) {
+    detail::cuda_embedding_forward(ctx, s, ids, table, out, tokens, vocab, dim, accumulate, report);
+  });
+}
+
+template <class T>
+void cuda_backward(kernel_context& ctx, stream s, const std::int32_t* ids, const T* dout, T* dtable, int tokens,
+                   int vocab, int dim, bool accumulate) {
+  cuda_checked(ctx, s, vocab, [&](std::int32_t* report) {
+    detail::cuda_embedding_backward(ctx, s, ids, dout, dtable, tokens, vocab, dim, accumulate, report);
+  });
+}
+#endif
 
 template <class T>
 void forward(kernel_context& ctx, stream s, const std::int32_t* ids, const T* table, T* out, int tokens, int vocab,
              int dim, bool accumulate) {
   SPILLWAY_KERNEL_EXPECTS(tokens >= 0 && vocab > 0 && dim > 0, "embedding_forward");
   if (tokens == 0) return;
-  SPILLWAY_KERNEL_LAUNCH(ctx, s,
-                         detail::cuda_embedding_forward(ctx, s, ids, table, out, tokens, vocab, dim, accumulate), [=] {
+  SPILLWAY_KERNEL_LAUNCH(ctx, s, cuda_forward(ctx, s, ids, table, out, tokens, vocab, dim, accumulate), [=] {
     check_ids(ids, tokens, vocab);
     const auto d = static_cast<std::size_t>(dim);
     detail::parallel_for(static_cast<std::size_t>(tokens), detail::grain_for(d), [&](std::size_t b, std::size_t e) {
@@ -46,8 +81,7 @@ template <class T>
 void backward(kernel_context& ctx, stream s, const std::int32_t* ids, const T* dout, T* dtable, int tokens, int vocab,
               int dim, bool accumulate) {
   SPILLWAY_KERNEL_EXPECTS(tokens >= 0 && vocab > 0 && dim > 0, "embedding_backward");
-  SPILLWAY_KERNEL_LAUNCH(ctx, s,
-                         detail::cuda_embedding_backward(ctx, s, ids, dout, dtable, tokens, vocab, dim, accumulate), [=] {
+  SPILLWAY_KERNEL_LAUNCH(ctx, s, cuda_backward(ctx, s, ids, dout, dtable, tokens, vocab, dim, accumulate), [=] {
     check_ids(ids, tokens, vocab);
     const auto d = static_cast<std::size_t>(dim);
     const auto v = static_cast<std::size_t>(vocab);

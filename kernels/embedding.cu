@@ -2,6 +2,7 @@
 // output element; backward as one block per (table row, 256 columns) that finds the row's tokens
 // in token order (a warp vote per 32 tokens) and sums them in float32 in that order, storing
 // each element once: no atomics, so the sums are the same bits every run and match the cpu's.
+// Both then report the first id outside the vocabulary (Note [Reports from kernels]).
 #include "kernels/bf16.hpp"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launchers.hpp"
@@ -19,6 +20,8 @@ struct gather_f {
   bool accumulate;
   __device__ void operator()(std::size_t i) const {
     const std::int32_t id = ids[i / dim];
+    // An id outside the vocabulary is reported after this kernel (an error at synchronize, as on
+    // the cpu); here its row reads as zeros, so nothing reads outside the table.
     const float v = (id >= 0 && id < vocab) ? load(table[static_cast<std::size_t>(id) * dim + i % dim]) : 0.0f;
     out[i] = store_as<T>(accumulate ? load(out[i]) + v : v);
   }
@@ -57,27 +60,33 @@ __global__ void scatter_add_kernel(const std::int32_t* ids, const T* dout, T* dt
 
 template <class T>
 void cuda_embedding_forward(kernel_context&, stream s, const std::int32_t* ids, const T* table, T* out, int tokens,
-                            int vocab, int dim, bool accumulate) {
+                            int vocab, int dim, bool accumulate, std::int32_t* report) {
   const std::size_t n = static_cast<std::size_t>(tokens) * static_cast<std::size_t>(dim);
   SPILLWAY_CUDA_MAP("embedding_gather", s, n,
                     (gather_f<T>{ids, table, out, static_cast<std::size_t>(dim), vocab, accumulate}));
+  cuda_report_first_outside(s, ids, tokens, 0, vocab, report);  // last (cuda_launchers.hpp)
 }
 
 template <class T>
 void cuda_embedding_backward(kernel_context&, stream s, const std::int32_t* ids, const T* dout, T* dtable,
-                             int tokens, int vocab, int dim, bool accumulate) {
-  if (tokens == 0 && accumulate) return;
-  const dim3 grid(static_cast<unsigned>(vocab), (static_cast<unsigned>(dim) + threads_per_block - 1) / threads_per_block);
-  SPILLWAY_CUDA_LAUNCH("scatter_add_kernel",
-                       scatter_add_kernel<T><<<grid, threads_per_block, 0, native(s)>>>(
-                           ids, dout, dtable, tokens, dim, accumulate));
+                             int tokens, int vocab, int dim, bool accumulate, std::int32_t* report) {
+  // A token whose id is outside the vocabulary matches no row, so its gradient goes nowhere; the
+  // report after the scatter names it.
+  if (tokens > 0 || !accumulate) {
+    const dim3 grid(static_cast<unsigned>(vocab),
+                    (static_cast<unsigned>(dim) + threads_per_block - 1) / threads_per_block);
+    SPILLWAY_CUDA_LAUNCH("scatter_add_kernel",
+                         scatter_add_kernel<T><<<grid, threads_per_block, 0, native(s)>>>(
+                             ids, dout, dtable, tokens, dim, accumulate));
+  }
+  cuda_report_first_outside(s, ids, tokens, 0, vocab, report);  // last (cuda_launchers.hpp)
 }
 
 #define SPILLWAY_EMBEDDING_LAUNCHERS(T)                                                                        \
   template void cuda_embedding_forward<T>(kernel_context&, stream, const std::int32_t*, const T*, T*, int, int, \
-                                          int, bool);                                                          \
+                                          int, bool, std::int32_t*);                                           \
   template void cuda_embedding_backward<T>(kernel_context&, stream, const std::int32_t*, const T*, T*, int, int, \
-                                           int, bool);
+                                           int, bool, std::int32_t*);
 SPILLWAY_EMBEDDING_LAUNCHERS(float)
 SPILLWAY_EMBEDDING_LAUNCHERS(bf16)
 #undef SPILLWAY_EMBEDDING_LAUNCHERS

@@ -11,8 +11,12 @@ namespace spillway::kernels {
 
 /// out[t, :] = table[ids[t], :] for t < tokens; table [vocab, dim], out [tokens, dim].
 /// With accumulate, out[t, :] += table[ids[t], :] instead (token + position embeddings: run the
-/// token lookup, then the position lookup with accumulate). Ids outside [0, vocab) are an error
-/// on the cpu backend and give zeros on the cuda backend.
+/// token lookup, then the position lookup with accumulate).
+///
+/// An id outside [0, vocab), in forward or backward, is a usage_error at the stream's next
+/// synchronize, the same on both backends: it names the first such token and its id, and the
+/// stream stays failed. What the call wrote by then is unspecified (the cuda kernels have run,
+/// reading such an id's row as zeros and leaving its gradient out; the cpu ones have not).
 void embedding_forward(kernel_context& ctx, stream s, const std::int32_t* ids, const float* table,
                        float* out, int tokens, int vocab, int dim, bool accumulate = false);
 

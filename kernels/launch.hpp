@@ -40,6 +40,22 @@ void check_report(kernel_context& ctx, stream s, kernel_report report, Check che
   });
 }
 
+/// The cuda dispatch of a kernel that reports (Note [Reports from kernels]): takes a report slot,
+/// runs launch(slot's device address), whose last launch writes the slot, then queues the host
+/// function that reads it and calls check(first, second). Where `launch` throws, its report
+/// kernel was not launched (it is the last), so the slot is freed again.
+template <class Launch, class Check>
+void launch_with_report(kernel_context& ctx, stream s, Launch launch, Check check) {
+  const kernel_report report = ctx.take_report();
+  try {
+    launch(report.device);
+  } catch (...) {
+    report.busy->store(false, std::memory_order_release);
+    throw;
+  }
+  check_report(ctx, s, report, std::move(check));
+}
+
 /// Runs body(begin, end) over [0, n) in chunks of `grain` with a static partition. Each index
 /// is handled by exactly one call, so as long as outputs of different indices are independent
 /// the result does not depend on which thread ran what (Note [Deterministic kernels]).

@@ -30,17 +30,15 @@ void softmax_xent(kernel_context& ctx, stream s, const T* logits, const std::int
   if (ctx.is_cuda()) {
     // The kernels write the first row whose target is past the classes into a report slot; a
     // host function after them throws the cpu launcher's error for it (Note [Reports from kernels]).
-    const detail::kernel_report report = ctx.take_report();
-    try {
-      detail::cuda_softmax_cross_entropy(ctx, s, logits, targets, losses, mean_loss, dlogits, rows, cols,
-                                         grad_scale, report.device);
-    } catch (...) {
-      report.busy->store(false);  // the kernel that writes the slot was not launched
-      throw;
-    }
-    detail::check_report(ctx, s, report, [cols](std::int32_t row, std::int32_t target) {
-      if (row >= 0) check_target(target, static_cast<std::size_t>(row), cols);
-    });
+    detail::launch_with_report(
+        ctx, s,
+        [&](std::int32_t* report) {
+          detail::cuda_softmax_cross_entropy(ctx, s, logits, targets, losses, mean_loss, dlogits, rows, cols,
+                                             grad_scale, report);
+        },
+        [cols](std::int32_t row, std::int32_t target) {
+          if (row >= 0) check_target(target, static_cast<std::size_t>(row), cols);
+        });
     return;
   }
 #endif

@@ -23,7 +23,7 @@ __global__ void softmax_xent_kernel(const T* logits, const std::int32_t* targets
   float sum = 0.0f;
   for (int j = threadIdx.x; j < cols; j += blockDim.x) sum += expf(load(x[j]) - mx);
   sum = block_sum(sum, shm);
-  // A target past the classes is reported by first_bad_target_kernel (an error at synchronize,
+  // A target past the classes is reported by cuda_report_first_outside (an error at synchronize,
   // as on the cpu); here its row is computed as an ignored one, so nothing reads past the row.
   const bool ignored = t < 0 || t >= cols;
   if (threadIdx.x == 0) losses[row] = ignored ? 0.0f : logf(sum) - (load(x[t]) - mx);
@@ -45,30 +45,6 @@ __global__ void mean_kernel(const float* losses, int rows, float* mean) {
   if (threadIdx.x == 0) *mean = sum / static_cast<float>(rows);
 }
 
-/// One block: report[0] = the first row whose target is >= cols, or -1; report[1] = that target.
-/// report is pinned host memory mapped for the GPU (Note [Reports from kernels]).
-__global__ void first_bad_target_kernel(const std::int32_t* targets, int rows, int cols, std::int32_t* report) {
-  __shared__ int shm[threads_per_block];
-  int first = rows;  // none
-  for (long long r = threadIdx.x; r < rows; r += blockDim.x)
-    if (targets[r] >= cols) {
-      first = static_cast<int>(r);  // each thread walks its rows upward: its first hit is its least
-      break;
-    }
-  shm[threadIdx.x] = first;
-  __syncthreads();
-  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) shm[threadIdx.x] = min(shm[threadIdx.x], shm[threadIdx.x + half]);
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    const int row = shm[0];
-    report[0] = row < rows ? row : -1;
-    report[1] = row < rows ? targets[row] : 0;
-    __threadfence_system();  // the host function after this kernel reads both
-  }
-}
-
 }  // namespace
 
 template <class T>
@@ -87,8 +63,8 @@ void cuda_softmax_cross_entropy(kernel_context& ctx, stream s, const T* logits, 
                              row_loss, rows, mean_loss));
   }
   // Last, so that when a launch above fails the slot is known unwritten and its caller frees it.
-  SPILLWAY_CUDA_LAUNCH("first_bad_target_kernel",
-                       first_bad_target_kernel<<<1, threads_per_block, 0, native(s)>>>(targets, rows, cols, report));
+  // A negative target ignores its row: only targets >= cols are reported.
+  cuda_report_first_outside(s, targets, rows, INT32_MIN, cols, report);
 }
 
 template void cuda_softmax_cross_entropy<float>(kernel_context&, stream, const float*, const std::int32_t*, float*,
