@@ -78,7 +78,9 @@ const command_registration registration{"adam", [](CLI::App& app, int& exit_code
       ->check(whole_number_in(1, std::uint64_t{1} << 36));
   cmd->add_option("--repeats", args->repeats, "timed turns of each (best taken)")->capture_default_str()->check(whole_number_in(1, 1000));
   cmd->add_option("--isa", args->isa, "the CPU Adam's body: scalar, avx2, avx512 or best")->capture_default_str();
-  cmd->add_option("--target", args->target, "least ratio of Adam's bytes/s to the triad's")->capture_default_str();
+  cmd->add_option("--target", args->target, "least ratio of Adam's bytes/s to the triad's")
+      ->capture_default_str()
+      ->check(positive_number);
   cmd->add_option("--json", args->json, "write the figures as JSON")->check(writable_file);
   cmd->callback([args, &exit_code] { exit_code = run(*args); });
 }};

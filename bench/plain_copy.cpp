@@ -189,7 +189,7 @@ const command_registration registration{"copies", [](CLI::App& app, int& exit_co
   cmd->add_option("--size", args->size, "bytes per copy (e.g. 256MiB)")->capture_default_str();
   cmd->add_option("--copies", args->copies, "copies per timed turn")->capture_default_str()->check(whole_number_in(1, 1000000));
   cmd->add_option("--repeats", args->repeats, "timed turns per side (best taken)")->capture_default_str()->check(whole_number_in(1, 1000));
-  cmd->add_option("--target", args->target, "least ratio to the plain loop")->capture_default_str();
+  cmd->add_option("--target", args->target, "least ratio to the plain loop")->capture_default_str()->check(positive_number);
   cmd->add_option("--json", args->json, "write the figures as JSON")->check(writable_file);
   cmd->callback([args, &exit_code] { exit_code = run(*args); });
 }};

@@ -293,7 +293,7 @@ const command_registration registration{"nvme", [](CLI::App& app, int& exit_code
                                                  "nvme.block_size", "nvme.queue_depth"});
   cmd->add_option("--size", args->size, "bytes per pass")->capture_default_str();
   cmd->add_option("--repeats", args->repeats, "passes per side (best taken)")->capture_default_str()->check(whole_number_in(1, 1000));
-  cmd->add_option("--target", args->target, "least ratio to the plain loop")->capture_default_str();
+  cmd->add_option("--target", args->target, "least ratio to the plain loop")->capture_default_str()->check(positive_number);
   cmd->add_option("--json", args->json, "write the figures as JSON")->check(writable_file);
   cmd->callback([args, &exit_code] { exit_code = run(*args); });
 }};

@@ -71,6 +71,8 @@ check '--fit-step-ms: cannot use 1e+300: give a step time above 0 and at most 36
 check "--layers: 3 is too few for a planned policy at --budget-ratio 0.25" overhead --layers 3
 check "--policies: 'bogus' is not a policy" overhead --policies none bogus
 check '--target-none-us: cannot use "-1": give a number above 0' overhead --target-none-us -1
+check '--target: cannot use "-1": give a number above 0' adam --target -1
+check '--target: cannot use "0": give a number above 0' copies --target 0
 check '--target-planned-us: cannot use "nan": give a number above 0' overhead --target-planned-us nan
 check '--network-latency-us: cannot use "-1": give a number from 0 to 1000000' plan --model gpt2-small --ranks 2 --network-latency-us -1
 check "--ranks-per-node: 8 is more than the 4 ranks" plan --model gpt2-small --ranks 4 --ranks-per-node 8
