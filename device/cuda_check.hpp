@@ -9,7 +9,12 @@
 #include "device/error.hpp"
 
 namespace spillway::detail {
+/// Throws `status` as an exception naming `call`. It first clears the runtime's last-error slot:
+/// a call that fails with an error that is not sticky (out of memory, an invalid argument) leaves
+/// it there, and the next launch check that reads cudaGetLastError would blame it on its own
+/// kernel. A sticky error (the context is lost) keeps failing every later call regardless.
 [[noreturn]] inline void throw_cuda(cudaError_t status, const char* call, const char* file, int line) {
+  (void)cudaGetLastError();
   std::string msg = std::string(call) + " failed: " + cudaGetErrorName(status) + " (" +
                     cudaGetErrorString(status) + ")" + location_suffix(file, line);
   if (status == cudaErrorMemoryAllocation) throw out_of_memory(msg);

@@ -77,10 +77,7 @@ class cuda_device final : public Device {
     activate();
     void* p = nullptr;
     const cudaError_t status = cudaMalloc(&p, bytes);
-    if (status != cudaSuccess) {
-      (void)cudaGetLastError();  // out of memory is not sticky: clear it, or a later launch check reports it
-      detail::throw_cuda(status, "cudaMalloc", __FILE__, __LINE__);
-    }
+    if (status != cudaSuccess) detail::throw_cuda(status, "cudaMalloc", __FILE__, __LINE__);  // clears it
     std::lock_guard lock(m_);
     used_ += bytes;
     sizes_[p] = bytes;
@@ -128,7 +125,6 @@ class cuda_device final : public Device {
     activate();
     const cudaError_t status = cudaHostRegister(p, n, cudaHostRegisterDefault);
     if (status != cudaSuccess) {
-      (void)cudaGetLastError();  // not sticky: clear it so no later check reports it again
       ::munmap(p, n);
       detail::throw_cuda(status, "cudaHostRegister", __FILE__, __LINE__);
     }
@@ -302,7 +298,6 @@ class cuda_device final : public Device {
   // synchronize, as the runtime reports an asynchronous error.
   void note_failure(cudaError_t status, const char* call) noexcept {
     if (status == cudaSuccess) return;
-    (void)cudaGetLastError();
     try {
       detail::throw_cuda(status, call, __FILE__, __LINE__);
     } catch (...) {
