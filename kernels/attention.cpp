@@ -2,6 +2,8 @@
 // the fused qkv rows) around a masked softmax; plus the cpu launchers of that softmax.
 #include "kernels/attention.hpp"
 
+#include <climits>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -15,6 +17,16 @@ namespace spillway::kernels {
 
 namespace {
 
+// The causal softmax runs one row of scores per CUDA block, and a grid holds at most 2^31 - 1
+// blocks; a larger count would be refused at launch or, taken modulo 2^32, silently cover only
+// part of the rows. Both backends refuse it alike, on the shape alone, before any work.
+void check_score_rows(long long batch, int seq, const char* kernel, const char* batch_words) {
+  SPILLWAY_EXPECTS_T(usage_error, batch <= INT_MAX / seq,  // seq > 0, checked before
+                     std::string(kernel) + ": " + batch_words + " * seq = " + std::to_string(batch) + " * " +
+                         std::to_string(seq) +
+                         " score rows, above the 2147483647 (2^31 - 1) supported: split the batch");
+}
+
 // The causal softmax, one body for float32 and bf16 storage. A row's exponentials are taken at
 // once (Note [Host exponentials]); a float32 row keeps them in the scores between the sum and
 // the scaling, a bf16 row in a float32 row of its own, so it is rounded once, at its final
@@ -22,6 +34,7 @@ namespace {
 template <class T>
 void causal_forward(kernel_context& ctx, stream s, T* scores, int batch, int seq) {
   SPILLWAY_KERNEL_EXPECTS(batch >= 0 && seq > 0, "causal_softmax_forward");
+  check_score_rows(batch, seq, "causal_softmax_forward", "batch");
   if (batch == 0) return;
   SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_causal_softmax_forward(ctx, s, scores, batch, seq), [=] {
     const auto t = static_cast<std::size_t>(seq);
@@ -52,6 +65,7 @@ void causal_forward(kernel_context& ctx, stream s, T* scores, int batch, int seq
 template <class T>
 void causal_backward(kernel_context& ctx, stream s, const T* probs, T* dprobs, int batch, int seq, float scale) {
   SPILLWAY_KERNEL_EXPECTS(batch >= 0 && seq > 0, "causal_softmax_backward");
+  check_score_rows(batch, seq, "causal_softmax_backward", "batch");
   if (batch == 0) return;
   SPILLWAY_KERNEL_LAUNCH(ctx, s, detail::cuda_causal_softmax_backward(ctx, s, probs, dprobs, batch, seq, scale),
                          [=] {
@@ -101,6 +115,8 @@ attention_dims dims_of(const attention_shape& sh) {
   SPILLWAY_KERNEL_EXPECTS(sh.batch >= 0 && sh.seq > 0 && sh.heads > 0 && sh.channels > 0 &&
                               sh.channels % sh.heads == 0,
                           "attention: channels must be a positive multiple of heads");
+  // The softmax sees batch * heads matrices of seq rows: refuse here, before the first GEMM.
+  check_score_rows(static_cast<long long>(sh.batch) * sh.heads, sh.seq, "attention", "batch * heads");
   attention_dims d{};
   d.t = sh.seq;
   d.c = sh.channels;

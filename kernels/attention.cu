@@ -41,6 +41,8 @@ __global__ void causal_softmax_backward_kernel(const T* probs, T* dprobs, int se
 
 }  // namespace
 
+// One block per score row: rows = batch * seq fits a grid (at most 2^31 - 1 blocks) because
+// causal_softmax_forward and _backward refuse larger shapes before they call these.
 template <class T>
 void cuda_causal_softmax_forward(kernel_context&, stream s, T* scores, int batch, int seq) {
   const unsigned rows = static_cast<unsigned>(batch) * static_cast<unsigned>(seq);

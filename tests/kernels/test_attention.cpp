@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "kernel_rig.hpp"
 #include "kernels/attention.hpp"
@@ -127,6 +128,30 @@ TEST(Attention, RejectsChannelsNotDivisibleByHeads) {
   rig r;
   float* d = r.alloc<float>(64);
   EXPECT_THROW(attention_forward(r.ctx(), r.s(), attention_shape{1, 2, 10, 3}, d, d, d), spillway::usage_error);
+}
+
+// One CUDA block per score row, and a grid holds at most 2^31 - 1 blocks: more rows are refused
+// on the shape alone, on every backend, before any work (the null buffers are never touched).
+TEST(Attention, RejectsMoreScoreRowsThanAGridHolds) {
+  rig r;
+  float* none = nullptr;
+  // 2^31 rows: one past the limit; 2^32 rows: would wrap to 0 blocks in an unsigned grid size.
+  EXPECT_THROW(causal_softmax_forward(r.ctx(), r.s(), none, 1 << 16, 1 << 15), spillway::usage_error);
+  EXPECT_THROW(causal_softmax_forward(r.ctx(), r.s(), none, 1 << 16, 1 << 16), spillway::usage_error);
+  EXPECT_THROW(causal_softmax_backward(r.ctx(), r.s(), none, none, 1 << 16, 1 << 16, 1.0f), spillway::usage_error);
+  bf16* none16 = nullptr;
+  EXPECT_THROW(causal_softmax_forward(r.ctx(), r.s(), none16, 3, 1 << 30), spillway::usage_error);
+  // batch * heads * seq = 2 * 2^15 * 2^15 rows: refused before the first GEMM.
+  const attention_shape wide{2, 1 << 15, 1 << 15, 1 << 15};
+  EXPECT_THROW(attention_forward(r.ctx(), r.s(), wide, none, none, none), spillway::usage_error);
+  EXPECT_THROW(attention_backward(r.ctx(), r.s(), wide, none, none, none, none, none), spillway::usage_error);
+  EXPECT_THROW((void)attention_bf16_workspace_bytes(r.ctx(), wide), spillway::usage_error);
+  try {
+    causal_softmax_forward(r.ctx(), r.s(), none, 1 << 16, 1 << 16);
+  } catch (const spillway::usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("65536 * 65536 score rows"), std::string::npos) << e.what();
+  }
+  r.sync();  // nothing was enqueued, and the stream is not failed
 }
 
 TEST(AttentionCuda, MatchesCpu) {
