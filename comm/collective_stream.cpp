@@ -7,7 +7,7 @@
 
 namespace spillway::comm {
 
-collective_stream::collective_stream(Device& device) : device_(&device) {
+collective_stream::collective_stream(Device& device) : device_(&device), events_(device) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -18,7 +18,7 @@ collective_stream::~collective_stream() {
   }
   cv_.notify_all();
   thread_.join();
-  for (const job& j : jobs_) device_->destroy_event(j.ready);  // dropped after a failure
+  for (const job& j : jobs_) events_.give(j.ready);  // dropped after a failure
 }
 
 collective_stream::ticket collective_stream::enqueue(stream after, std::function<void()> work) {
@@ -27,11 +27,11 @@ collective_stream::ticket collective_stream::enqueue(stream after, std::function
     std::lock_guard lock(m_);
     if (error_) std::rethrow_exception(error_);
   }
-  const event ready = device_->create_event();
+  const event ready = events_.take();
   try {
     device_->record_event(ready, after);
   } catch (...) {
-    device_->destroy_event(ready);
+    events_.give(ready);
     throw;
   }
   ticket t = 0;
@@ -94,7 +94,7 @@ void collective_stream::run() {
     } catch (...) {
       failure = std::current_exception();
     }
-    device_->destroy_event(j.ready);
+    events_.give(j.ready);
     {
       std::lock_guard lock(m_);
       if (failure)

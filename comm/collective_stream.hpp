@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "device/device.hpp"
+#include "device/event_pool.hpp"
 
 namespace spillway::comm {
 
@@ -58,6 +59,7 @@ class collective_stream {
   void run();
 
   Device* device_;
+  event_pool events_;  // one event per job, taken at enqueue and given back once it has run
   mutable std::mutex m_;
   std::condition_variable cv_;
   std::deque<job> jobs_;

@@ -10,6 +10,11 @@
 
 namespace spillway::comm::detail {
 
+std::string duration_text(std::chrono::milliseconds t) {
+  const auto ms = t.count();
+  return ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
+}
+
 namespace {
 
 std::string mpi_text(int rc) {
@@ -17,11 +22,6 @@ std::string mpi_text(int rc) {
   int len = 0;
   if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
   return std::string(text, static_cast<std::size_t>(len));
-}
-
-std::string duration_text(std::chrono::milliseconds t) {
-  const auto ms = t.count();
-  return ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
 }
 
 /// "rank 1", "ranks 1 and 3", "ranks 1, 2 and 3"

@@ -19,6 +19,9 @@ namespace spillway::comm::detail {
 /// matched may still read its buffer afterwards, which is one reason the communicator is failed
 /// for good after a comm_error and the job should end (communicator::abort).
 
+/// "120 s", "1500 ms": a timeout as messages give it.
+std::string duration_text(std::chrono::milliseconds t);
+
 /// Throws comm_error "WHAT: CALL: <MPI's text>" when rc is not MPI_SUCCESS.
 void check_mpi(int rc, const char* what, const std::string& call);
 

@@ -3,15 +3,19 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "comm/comm_error.hpp"
 #include "comm/communicator.hpp"
 #include "comm/nccl_collectives.hpp"
 
 namespace {
 
+using spillway::comm::comm_options;
 using spillway::comm::communicator;
 using spillway::comm::nccl_collectives;
 
@@ -46,7 +50,7 @@ TEST(NcclOneRank, CollectivesOnTheDevice) {
   nccl.reduce_scatter_sum(d_in, d_out, n, ws, stream);
   nccl.all_reduce_sum(d_in, n, ws, stream);
   std::vector<float> out(n), in_place(n);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  nccl.synchronize(stream);  // the wait that ends (Note [NCCL faults]); nothing fails on one rank
   ASSERT_EQ(cudaMemcpy(out.data(), d_out, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(in_place.data(), d_in, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(0, std::memcmp(out.data(), x.data(), n * sizeof(float)));
@@ -54,13 +58,43 @@ TEST(NcclOneRank, CollectivesOnTheDevice) {
   // All-gather of 3-byte elements, out of place.
   ASSERT_EQ(cudaMemset(d_out, 0, n * sizeof(float)), cudaSuccess);
   nccl.all_gather(d_in, d_out, 1001, 3, stream);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  nccl.synchronize(stream);
   std::vector<unsigned char> gathered(3003);
   ASSERT_EQ(cudaMemcpy(gathered.data(), d_out, gathered.size(), cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(0, std::memcmp(gathered.data(), x.data(), gathered.size()));
   cudaFree(ws);
   cudaFree(d_in);
   cudaFree(d_out);
+  cudaStreamDestroy(stream);
+}
+
+// A stream that does not reach its end within the timeout (here a host function that sleeps,
+// standing for a collective that a dead peer holds up) is a comm_error with the communicator
+// aborted, and every later call refuses at once instead of waiting (Note [NCCL faults]).
+TEST(NcclOneRank, SynchronizeEndsAtTheTimeoutAndFailsForGood) {
+  if (const auto reason = no_gpu_reason(); !reason.empty()) GTEST_SKIP() << reason;
+  auto host = communicator::solo();
+  comm_options options;
+  options.timeout = std::chrono::milliseconds(20);
+  nccl_collectives nccl(*host, 0, options);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  ASSERT_EQ(cudaLaunchHostFunc(
+                stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(500)); }, nullptr),
+            cudaSuccess);
+  try {
+    nccl.synchronize(stream);
+    ADD_FAILURE() << "synchronize returned before the stream reached its end";
+  } catch (const spillway::comm_error& e) {
+    EXPECT_NE(std::string(e.what()).find("did not finish within 20 ms"), std::string::npos) << e.what();
+  }
+  try {
+    nccl.synchronize(stream);
+    ADD_FAILURE() << "a failed communicator answered";
+  } catch (const spillway::comm_error& e) {
+    EXPECT_NE(std::string(e.what()).find("failed earlier"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaStreamDestroy(stream);
 }
 
