@@ -4,11 +4,13 @@
 
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <exception>
 #include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "offload/swap_policy.hpp"
@@ -20,9 +22,14 @@ struct spw_session {
 
 // An op: spw_op_begin's owns its scope; the op a body of spw_recomputable_op or
 // spw_host_capable_op is given borrows the library's scope for the body's run.
+// Every spw_op is in `live_ops` while it exists (Note [Live ops]).
 struct spw_op {
-  explicit spw_op(spillway::Session::op_scope&& own) : owned(std::move(own)), scope(&*owned) {}
-  explicit spw_op(const spillway::Session::op_scope& borrowed) : scope(&borrowed) {}
+  explicit spw_op(spillway::Session::op_scope&& own) : owned(std::move(own)), scope(&*owned) { enter(); }
+  explicit spw_op(const spillway::Session::op_scope& borrowed) : scope(&borrowed) { enter(); }
+  ~spw_op();
+  spw_op(const spw_op&) = delete;
+  spw_op& operator=(const spw_op&) = delete;
+  void enter();
   std::optional<spillway::Session::op_scope> owned;
   const spillway::Session::op_scope* scope;
 };
@@ -35,6 +42,36 @@ struct spw_host {
 };
 
 namespace {
+
+// Note [Live ops]
+// spw_op_end frees its op, so a second spw_op_end of it (a cleanup path that ends whatever it
+// thinks is open) read freed memory, and once the block was handed out again, freed the
+// program's own memory and returned SPW_OK. Every spw_op the library makes is kept in a set
+// while it exists, and each call taking an op looks it up first: an op that has ended is
+// refused with SPW_ERR_USAGE. One lookup under a mutex per call; an op's calls are few.
+std::mutex live_ops_mutex;
+std::unordered_set<const spw_op*> live_ops;
+
+bool is_live(const spw_op* op) {
+  std::lock_guard lock(live_ops_mutex);
+  return live_ops.count(op) != 0;
+}
+
+}  // namespace
+
+void spw_op::enter() {
+  std::lock_guard lock(live_ops_mutex);
+  live_ops.insert(this);
+}
+
+spw_op::~spw_op() {
+  std::lock_guard lock(live_ops_mutex);
+  live_ops.erase(this);
+}
+
+namespace {
+
+
 
 struct last_error_state {
   spw_status status = SPW_OK;
@@ -87,6 +124,13 @@ spw_status guarded(F&& f) noexcept {
   } catch (...) {
     return from_current_exception();
   }
+}
+
+// The refusal of a call on an op that has ended (Note [Live ops]).
+spw_status ended_op(const char* call) {
+  return fail(SPW_ERR_USAGE, (std::string(call) + ": the op has ended (spw_op_end was called for it, or its body "
+                                                  "returned); begin a new op with spw_op_begin")
+                                 .c_str());
 }
 
 spw_status null_argument(const char* call, const char* what) {
@@ -322,6 +366,7 @@ spw_status spw_op_begin(spw_session* s, const char* name, const spw_tensor* read
 
 spw_status spw_op_end(spw_op* op) {
   if (op == nullptr) return null_argument("spw_op_end", "op");
+  if (!is_live(op)) return ended_op("spw_op_end");
   if (!op->owned)
     return fail(SPW_ERR_USAGE, "spw_op_end: the op of a recomputable or host-capable op's body, which the library "
                                "ends when the body returns; return from the body instead");
@@ -337,13 +382,14 @@ spw_status spw_op_end(spw_op* op) {
 
 spw_status spw_op_ptr(const spw_op* op, spw_tensor t, void** out) {
   if (op == nullptr || out == nullptr) return null_argument("spw_op_ptr", op == nullptr ? "op" : "out");
+  if (!is_live(op)) return ended_op("spw_op_ptr");
   return guarded([&] { *out = op->scope->ptr(handle(t)); });
 }
 
-void* spw_op_stream(const spw_op* op) { return op == nullptr ? nullptr : op->scope->stream().handle; }
+void* spw_op_stream(const spw_op* op) { return op == nullptr || !is_live(op) ? nullptr : op->scope->stream().handle; }
 uint64_t spw_op_seed(const spw_op* op) {
   try {
-    return op == nullptr ? 0 : op->scope->seed();
+    return op == nullptr || !is_live(op) ? 0 : op->scope->seed();
   } catch (...) {  // a scope moved from, which a spw_op never holds
     return 0;
   }
@@ -352,11 +398,13 @@ void* spw_session_stream(const spw_session* s) { return s == nullptr ? nullptr :
 
 spw_status spw_op_workspace(const spw_op* op, uint64_t bytes, void** out) {
   if (op == nullptr || out == nullptr) return null_argument("spw_op_workspace", op == nullptr ? "op" : "out");
+  if (!is_live(op)) return ended_op("spw_op_workspace");
   return guarded([&] { *out = op->scope->workspace(bytes); });
 }
 
 spw_status spw_op_run(spw_op* op, void (*fn)(const spw_host* h, void* user), void* user) {
   if (op == nullptr || fn == nullptr) return null_argument("spw_op_run", op == nullptr ? "op" : "fn");
+  if (!is_live(op)) return ended_op("spw_op_run");
   return guarded([&] {
     op->scope->run([&](const spillway::Session::op_scope::host_access& access) {
       spw_host h{&access, nullptr};

@@ -324,13 +324,16 @@ Session::op_scope Session::op(std::string_view name, std::span<const tensor_hand
                               std::span<const tensor_handle> writes, std::span<const tensor_handle> accumulates,
                               double flops) {
   const session_detail::session_call claim(*impl_, "op", name);
-  return op_scope(impl_.get(),
-                  impl_->open_op(name, reads, writes, accumulates, flops, session_detail::phase_from_name(name)));
+  op_scope scope(impl_.get(),
+                 impl_->open_op(name, reads, writes, accumulates, flops, session_detail::phase_from_name(name)));
+  scope.serial_ = impl_->ops_opened;
+  return scope;
 }
 
 Session::op_scope::~op_scope() noexcept(false) {
   if (s_ == nullptr || rerun_) return;
   const session_detail::session_call claim(*s_, "the end of an op's scope", {}, session_detail::session_call::mode::wait);
+  if (stale()) return;  // its iteration was given up: the op open now is another's (Note [Stale scopes])
   if (std::uncaught_exceptions() > 0) {
     // An exception leaves the op's scope: the step has failed (Note [Failed iterations]).
     if (s_->in_iteration) s_->iteration_failed = true;
@@ -343,9 +346,18 @@ Session::op_scope::~op_scope() noexcept(false) {
   s_->end_op(index_);
 }
 
-Session::op_scope::op_scope(op_scope&& other) noexcept : s_(other.s_), index_(other.index_), rerun_(other.rerun_) {
+Session::op_scope::op_scope(op_scope&& other) noexcept
+    : s_(other.s_), index_(other.index_), rerun_(other.rerun_), serial_(other.serial_) {
   other.s_ = nullptr;
 }
+
+// Note [Stale scopes]
+// A scope left alive when its iteration was given up (abandon_iteration) outlives its op, and
+// the next iteration's op k has the same index k. Ended then, it ended the op open at that time;
+// its ptr() named that op's tensors. So each scope Session::op makes holds the count of ops
+// opened when it was made, and one whose count is no longer the latest with its op closed or
+// another open is stale: its end does nothing, and its other calls are refused.
+bool Session::op_scope::stale() const { return serial_ != 0 && (serial_ != s_->ops_opened || !s_->op_open); }
 
 stream Session::op_scope::stream() const noexcept { return s_->exec->compute_stream(); }
 stream Session::stream() const noexcept { return impl_->exec->compute_stream(); }
@@ -371,12 +383,14 @@ std::uint64_t Session::op_scope::seed() const {
 
 void* Session::op_scope::raw_ptr(tensor_handle t) const {
   SPILLWAY_EXPECTS_T(usage_error, s_ != nullptr, "ptr() of an op scope that was moved from");
+  SPILLWAY_EXPECTS_T(usage_error, !stale(), "ptr() of an op scope whose op is no longer open (its iteration was given up)");
   return s_->op_ptr(t);
 }
 
 void* Session::op_scope::workspace(std::uint64_t bytes) const {
   SPILLWAY_EXPECTS_T(usage_error, s_ != nullptr, "workspace() of an op scope that was moved from");
   const session_detail::session_call claim(*s_, "an op scope's workspace()");
+  SPILLWAY_EXPECTS_T(usage_error, !stale(), "workspace() of an op scope whose op is no longer open (its iteration was given up)");
   try {
     return s_->exec->scratch(bytes);
   } catch (...) {

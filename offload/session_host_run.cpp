@@ -71,6 +71,7 @@ void session_impl::run_on_host(const std::function<void(const Session::op_scope:
 void Session::op_scope::run(const std::function<void(const host_access&)>& f) const {
   SPILLWAY_EXPECTS_T(usage_error, s_ != nullptr, "run() of an op scope that was moved from");
   const session_detail::session_call claim(*s_, "an op scope's run()");
+  SPILLWAY_EXPECTS_T(usage_error, !stale(), "run() of an op scope whose op is no longer open (its iteration was given up)");
   host_access access(this);
   try {
     s_->run_on_host(f, access, access.ptrs_);

@@ -766,6 +766,7 @@ class session_impl {
   bool in_iteration = false;
   bool iteration_failed = false;  // a device, tier or memory error left one of its calls (Note [Failed iterations])
   bool op_open = false;
+  std::uint64_t ops_opened = 0;   // ops Session::op has opened; a scope holds its number (Note [Stale scopes])
   std::thread::id op_thread;      // the thread that opened the open op (Note [One thread at a time])
   std::atomic<std::thread::id> caller{};  // the thread inside a Session call (Note [One thread at a time])
   bool open_on_host = false;      // the open op runs on the host (begin_host_op)

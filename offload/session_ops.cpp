@@ -32,6 +32,7 @@ std::uint32_t session_impl::open_op(std::string_view name, std::span<const tenso
   const std::string op_name(name);
   SPILLWAY_EXPECTS_T(usage_error, in_iteration, "op \"" + op_name + "\" outside begin_iteration()/end_iteration()");
   SPILLWAY_EXPECTS_T(usage_error, !op_open, "op \"" + op_name + "\" started inside another op's scope");
+  ++ops_opened;
   // The tensors as the loop names them.
   std::vector<named_tensor> named;
   auto note = [&](tensor_handle t, bool is_read, bool is_written) {

@@ -250,9 +250,12 @@ class Session {
     friend class session_impl;
     op_scope(session_impl* s, std::uint32_t index, bool rerun = false) : s_(s), index_(index), rerun_(rerun) {}
     [[nodiscard]] void* raw_ptr(tensor_handle t) const;
+    // Whether this scope's op is no longer the open one (Note [Stale scopes] in session.cpp).
+    [[nodiscard]] bool stale() const;
     session_impl* s_;
     std::uint32_t index_;
     bool rerun_ = false;  // the scope of a recomputation: the library ends nothing when it goes
+    std::uint64_t serial_ = 0;  // Session::op's scopes: which op opened it; 0: a scope the library made
   };
   /// `writes` lists tensors the op overwrites entirely; a tensor it updates in place (+=, Adam)
   /// goes in both lists. `flops` feeds the planner's estimate before durations are measured.

@@ -246,6 +246,46 @@ static void op_pointers_stream_workspace(void) {
   spw_session_destroy(s);
 }
 
+/* An op ended twice, or used after its end, is refused (Note [Live ops]); before, the second end
+ * freed whatever block the program had been given since. An op left open when its step was given
+ * up ends nothing when ended later: not the next step's op, which has the same index. */
+static void ended_and_stale_ops_are_refused_or_inert(void) {
+  spw_session* s;
+  OK(spw_session_from_json_text(small_device, &s));
+  float init[N] = {0};
+  spw_tensor w, x;
+  OK(spw_add_persistent(s, "w", sizeof init, SPW_PARAMETER, init, &w));
+  OK(spw_begin_iteration(s, "train"));
+  spw_op* op;
+  OK(spw_op_begin(s, "w.forward", &w, 1, NULL, 0, NULL, 0, &op));
+  OK(spw_op_end(op));
+  FAILS(spw_op_end(op), SPW_ERR_USAGE, "the op has ended");
+  void* p = NULL;
+  FAILS(spw_op_ptr(op, w, &p), SPW_ERR_USAGE, "the op has ended");
+  FAILS(spw_op_workspace(op, 64, &p), SPW_ERR_USAGE, "the op has ended");
+  CHECK(spw_op_stream(op) == NULL);
+  OK(spw_end_iteration(s, NULL));
+
+  OK(spw_begin_iteration(s, "train"));
+  spw_op* stale;
+  OK(spw_op_begin(s, "w.forward", &w, 1, NULL, 0, NULL, 0, &stale));
+  OK(spw_abandon_iteration(s));
+  OK(spw_begin_iteration(s, "train"));
+  OK(spw_add_transient(s, "x", sizeof init, SPW_ACTIVATION, &x));
+  spw_op* fresh;
+  OK(spw_op_begin(s, "x.forward", NULL, 0, &x, 1, NULL, 0, &fresh));
+  OK(spw_op_end(stale)); /* frees it; the open op stays open */
+  void* px = NULL;
+  OK(spw_op_ptr(fresh, x, &px));
+  CHECK(px != NULL);
+  struct fill_args fx = {x, 1.0f};
+  OK(spw_op_run(fresh, fill, &fx)); /* before, the stale end had closed it: "whose scope has ended" */
+  OK(spw_op_end(fresh));
+  OK(spw_release(s, x));
+  OK(spw_end_iteration(s, NULL));
+  spw_session_destroy(s);
+}
+
 /* g += x (g accumulates). */
 struct add_args {
   spw_tensor x, g;
@@ -345,6 +385,7 @@ static const capi_case cases[] = {
     {"op_pointers_stream_workspace", op_pointers_stream_workspace},
     {"checkpoint_round_trip", checkpoint_round_trip},
     {"a_step_the_loop_gives_up_is_abandoned", a_step_the_loop_gives_up_is_abandoned},
+    {"ended_and_stale_ops_are_refused_or_inert", ended_and_stale_ops_are_refused_or_inert},
 };
 
 int main(int argc, char** argv) { return run_case(cases, sizeof cases / sizeof cases[0], argc, argv); }
