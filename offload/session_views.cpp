@@ -48,19 +48,21 @@ tensor_handle session_impl::add_view(tensor_handle parent, std::uint64_t offset,
                      what + ": the range [" + std::to_string(offset) + ", " + std::to_string(offset) + " + " +
                          std::to_string(bytes) + ") is outside the tensor's " + std::to_string(pd.bytes) +
                          " bytes; give offset + bytes <= " + std::to_string(pd.bytes));
-  auto& sp = splits[parent.id];
-  for (const auto& pc : sp.pieces) {
-    const std::uint64_t b = pc.offset, e = pc.offset + tensors[pc.id].bytes;
-    SPILLWAY_EXPECTS_T(config_error, offset + bytes <= b || e <= offset,
-                       what + " overlaps view \"" + tensors[pc.id].name + "\" [" + std::to_string(b) + ", " +
-                           std::to_string(e) + "); views of one tensor do not overlap");
+  // Looked up, not made: a refused view must leave the parent whole (an entry here splits it).
+  if (const auto it = splits.find(parent.id); it != splits.end()) {
+    for (const auto& pc : it->second.pieces) {
+      const std::uint64_t b = pc.offset, e = pc.offset + tensors[pc.id].bytes;
+      SPILLWAY_EXPECTS_T(config_error, offset + bytes <= b || e <= offset,
+                         what + " overlaps view \"" + tensors[pc.id].name + "\" [" + std::to_string(b) + ", " +
+                             std::to_string(e) + "); views of one tensor do not overlap");
+    }
   }
   if (name.empty()) name = pd.name + "[" + std::to_string(offset) + ":" + std::to_string(offset + bytes) + "]";
   SPILLWAY_EXPECTS_T(config_error, !by_name.contains(name),
                      what + ": the name \"" + name + "\" is taken by another tensor; give the view its own name");
   const auto kind = pd.kind;
   const auto id = add_tensor(std::move(name), bytes, kind);
-  splits[parent.id].pieces.push_back(piece{id, offset});  // `sp` may have moved: add_tensor grew `tensors`
+  splits[parent.id].pieces.push_back(piece{id, offset});  // made only now that the view is added
   parent_of[id] = parent.id;
   return tensor_handle{id};
 }

@@ -244,6 +244,25 @@ TEST(SessionViews, MisuseIsRefusedNamingTheTensors) {
   expect([&] { (void)s.add_view(P, 200, 10); }, "used already");
 }
 
+// A refused view left the parent split in one piece: every op naming it then paid a gather, and a
+// checkpoint saved after it did not load into the same program without the failed call.
+TEST(SessionViews, ARefusedViewLeavesItsParentWhole) {
+  Session s(config_for("none", 0));
+  std::vector<std::uint8_t> init(64, 5);
+  auto W = s.add_persistent("W", init.size(), tensor_kind::parameter, init.data());
+  (void)s.add_persistent("other", 8, tensor_kind::parameter);
+  EXPECT_THROW((void)s.add_view(W, 0, 8, "other"), config_error);  // the name is taken
+  s.begin_iteration();
+  { auto op = s.op("use", {W}, {}); }
+  (void)s.end_iteration();
+  const trace& t = s.recorded_trace();
+  EXPECT_TRUE(t.find_tensor("W").has_value()) << "W was split by a view that was refused";
+  EXPECT_FALSE(t.find_tensor("W[0:64]").has_value());
+  std::vector<std::uint8_t> got(init.size());
+  s.read(W, got.data(), got.size());
+  EXPECT_EQ(got, init);
+}
+
 TEST(SessionHostRun, StagedRunsAsOnAGpuGiveTheSameBitsAndCopyBackOnlyWhatTheOpWrites) {
   session_hooks staged;
   staged.stage_host_runs = true;
