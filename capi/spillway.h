@@ -148,7 +148,8 @@ spw_status spw_end_iteration(spw_session* s, spw_iteration_report* report);
  *  code could not finish (end its open op first): nothing is planned or reported from it, and
  *  each tensor holds its value from before the step or what the step's ops made of it. A call
  *  that failed inside the iteration already marked it failed: the next spw_begin_iteration ends
- *  it the same way. */
+ *  it the same way. From another thread than the one inside a call or holding an op open it
+ *  fails with SPW_ERR_USAGE and changes nothing. */
 spw_status spw_abandon_iteration(spw_session* s);
 
 /* ---- ops ---------------------------------------------------------------------------------- */

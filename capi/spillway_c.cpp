@@ -344,7 +344,10 @@ spw_status spw_end_iteration(spw_session* s, spw_iteration_report* report) {
 
 spw_status spw_abandon_iteration(spw_session* s) {
   if (s == nullptr) return null_argument("spw_abandon_iteration", "the session");
-  return guarded([&] { s->session.abandon_iteration(); });
+  if (!s->session.abandon_iteration())
+    return fail(SPW_ERR_USAGE, "spw_abandon_iteration: another thread is inside a call of this session or holds an op "
+                               "open, and the step is that thread's to end; call it from that thread");
+  return SPW_OK;
 }
 
 spw_status spw_op_begin(spw_session* s, const char* name, const spw_tensor* reads, size_t n_reads,

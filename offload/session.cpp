@@ -293,11 +293,13 @@ iteration_report Session::end_iteration() {
   const session_detail::session_call claim(*impl_, "end_iteration");
   return impl_->end_iteration();
 }
-void Session::abandon_iteration() noexcept {
+bool Session::abandon_iteration() noexcept {
   // From a thread other than the one inside a call or holding an op open, it does nothing: the
   // step is that thread's to end (Note [One thread at a time]).
   const session_detail::session_call claim(*impl_, "abandon_iteration", {}, session_detail::session_call::mode::try_only);
-  if (claim.entered() && impl_->in_iteration) impl_->end_failed_iteration();
+  if (!claim.entered()) return false;
+  if (impl_->in_iteration) impl_->end_failed_iteration();
+  return true;
 }
 
 Session::op_scope Session::op(std::string_view name, std::initializer_list<tensor_handle> reads,

@@ -185,8 +185,9 @@ class Session {
   /// Its work is waited for; nothing is planned or reported from it; each tensor holds its value
   /// from before the step or what the step's ops made of it. An error that left a Session call
   /// or an op's scope needs no such call: the next begin_iteration ends that step the same way.
-  /// From a thread other than the one inside a call or holding an op open, it does nothing.
-  void abandon_iteration() noexcept;
+  /// From a thread other than the one inside a call or holding an op open, it does nothing and
+  /// returns false (the step is that thread's to end); true otherwise, with or without a step.
+  bool abandon_iteration() noexcept;
 
   /// One op: inside the scope the tensors it names are resident, their device pointers valid,
   /// and stream() is the stream to launch on. Ops run one after another, in program order.

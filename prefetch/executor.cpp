@@ -535,6 +535,11 @@ void executor::wait_pinned() {
 void* executor::scratch(std::uint64_t bytes) {
   SPILLWAY_EXPECTS_T(usage_error, op_open_, "executor: scratch of " + format_bytes(bytes) + " outside an op");
   if (bytes == 0) throw config_error("executor: scratch of 0 bytes; ask for at least 1");
+  // Past 1 PiB the sums of the budget's checks wrap, and the error would name a wrong remedy (a
+  // failed size query's -1 passed on as a size, say).
+  if (bytes > max_size_bytes)
+    throw config_error("executor: scratch of " + std::to_string(bytes) + " bytes; at most 1 PiB is possible (" +
+                       std::to_string(max_size_bytes) + " bytes)");
   // Ordered on compute after the op's waits, like the op's own work; freed there when it ends.
   void* p = allocate_bytes(bytes, compute_, /*may_evict=*/true, nullptr);
   scratch_.emplace_back(p, bytes);

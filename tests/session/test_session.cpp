@@ -713,6 +713,16 @@ TEST(Session, OpWorkspaceIsCountedInTheBudgetAndFreedAtScopeEnd) {
   {
     auto op = s.op("fc.forward", {w[0]}, {});
     EXPECT_THROW((void)op.workspace(budget), out_of_memory);
+    // Sizes near 2^64 (a failed size query's -1 passed on) wrapped the budget's sums and named
+    // a wrong remedy; they are refused as sizes.
+    for (const std::uint64_t huge : {~std::uint64_t{0}, ~std::uint64_t{0} - 255, std::uint64_t{1} << 51}) {
+      try {
+        (void)op.workspace(huge);
+        ADD_FAILURE() << huge << " bytes of scratch were given";
+      } catch (const config_error& e) {
+        EXPECT_NE(std::string(e.what()).find("at most 1 PiB is possible"), std::string::npos) << e.what();
+      }
+    }
     EXPECT_NE(op.workspace(64_KiB), nullptr) << "the failed request left memory behind";
   }
   (void)s.end_iteration();

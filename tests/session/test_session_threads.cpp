@@ -128,7 +128,9 @@ TEST(SessionThreads, ASecondThreadIsRefusedWhileTheFirstHoldsAnOpOrIsInACall) {
           EXPECT_TRUE(has(msg, "one thread at a time")) << msg;
           ++refused;
         }
-        from_another_thread([&] { s.abandon_iteration(); });  // does nothing: the step is not its thread's
+        bool gave_up = true;
+        from_another_thread([&] { gave_up = s.abandon_iteration(); });  // does nothing: the step is not its thread's
+        EXPECT_FALSE(gave_up) << "abandon_iteration from another thread said it gave the step up";
       };
       // Inside op.run's body, a Session call in progress.
       auto in_run = [&] {
