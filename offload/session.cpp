@@ -210,7 +210,10 @@ tensor_handle Session::add_persistent(std::string name, std::uint64_t bytes, ten
                        " is transient; give a parameter, gradient or optimizer state kind, or use add_transient");
   const auto id = impl_->add_tensor(std::move(name), bytes, kind);
   try {
-    impl_->exec->upload(id, initial);
+    if (impl_->awaiting_add.contains(impl_->tensors[id].name))
+      impl_->take_awaited_value(id);  // Note [State added after load] in session_checkpoint.cpp
+    else
+      impl_->exec->upload(id, initial);
   } catch (...) {
     impl_->forget_tensor(id);  // not registered: the loop may add it again, and save() skips nothing
     throw;

@@ -2,7 +2,9 @@
 // checkpoint file (offload/checkpoint.hpp), one tensor at a time through one host buffer.
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "offload/checkpoint.hpp"
 #include "offload/session_call.hpp"
@@ -23,7 +25,31 @@ namespace {
 // leaves the device and its value goes to the host tier (NVMe when the host tier is full), as a
 // tensor's initial value does; the next iteration brings it back as the plan says.
 
+// Note [State added after load]
+// A loop ported as it is often makes its optimizer state on first use: the Adam moments of a
+// weight are added in the first step's update, after the loop, resuming, called load(). Such a
+// checkpoint holds tensors the Session does not have yet. Optimizer state (only: a parameter or
+// gradient missing is another model) is therefore left in the file at load: its name, the folder
+// and its size wait in session_impl::awaiting_add, and add_persistent of that name checks the
+// size and takes the value from the checkpoint, read again and checked against its CRC, in place
+// of the initial value given. Until every such tensor is added, save() is refused: a checkpoint
+// written then would lack them, and a run resumed from it would start its moments from zero.
+
 }  // namespace
+
+void session_impl::take_awaited_value(tensor_id id) {
+  const auto it = awaiting_add.find(tensors[id].name);
+  if (it == awaiting_add.end()) return;
+  const auto& d = tensors[id];
+  if (d.kind != tensor_kind::optimizer_state || d.bytes != it->second.bytes)
+    throw config_error("add_persistent(\"" + d.name + "\"): the checkpoint loaded from '" + it->second.dir + "' holds it as " +
+                       std::to_string(it->second.bytes) + " bytes of optimizer state, and this call gives " +
+                       std::to_string(d.bytes) + " bytes of " + std::string(to_string(d.kind)) + "; give the same");
+  std::vector<unsigned char> value(d.bytes);
+  checkpoint::reader(it->second.dir).read(d.name, value.data());
+  exec->upload(id, value.data());
+  awaiting_add.erase(it);
+}
 
 void Session::save(const std::string& dir, std::string_view meta) {
   auto& s = *impl_;
@@ -32,6 +58,12 @@ void Session::save(const std::string& dir, std::string_view meta) {
   SPILLWAY_EXPECTS_T(usage_error, !s.in_iteration,
                      "save(\"" + dir + "\") inside an iteration; call it after end_iteration()");
   if (dir.empty()) throw config_error("save: the checkpoint folder is an empty string; give a folder");
+  if (!s.awaiting_add.empty())
+    throw usage_error("save(\"" + dir + "\"): optimizer state \"" + s.awaiting_add.begin()->first + "\" of the checkpoint loaded from '" +
+                      s.awaiting_add.begin()->second.dir + "' has not been added yet (" +
+                      std::to_string(s.awaiting_add.size()) +
+                      " such tensors), and this checkpoint would lose it; save after the step that adds it "
+                      "(Note [State added after load])");
   const std::vector<tensor_id> ids = s.checkpoint_ids();
   std::vector<checkpoint::entry> entries;
   entries.reserve(ids.size());
@@ -80,6 +112,14 @@ std::string Session::load(const std::string& dir) {
     largest = std::max(largest, d.bytes);
   }
   const checkpoint::reader r(dir);
+  // Optimizer state the Session has not added yet waits for its add (Note [State added after load]).
+  std::map<std::string, session_impl::awaited_state, std::less<>> awaited;
+  for (const auto& c : r.entries()) {
+    const bool registered = std::any_of(expected.begin(), expected.end(), [&](const checkpoint::entry& e) { return e.name == c.name; });
+    if (registered || c.kind != tensor_kind::optimizer_state || s.by_name.contains(c.name)) continue;
+    awaited.emplace(c.name, session_impl::awaited_state{dir, c.bytes});
+    expected.push_back(c);
+  }
   try {
     r.check_matches(expected, "the Session's persistent tensors");
   } catch (const config_error& e) {
@@ -95,6 +135,7 @@ std::string Session::load(const std::string& dir) {
                        "(add_view) is saved as its pieces, so load it into a Session that adds the same views");
   }
   r.verify();  // every CRC before any tensor changes (Note [Checkpointed values])
+  s.awaiting_add = std::move(awaited);
   std::vector<unsigned char> buffer(largest);
   for (auto id : ids) {
     r.read(s.tensors[id].name, buffer.data());

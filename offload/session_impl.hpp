@@ -370,6 +370,9 @@ class session_impl {
     }
   }
   /// A failed step's sums are given up with it: the next step's zero-fill loses nothing wanted.
+  /// A tensor just added whose name a loaded checkpoint holds as optimizer state not yet added:
+  /// its value from there (Note [State added after load] in session_checkpoint.cpp).
+  void take_awaited_value(tensor_id id);
   void forget_sums() noexcept {
     unread_sums.clear();
     lost_sums.clear();
@@ -766,6 +769,11 @@ class session_impl {
   bool in_iteration = false;
   bool iteration_failed = false;  // a device, tier or memory error left one of its calls (Note [Failed iterations])
   bool op_open = false;
+  struct awaited_state {  // Note [State added after load] (session_checkpoint.cpp)
+    std::string dir;
+    std::uint64_t bytes = 0;
+  };
+  std::map<std::string, awaited_state, std::less<>> awaiting_add;  // by name
   std::uint64_t ops_opened = 0;   // ops Session::op has opened; a scope holds its number (Note [Stale scopes])
   std::thread::id op_thread;      // the thread that opened the open op (Note [One thread at a time])
   std::atomic<std::thread::id> caller{};  // the thread inside a Session call (Note [One thread at a time])

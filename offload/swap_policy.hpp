@@ -169,7 +169,12 @@ class Session {
   /// the saved count, so op seeds go on as in the run that saved. A value that cannot be stored
   /// (the host tier full, an NVMe write refused) ends the load with that error: the tensors
   /// before it hold the checkpoint's values, it and those after it their earlier ones, none
-  /// lost; load again once the cause is gone. Outside an iteration only.
+  /// lost; load again once the cause is gone. Optimizer state the loop creates in its first step
+  /// (as optimizers that make their moments on first use do) may be missing from the Session at
+  /// load: the checkpoint's value is kept in the file and set when add_persistent adds that name
+  /// (its size and kind must match; the initial value given there is not used), and save()
+  /// refuses until every such tensor has been added (Note [State added after load]). Outside an
+  /// iteration only.
   std::string load(const std::string& dir);
 
   /// Starts an iteration of the phase `tag` ("train", "eval", ...). Each phase keeps its own
