@@ -52,6 +52,17 @@ namespace {
 std::mutex live_ops_mutex;
 std::unordered_set<const spw_op*> live_ops;
 
+// How deep this thread is inside a host function of spw_op_run or a host-capable op's host
+// body. An op ended there waited for the call that runs the function to return: a hang.
+thread_local int in_host_function = 0;
+
+struct host_function_scope {
+  host_function_scope() { ++in_host_function; }
+  ~host_function_scope() { --in_host_function; }
+  host_function_scope(const host_function_scope&) = delete;
+  host_function_scope& operator=(const host_function_scope&) = delete;
+};
+
 bool is_live(const spw_op* op) {
   std::lock_guard lock(live_ops_mutex);
   return live_ops.count(op) != 0;
@@ -370,6 +381,9 @@ spw_status spw_op_begin(spw_session* s, const char* name, const spw_tensor* read
 spw_status spw_op_end(spw_op* op) {
   if (op == nullptr) return null_argument("spw_op_end", "op");
   if (!is_live(op)) return ended_op("spw_op_end");
+  if (in_host_function > 0)
+    return fail(SPW_ERR_USAGE, "spw_op_end inside the function spw_op_run runs (or a host body): the op ends only after "
+                               "it returns; return from the function, then call spw_op_end");
   if (!op->owned)
     return fail(SPW_ERR_USAGE, "spw_op_end: the op of a recomputable or host-capable op's body, which the library "
                                "ends when the body returns; return from the body instead");
@@ -411,6 +425,7 @@ spw_status spw_op_run(spw_op* op, void (*fn)(const spw_host* h, void* user), voi
   return guarded([&] {
     op->scope->run([&](const spillway::Session::op_scope::host_access& access) {
       spw_host h{&access, nullptr};
+      const host_function_scope inside;
       fn(&h, user);
       if (h.failure) std::rethrow_exception(h.failure);
     });
@@ -456,6 +471,7 @@ spw_status spw_host_capable_op(spw_session* s, const char* name, const spw_tenso
         device_body(name, device_side, user),
         [host_side, user](const spillway::Session::op_scope::host_access& access) {
           spw_host h{&access, nullptr};
+          const host_function_scope inside;
           host_side(&h, user);
           if (h.failure) std::rethrow_exception(h.failure);
         },

@@ -246,6 +246,17 @@ static void op_pointers_stream_workspace(void) {
   spw_session_destroy(s);
 }
 
+/* Ends the op from inside its own spw_op_run function: refused (it used to hang). */
+struct end_inside_args {
+  spw_op* op;
+  spw_status got;
+};
+static void end_inside(const spw_host* h, void* user) {
+  (void)h;
+  struct end_inside_args* a = user;
+  a->got = spw_op_end(a->op);
+}
+
 /* An op ended twice, or used after its end, is refused (Note [Live ops]); before, the second end
  * freed whatever block the program had been given since. An op left open when its step was given
  * up ends nothing when ended later: not the next step's op, which has the same index. */
@@ -280,8 +291,13 @@ static void ended_and_stale_ops_are_refused_or_inert(void) {
   CHECK(px != NULL);
   struct fill_args fx = {x, 1.0f};
   OK(spw_op_run(fresh, fill, &fx)); /* before, the stale end had closed it: "whose scope has ended" */
+  struct end_inside_args ei = {fresh, SPW_OK};
+  OK(spw_op_run(fresh, end_inside, &ei));
+  CHECK(ei.got == SPW_ERR_USAGE);
+  OK(spw_release(s, x)); /* inside the op: freed once its work is done */
+  void* gone = NULL;
+  FAILS(spw_op_ptr(fresh, x, &gone), SPW_ERR_USAGE, "was released");
   OK(spw_op_end(fresh));
-  OK(spw_release(s, x));
   OK(spw_end_iteration(s, NULL));
   spw_session_destroy(s);
 }
