@@ -203,6 +203,12 @@ void* session_impl::op_ptr(tensor_handle t) const {
                      "op \"" + d.name + "\" asked for the pointer of tensor " +
                          (t.id < tensors.size() ? "\"" + tensors[t.id].name + "\"" : std::to_string(t.id)) +
                          ", which it does not name in its reads, writes or accumulations");
+  // A transient the loop released inside this op (freed once the op's work queued so far is
+  // done) has no pointer to hand out; a rerun of the op still reads it (the library keeps it).
+  SPILLWAY_EXPECTS_T(usage_error, rerunning || !added.contains(t.id) || live.contains(t.id),
+                     "op \"" + d.name + "\" asked for the pointer of tensor \"" + tensors[t.id].name +
+                         "\", which the loop released inside the op; take its pointers and queue its work "
+                         "before releasing it");
   return it->gather != nullptr ? it->gather : exec->device_ptr(t.id);
 }
 

@@ -737,10 +737,6 @@ executor_stats executor::end_iteration() {
 void* executor::device_ptr(tensor_id id) const {
   SPILLWAY_EXPECTS_T(usage_error, id < tensors_.size() && tensors_[id], "executor: unknown tensor " + std::to_string(id));
   const auto& st = *tensors_[id];
-  SPILLWAY_EXPECTS_T(usage_error, !st.released,
-                     "executor: tensor \"" + st.desc.name +
-                         "\" was released (release() inside the op frees it once the op's work queued so far "
-                         "is done); take its pointers and queue its work before releasing it");
   SPILLWAY_EXPECTS_T(usage_error, st.dev != nullptr,
                      "executor: tensor \"" + st.desc.name + "\" is not resident outside its op");
   return st.dev;

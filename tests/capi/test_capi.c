@@ -296,7 +296,7 @@ static void ended_and_stale_ops_are_refused_or_inert(void) {
   CHECK(ei.got == SPW_ERR_USAGE);
   OK(spw_release(s, x)); /* inside the op: freed once its work is done */
   void* gone = NULL;
-  FAILS(spw_op_ptr(fresh, x, &gone), SPW_ERR_USAGE, "was released");
+  FAILS(spw_op_ptr(fresh, x, &gone), SPW_ERR_USAGE, "released inside the op");
   OK(spw_op_end(fresh));
   OK(spw_end_iteration(s, NULL));
   spw_session_destroy(s);
