@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -263,22 +264,27 @@ void cpu_device::deallocate_pinned(void* ptr, std::size_t bytes) noexcept {
   ::munmap(ptr, round_up(n, page));
 }
 
-bool cpu_device::is_pinned(const void* p, std::size_t bytes) const {
+namespace {
+
+// Whether [p, p + bytes) lies inside one of `blocks` (start -> bytes).
+bool inside_one(const std::map<std::uintptr_t, std::size_t>& blocks, const void* p, std::size_t bytes) {
   const auto a = reinterpret_cast<std::uintptr_t>(p);
-  std::lock_guard lock(memory_mutex_);
-  auto it = pinned_blocks_.upper_bound(a);
-  if (it == pinned_blocks_.begin()) return false;
+  auto it = blocks.upper_bound(a);
+  if (it == blocks.begin()) return false;
   --it;
   return a >= it->first && a + bytes <= it->first + it->second;
 }
 
-bool cpu_device::is_device(const void* p, std::size_t bytes) const {
-  const auto a = reinterpret_cast<std::uintptr_t>(p);
+}  // namespace
+
+bool cpu_device::is_pinned(const void* p, std::size_t bytes) const {
   std::lock_guard lock(memory_mutex_);
-  auto it = device_blocks_.upper_bound(a);
-  if (it == device_blocks_.begin()) return false;
-  --it;
-  return a >= it->first && a + bytes <= it->first + it->second;
+  return inside_one(pinned_blocks_, p, bytes);
+}
+
+bool cpu_device::is_device(const void* p, std::size_t bytes) const {
+  std::lock_guard lock(memory_mutex_);
+  return inside_one(device_blocks_, p, bytes);
 }
 
 bool cpu_device::touches_device(const void* p, std::size_t bytes) const {
