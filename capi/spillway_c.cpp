@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <exception>
 #include <new>
@@ -47,10 +48,16 @@ namespace {
 // spw_op_end frees its op, so a second spw_op_end of it (a cleanup path that ends whatever it
 // thinks is open) read freed memory, and once the block was handed out again, freed the
 // program's own memory and returned SPW_OK. Every spw_op the library makes is kept in a set
-// while it exists, and each call taking an op looks it up first: an op that has ended is
-// refused with SPW_ERR_USAGE. One lookup under a mutex per call; an op's calls are few.
+// while it is open, and each call taking an op looks it up first: an op that has ended is
+// refused with SPW_ERR_USAGE. One lookup under a mutex per call; an op's calls are few. An ended
+// op's block is not freed at once: the allocator would hand the same address to the next
+// spw_op_begin, and a stale end would then end that op. The last `quarantined_ops` ended ops
+// are kept, closed, and the oldest freed as others end, so a repeated end is caught as long as
+// fewer ops than that began since.
+constexpr std::size_t quarantined_ops = 64;
 std::mutex live_ops_mutex;
 std::unordered_set<const spw_op*> live_ops;
+std::deque<spw_op*> ended_ops;  // oldest first
 
 // How deep this thread is inside a host function of spw_op_run or a host-capable op's host
 // body. An op ended there waited for the call that runs the function to return: a hang.
@@ -66,6 +73,21 @@ struct host_function_scope {
 bool is_live(const spw_op* op) {
   std::lock_guard lock(live_ops_mutex);
   return live_ops.count(op) != 0;
+}
+
+// Closes an ended op and keeps its block a while (Note [Live ops]).
+void retire(spw_op* op) {
+  spw_op* oldest = nullptr;
+  {
+    std::lock_guard lock(live_ops_mutex);
+    live_ops.erase(op);
+    ended_ops.push_back(op);
+    if (ended_ops.size() > quarantined_ops) {
+      oldest = ended_ops.front();
+      ended_ops.pop_front();
+    }
+  }
+  delete oldest;  // its destructor takes the lock
 }
 
 }  // namespace
@@ -393,7 +415,7 @@ spw_status spw_op_end(spw_op* op) {
   return guarded([&] {
     spillway::Session::op_scope scope = std::move(*op->owned);
     op->owned.reset();  // a moved-from scope's end does nothing
-    delete op;
+    retire(op);
   });
 }
 

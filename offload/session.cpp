@@ -313,8 +313,7 @@ Session::op_scope Session::op(std::string_view name, std::initializer_list<tenso
 
 Session::op_scope Session::op(std::string_view name, std::span<const tensor_handle> reads,
                               std::span<const tensor_handle> writes, double flops) {
-  const session_detail::session_call claim(*impl_, "op", name);
-  return op_scope(impl_.get(), impl_->open_op(name, reads, writes, {}, flops, session_detail::phase_from_name(name)));
+  return op(name, reads, writes, {}, flops);
 }
 
 Session::op_scope Session::op(std::string_view name, std::initializer_list<tensor_handle> reads,

@@ -275,6 +275,14 @@ static void ended_and_stale_ops_are_refused_or_inert(void) {
   FAILS(spw_op_ptr(op, w, &p), SPW_ERR_USAGE, "the op has ended");
   FAILS(spw_op_workspace(op, 64, &p), SPW_ERR_USAGE, "the op has ended");
   CHECK(spw_op_stream(op) == NULL);
+  /* An op begun since must not be taken for the ended one, though the allocator would give it
+   * the ended one's block. */
+  spw_op* next;
+  OK(spw_op_begin(s, "w.forward2", &w, 1, NULL, 0, NULL, 0, &next));
+  CHECK(next != op);
+  FAILS(spw_op_end(op), SPW_ERR_USAGE, "the op has ended");
+  OK(spw_op_ptr(next, w, &p));
+  OK(spw_op_end(next));
   OK(spw_end_iteration(s, NULL));
 
   OK(spw_begin_iteration(s, "train"));

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -125,6 +126,28 @@ std::vector<model> run_host(const std::vector<std::vector<op_spec>>& iterations,
 // The trace: t1 is read, then overwritten three ops later, so under a tight budget a plan may
 // free t1 after its read without copying it out. The next iteration departs right there and
 // reads t1 first: it must see the value the first iteration left.
+// A scope left alive when its step was given up (Note [Stale scopes]): ended later, in the next
+// step, it ended that step's op of the same index; its ptr() named that op's tensors. With the
+// three-list form of op() too, which most loops use.
+TEST(SessionDepartures, AScopeLeftOpenByAGivenUpStepEndsNothingInTheNext) {
+  Session s(config_for("none", 0));
+  auto w = s.add_persistent("w", 4096, tensor_kind::parameter);
+  s.begin_iteration();
+  std::optional<Session::op_scope> stale;
+  stale.emplace(s.op("fwd", {w}, {}));
+  EXPECT_TRUE(s.abandon_iteration());
+  s.begin_iteration();
+  auto x = s.add_transient("x", 4096);
+  {
+    auto fresh = s.op("fwd", {w}, {x});
+    EXPECT_THROW((void)stale->ptr(w), usage_error);
+    stale.reset();  // ends nothing
+    fresh.run([&](const auto& h) { std::memset(h.ptr(x), 1, 4096); });  // was: "whose scope has ended"
+  }
+  s.release(x);
+  (void)s.end_iteration();
+}
+
 TEST(SessionDepartures, AParameterTheTraceOverwritesIsStillThereForAnIterationThatReadsItFirst) {
   spillway::testing::watchdog dog("AParameterTheTraceOverwrites", std::chrono::seconds(120));
   const std::vector<op_spec> recorded = {{{1}, 2, 11}, {{3}, 4, 12}, {{5}, 6, 13}, {{7}, 0, 14}, {{2}, 1, 15},
