@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,11 @@ namespace {
 // gradient missing is another model) is therefore left in the file at load: its name, the folder
 // and its size wait in session_impl::awaiting_add, and add_persistent of that name checks the
 // size and takes the value from the checkpoint, read again and checked against its CRC, in place
-// of the initial value given. Until every such tensor is added, save() is refused: a checkpoint
-// written then would lack them, and a run resumed from it would start its moments from zero.
+// of the initial value given; a piece of a tensor split into views (saved as its pieces) takes
+// its value from there when the views are laid out. A save() before they are all added (or of a
+// run that never adds some: frozen layers, another optimizer) copies the ones still waiting
+// from the checkpoint they wait in, so no checkpoint drops them, and they then wait in the new
+// one.
 
 }  // namespace
 
@@ -58,12 +62,6 @@ void Session::save(const std::string& dir, std::string_view meta) {
   SPILLWAY_EXPECTS_T(usage_error, !s.in_iteration,
                      "save(\"" + dir + "\") inside an iteration; call it after end_iteration()");
   if (dir.empty()) throw config_error("save: the checkpoint folder is an empty string; give a folder");
-  if (!s.awaiting_add.empty())
-    throw usage_error("save(\"" + dir + "\"): optimizer state \"" + s.awaiting_add.begin()->first + "\" of the checkpoint loaded from '" +
-                      s.awaiting_add.begin()->second.dir + "' has not been added yet (" +
-                      std::to_string(s.awaiting_add.size()) +
-                      " such tensors), and this checkpoint would lose it; save after the step that adds it "
-                      "(Note [State added after load])");
   const std::vector<tensor_id> ids = s.checkpoint_ids();
   std::vector<checkpoint::entry> entries;
   entries.reserve(ids.size());
@@ -73,6 +71,17 @@ void Session::save(const std::string& dir, std::string_view meta) {
     entries.push_back(checkpoint::entry{d.name, d.bytes, d.kind});
     largest = std::max(largest, d.bytes);
   }
+  // Optimizer state still waiting for its add is copied from its checkpoint (Note [State added
+  // after load]).
+  std::vector<std::pair<std::string, std::string>> copied;  // name, the folder it is read from
+  for (const auto& [name, a] : s.awaiting_add) {
+    entries.push_back(checkpoint::entry{name, a.bytes, tensor_kind::optimizer_state});
+    copied.emplace_back(name, a.dir);
+    largest = std::max(largest, a.bytes);
+  }
+  std::map<std::string, std::unique_ptr<checkpoint::reader>> readers;  // by folder
+  for (const auto& [name, from] : copied)
+    if (!readers.contains(from)) readers.emplace(from, std::make_unique<checkpoint::reader>(from));
   // Only a gradient may have no value (dropped after its last read); a parameter or optimizer
   // state without one would come back as zeros, so it is refused before anything is written.
   for (std::size_t i = 0; i < ids.size(); ++i)
@@ -83,8 +92,14 @@ void Session::save(const std::string& dir, std::string_view meta) {
   checkpoint::write(
       dir, entries,
       [&](std::size_t i, const checkpoint::chunk_sink& sink) {
-        const tensor_id id = ids[i];
         if (buffer.size() < largest) buffer.resize(largest);
+        if (i >= ids.size()) {  // waiting for its add: its bytes as the checkpoint it waits in has them
+          const auto& [name, from] = copied[i - ids.size()];
+          readers.at(from)->read(name, buffer.data());
+          sink(buffer.data(), entries[i].bytes);
+          return;
+        }
+        const tensor_id id = ids[i];
         if (s.holds_value(id)) {
           s.exec->read(id, buffer.data());
         } else {
@@ -93,6 +108,7 @@ void Session::save(const std::string& dir, std::string_view meta) {
         sink(buffer.data(), entries[i].bytes);
       },
       meta, {}, checkpoint::session_state{s.iterations_ended});
+  for (auto& [name, a] : s.awaiting_add) a.dir = dir;  // the new checkpoint holds them too
 }
 
 std::string Session::load(const std::string& dir) {

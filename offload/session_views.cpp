@@ -89,7 +89,12 @@ void session_impl::finalize_views() {
       at = pc.offset + tensors[pc.id].bytes;
     }
     if (at < pd.bytes) gap(at, pd.bytes);
-    for (const auto& pc : all) exec->upload(pc.id, bytes.data() + pc.offset);
+    for (const auto& pc : all) {
+      if (awaiting_add.contains(tensors[pc.id].name))
+        take_awaited_value(pc.id);  // Note [State added after load] in session_checkpoint.cpp
+      else
+        exec->upload(pc.id, bytes.data() + pc.offset);
+    }
     exec->retire(parent);
     sp.pieces = std::move(all);
     sp.finalized = true;

@@ -172,9 +172,9 @@ class Session {
   /// lost; load again once the cause is gone. Optimizer state the loop creates in its first step
   /// (as optimizers that make their moments on first use do) may be missing from the Session at
   /// load: the checkpoint's value is kept in the file and set when add_persistent adds that name
-  /// (its size and kind must match; the initial value given there is not used), and save()
-  /// refuses until every such tensor has been added (Note [State added after load]). Outside an
-  /// iteration only.
+  /// (its size and kind must match; the initial value given there is not used); a save() before
+  /// then copies it from that checkpoint, so none is dropped (Note [State added after load]).
+  /// Outside an iteration only.
   std::string load(const std::string& dir);
 
   /// Starts an iteration of the phase `tag` ("train", "eval", ...). Each phase keeps its own
