@@ -154,7 +154,8 @@ void cpu_device::check_caller(const char* call) const {
 //    device memory, which is what the Session's op.run does: it enqueues the function on the
 //    op's stream and synchronises.
 //  * The backend itself touches device memory only from stream work: copies, pageable ones
-//    included, run on the stream's worker while the caller waits; allocate and deallocate keep
+//    included, run on the stream's worker while the caller waits (a pageable source, host
+//    memory, is staged on the caller's thread, Note [Pageable copies]); allocate and deallocate keep
 //    their bookkeeping outside the arena and never read it; a freed range's whole pages go
 //    back to the system with madvise, which needs no access.
 //  * A SIGSEGV handler (installed with the first such device, chained to the one before it for
@@ -670,8 +671,15 @@ void cpu_device::copy_async(void* dst, const void* src, std::size_t bytes, copy_
     pageable = src_pageable || (dst_host && !is_pinned(dst, bytes));
     // CUDA stages a pageable source as the call runs, perhaps before the stream's earlier work
     // is done: bytes that work writes into it are not what the copy sends. Taken here too, so a
-    // loop that counts on them fails on this backend as well.
+    // loop that counts on them fails on this backend as well. On an idle stream the copy runs
+    // at once while the caller waits, so the bytes are the call's without a staging copy.
+    bool busy = false;
     if (src_pageable) {
+      auto& q = impl(s);
+      std::lock_guard lock(q.m);
+      busy = q.pending > 0;
+    }
+    if (busy) {
       const auto* from = static_cast<const unsigned char*>(src);
       staged = std::make_shared<std::vector<unsigned char>>(from, from + bytes);
     }

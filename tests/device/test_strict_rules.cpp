@@ -303,6 +303,7 @@ TEST(StrictRules, CopiesThatMatchTheirKindsRunInsideAndAtTheEdgesOfBlocks) {
   auto* p = static_cast<unsigned char*>(dev->allocate_pinned(8192));
   std::vector<unsigned char> host(8192, 5);
   dev->copy_async(d + 4096, host.data(), 4096, copy_kind::host_to_device, s);  // ends at the block's end
+  std::fill(host.begin(), host.end(), 0);  // the copy has its bytes (a pageable source)
   dev->copy_async(d, d + 4096, 4096, copy_kind::device_to_device, s);
   dev->copy_async(p, d, 8192, copy_kind::device_to_host, s);
   dev->copy_async(host.data(), p, 8192, copy_kind::host_to_host, s);
