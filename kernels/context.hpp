@@ -91,6 +91,8 @@ struct kernel_report {
 };
 }  // namespace detail
 
+/// The handles and report slots kernels launch with. It holds its Device by reference and, on
+/// the cuda backend, gives pinned pages back to it when destroyed: destroy it before its Device.
 class kernel_context {
  public:
   explicit kernel_context(Device& device);

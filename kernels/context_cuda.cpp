@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -28,9 +29,10 @@ struct report_page {
 
 }  // namespace
 
-/// The report slots of one context (Note [Reports from kernels]). take() runs on the thread that
-/// launches; a host function frees its slot from the callback thread (the busy flags are atomic,
-/// the pages never move while the pool lives).
+/// The report slots of one context (Note [Reports from kernels]). take() runs on the threads that
+/// launch, under a mutex (a context may be shared by threads launching on their own streams); a
+/// host function frees its slot from the callback thread (the busy flags are atomic, the pages
+/// never move while the pool lives).
 class report_pool {
  public:
   explicit report_pool(Device& device) : device_(device) {}
@@ -46,6 +48,7 @@ class report_pool {
   report_pool& operator=(const report_pool&) = delete;
 
   kernel_report take() {
+    const std::lock_guard lock(mutex_);
     const std::size_t total = pages_.size() * report_page::slots;
     for (std::size_t k = 0; k < total; ++k) {
       const std::size_t at = (next_ + k) % total;
@@ -84,6 +87,7 @@ class report_pool {
   Device& device_;
   std::vector<std::unique_ptr<report_page>> pages_;
   std::size_t next_ = 0;
+  std::mutex mutex_;  // take()
 };
 
 struct cuda_handles {
