@@ -78,8 +78,9 @@ struct nccl_collectives::impl {
   /// ncclGroupStart .. ncclGroupEnd as a scope. NCCL keeps the group depth per thread: a group
   /// left open by an exception would queue every later NCCL call of this thread, on any
   /// communicator, and launch none of it, so the ranks would hang. On unwind the scope ends the
-  /// group (NCCL drops what it had queued) and fails the object, since the peers now wait for
-  /// sends and receives that never come.
+  /// group and fails the object: NCCL drops a group in which one of its calls failed (every
+  /// throw inside one comes from such a call, through check()), and either way the peers now
+  /// wait for sends and receives that may never come.
   class group {
    public:
     group(impl& owner, const char* what) : owner_(owner), what_(what) {
