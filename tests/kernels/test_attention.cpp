@@ -149,7 +149,7 @@ TEST(Attention, RejectsMoreScoreRowsThanAGridHolds) {
   try {
     causal_softmax_forward(r.ctx(), r.s(), none, 1 << 16, 1 << 16);
   } catch (const spillway::usage_error& e) {
-    EXPECT_NE(std::string(e.what()).find("65536 * 65536 = 4294967296 score rows"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("65536 * 65536 score rows"), std::string::npos) << e.what();
   }
   r.sync();  // nothing was enqueued, and the stream is not failed
 }
