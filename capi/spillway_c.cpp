@@ -57,7 +57,16 @@ namespace {
 constexpr std::size_t quarantined_ops = 64;
 std::mutex live_ops_mutex;
 std::unordered_set<const spw_op*> live_ops;
-std::deque<spw_op*> ended_ops;  // oldest first
+// The ended ops kept closed, oldest first; those left at exit are freed then (a leak checker
+// would count them otherwise: the deque's own memory goes with the program's globals).
+struct quarantine {
+  std::deque<spw_op*> ops;
+  quarantine() = default;
+  quarantine(const quarantine&) = delete;
+  quarantine& operator=(const quarantine&) = delete;
+  ~quarantine();
+};
+quarantine ended_ops;
 
 // How deep this thread is inside a host function of spw_op_run or a host-capable op's host
 // body. An op ended there waited for the call that runs the function to return: a hang.
@@ -81,10 +90,10 @@ void retire(spw_op* op) {
   {
     std::lock_guard lock(live_ops_mutex);
     live_ops.erase(op);
-    ended_ops.push_back(op);
-    if (ended_ops.size() > quarantined_ops) {
-      oldest = ended_ops.front();
-      ended_ops.pop_front();
+    ended_ops.ops.push_back(op);
+    if (ended_ops.ops.size() > quarantined_ops) {
+      oldest = ended_ops.ops.front();
+      ended_ops.ops.pop_front();
     }
   }
   delete oldest;  // its destructor takes the lock
@@ -101,6 +110,12 @@ spw_op::~spw_op() {
   std::lock_guard lock(live_ops_mutex);
   live_ops.erase(this);
 }
+
+namespace {
+quarantine::~quarantine() {
+  for (spw_op* op : ops) delete op;  // each takes the lock, which outlives this (defined before it)
+}
+}  // namespace
 
 namespace {
 
